@@ -1,0 +1,74 @@
+//! `unkai format`: create a volume.
+
+use anyhow::Context;
+
+use crate::meta::url::MetaUrl;
+use crate::volume::{self, FormatSpec};
+
+/// Create a volume: its settings go into the metadata, so later commands need only META-URL.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh"
+)]
+pub struct Args {
+    /// Where the metadata lives, e.g. sqlite:///var/lib/unkai/vol.db (an absolute path).
+    meta_url: String,
+    /// Name of the volume (a-z, 0-9, '-'); also the key prefix of its objects in the bucket.
+    name: String,
+    /// Where the data blocks live: file:///abs/dir (a local directory used as the bucket) or
+    /// memory:// (tests only). Default: a `bucket` directory beside the SQLite file.
+    #[arg(long, env = "UNKAI_STORAGE")]
+    storage: Option<String>,
+    /// Size of a block, the unit of object storage (64K to 16M).
+    #[arg(long, default_value = "4M")]
+    block_size: String,
+    /// Days deleted data is kept before its objects are deleted (0: delete at once).
+    #[arg(long, default_value_t = 0)]
+    trash_days: u32,
+    /// Size the volume reports to `df`, e.g. 1T (default: the free space of a local bucket,
+    /// or unlimited).
+    #[arg(long)]
+    capacity: Option<String>,
+    /// Erase an existing volume at META-URL and create a new one. Its metadata is lost.
+    #[arg(long)]
+    force: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let url = MetaUrl::parse(&a.meta_url)?;
+    let storage = match a.storage {
+        Some(s) => s,
+        None => match &url {
+            MetaUrl::Sqlite(p) => {
+                let dir = p.parent().context("the SQLite path has no directory")?;
+                format!("file://{}", dir.join("bucket").display())
+            }
+        },
+    };
+    let block_size = volume::parse_size(&a.block_size)?;
+    let capacity = a
+        .capacity
+        .as_deref()
+        .map(volume::parse_size)
+        .transpose()?
+        .unwrap_or(0);
+    let spec = FormatSpec {
+        name: a.name,
+        storage,
+        block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
+        trash_days: a.trash_days,
+        capacity,
+        force: a.force,
+    };
+    let fmt = volume::format(&a.meta_url, &spec)?;
+    println!(
+        "formatted volume '{}' ({})\n  metadata: {}\n  storage:  {}\n  block size: {}, trash: {} days",
+        fmt.name,
+        fmt.uuid,
+        a.meta_url,
+        fmt.storage,
+        super::human_bytes(fmt.block_size as u64),
+        fmt.trash_days
+    );
+    Ok(())
+}

@@ -1,0 +1,349 @@
+//! `unkai mount`: serve a volume at a mountpoint, in the foreground or as a daemon.
+//!
+//! Everything that can be checked is checked before anything starts, so a bad argument gets
+//! a one-line error on the terminal (with `-d` too: the daemon reports back before detaching).
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::data;
+use crate::fuse::{self, CacheConfig, MountOptions, mounts};
+use crate::meta::SessionInfo;
+use crate::vfs::{self, Vfs};
+use crate::volume;
+
+/// Mount a volume. With only MOUNTPOINT, mounts the embedded default volume (created on first
+/// use under ~/.local/share/unkai/default).
+#[derive(clap::Args, Clone)]
+#[command(
+    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 1G sqlite:///var/lib/unkai/vol.db /mnt/vol"
+)]
+pub struct Args {
+    /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
+    /// mount it.
+    #[arg(num_args = 1..=2, required = true, value_names = ["META-URL", "MOUNTPOINT"])]
+    targets: Vec<String>,
+    /// Run in the background, logging to a file; returns once the mount is ready.
+    #[arg(short = 'd', long = "background")]
+    background: bool,
+    /// Log file of a background mount (default: unkai.log beside the default volume, or
+    /// /var/log/unkai.log for root).
+    #[arg(long, env = "UNKAI_LOG_FILE")]
+    log: Option<PathBuf>,
+    /// Let other users use the mount (always on when mounting as root).
+    #[arg(long)]
+    allow_other: bool,
+    /// Mount read-only.
+    #[arg(long)]
+    read_only: bool,
+    /// Threads serving kernel requests (each with its own /dev/fuse descriptor).
+    #[arg(long, default_value_t = 8, env = "UNKAI_THREADS")]
+    threads: usize,
+    /// Seconds the kernel caches attributes.
+    #[arg(long, default_value_t = 1.0)]
+    attr_ttl: f64,
+    /// Seconds the kernel caches directory entries.
+    #[arg(long, default_value_t = 1.0)]
+    entry_ttl: f64,
+    /// Seconds the kernel remembers that a name does not exist (0 to disable).
+    #[arg(long, default_value_t = 1.0)]
+    negative_ttl: f64,
+    /// Memory for cached blocks, e.g. 256M.
+    #[arg(long, default_value = "256M", env = "UNKAI_CACHE_SIZE")]
+    cache_size: String,
+    /// Memory for buffered writes before writers flush themselves, e.g. 256M.
+    #[arg(long, default_value = "256M")]
+    buffer_size: String,
+    /// Drop the kernel's page cache of a file at every open (for volumes written elsewhere).
+    #[arg(long)]
+    no_keep_cache: bool,
+}
+
+/// Set in the environment of the daemon: the fd to report readiness on.
+const READY_FD_ENV: &str = "UNKAI_READY_FD";
+
+fn ttl(secs: f64, what: &str) -> anyhow::Result<Duration> {
+    if !secs.is_finite() || secs < 0.0 {
+        bail!("invalid --{what} {secs}: must be a number of seconds >= 0");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Checks the mountpoint: it must exist, be a directory and not be mounted already.
+fn check_mountpoint(mp: &Path) -> anyhow::Result<PathBuf> {
+    if mounts::is_stale(mp) {
+        tracing::warn!(
+            "{} is a stale mount (its server died); unmounting it",
+            mp.display()
+        );
+        mounts::unmount(mp, true)
+            .with_context(|| format!("cannot clear the stale mount at {}", mp.display()))?;
+    }
+    let meta = match std::fs::metadata(mp) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!(
+                "mountpoint {} does not exist: create it with `mkdir -p {}`",
+                mp.display(),
+                mp.display()
+            )
+        }
+        Err(e) => bail!("mountpoint {}: {e}", mp.display()),
+    };
+    if !meta.is_dir() {
+        bail!(
+            "mountpoint {} is not a directory: mount on an empty directory",
+            mp.display()
+        );
+    }
+    let canon = std::fs::canonicalize(mp)?;
+    if let Some(m) = mounts::find(&canon) {
+        bail!(
+            "{} is already mounted ({} {}): unmount it first (`unkai umount {}`)",
+            canon.display(),
+            m.fstype,
+            m.source,
+            canon.display()
+        );
+    }
+    Ok(canon)
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let mut ready = Ready(
+        std::env::var(READY_FD_ENV)
+            .ok()
+            .and_then(|v| v.parse::<i32>().ok()),
+    );
+    let res = serve(a, &mut ready);
+    if let Err(e) = &res {
+        ready.report(Err(&format!("{e:#}")));
+    }
+    res
+}
+
+fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
+    let (meta_url, mountpoint) = match a.targets.as_slice() {
+        [mp] => (None, PathBuf::from(mp)),
+        [url, mp] => (Some(url.clone()), PathBuf::from(mp)),
+        _ => bail!("expected [META-URL] MOUNTPOINT"),
+    };
+    let daemon = ready.0;
+    let mountpoint = check_mountpoint(&mountpoint)?;
+    let meta_url = match meta_url {
+        Some(u) => u,
+        None => volume::ensure_default()?,
+    };
+    let cache = CacheConfig {
+        attr_ttl: ttl(a.attr_ttl, "attr-ttl")?,
+        entry_ttl: ttl(a.entry_ttl, "entry-ttl")?,
+        negative_ttl: ttl(a.negative_ttl, "negative-ttl")?,
+        keep_cache: !a.no_keep_cache,
+    };
+    let cache_bytes = volume::parse_size(&a.cache_size)? as usize;
+    let buffer_bytes = volume::parse_size(&a.buffer_size)? as usize;
+    if a.threads == 0 || a.threads > 256 {
+        bail!("invalid --threads {}: use 1 to 256", a.threads);
+    }
+    // Open and check the volume here, so that errors reach the terminal.
+    let meta = volume::open_meta(&meta_url)?;
+    let fmt = meta.format().clone();
+    volume::open_storage(&fmt)?;
+
+    if a.background && daemon.is_none() {
+        drop(meta);
+        return spawn_daemon(&a, &mountpoint, &fmt.name);
+    }
+
+    // The foreground server (or the daemon). Signals are handled by one thread: block them
+    // before any thread starts so every thread inherits the mask.
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        sigs.add(s);
+    }
+    sigs.thread_block()?;
+
+    let store = volume::open_data(
+        &fmt,
+        data::Config {
+            cache_bytes,
+            ..data::Config::default()
+        },
+    )?;
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    meta.new_session(SessionInfo {
+        host,
+        pid: std::process::id(),
+        mountpoint: mountpoint.display().to_string(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        started: 0,
+        heartbeat: 0,
+        id: 0,
+    })?;
+    let vfs = Arc::new(Vfs::new(
+        meta.clone(),
+        store,
+        vfs::Config {
+            buffer_limit: buffer_bytes,
+            background: true,
+        },
+    ));
+    let opts = MountOptions {
+        allow_other: a.allow_other || nix::unistd::geteuid().is_root(),
+        read_only: a.read_only,
+        threads: a.threads,
+        volume: fmt.name.clone(),
+        cache,
+    };
+    let mut session = match fuse::mount(vfs.clone(), &mountpoint, &opts) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = vfs.shutdown();
+            bail!("cannot mount at {}: {e}", mountpoint.display());
+        }
+    };
+    let pid_path = crate::cli::pid_file(&mountpoint);
+    if let Some(dir) = pid_path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(&pid_path, format!("{}\n", std::process::id()));
+    tracing::info!(
+        "volume '{}' mounted at {} (pid {})",
+        fmt.name,
+        mountpoint.display(),
+        std::process::id()
+    );
+    if daemon.is_none() {
+        eprintln!(
+            "unkai: volume '{}' mounted at {} (Ctrl-C to unmount)",
+            fmt.name,
+            mountpoint.display()
+        );
+    }
+    ready.report(Ok(()));
+
+    let mut unmounter = session.unmount_callable();
+    let mp = mountpoint.clone();
+    std::thread::Builder::new()
+        .name("unkai-signals".into())
+        .spawn(move || {
+            while let Ok(sig) = sigs.wait() {
+                tracing::info!("{sig:?}: unmounting {}", mp.display());
+                if let Err(e) = unmounter.unmount() {
+                    tracing::warn!(
+                        "{} is busy ({e}); detaching it, files still open keep working",
+                        mp.display()
+                    );
+                    if let Err(e) = mounts::unmount(&mp, true) {
+                        tracing::error!("cannot unmount {}: {e}", mp.display());
+                    }
+                }
+            }
+        })?;
+
+    let served = session.run();
+    let res = vfs.shutdown();
+    let _ = std::fs::remove_file(&pid_path);
+    served.context("serving FUSE requests")?;
+    res.context("flushing at unmount")?;
+    tracing::info!("unmounted {}", mountpoint.display());
+    Ok(())
+}
+
+/// The daemon's line back to its parent: how the mount went (reported once; no-op in the
+/// foreground).
+struct Ready(Option<i32>);
+
+impl Ready {
+    fn report(&mut self, res: Result<(), &str>) {
+        let Some(fd) = self.0.take() else { return };
+        // SAFETY: the parent passed this descriptor for us alone; we close it after writing.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = match res {
+            Ok(()) => f.write_all(b"ok\n"),
+            Err(msg) => f.write_all(format!("err {msg}\n").as_bytes()),
+        };
+    }
+}
+
+fn default_log_file() -> PathBuf {
+    if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/var/log/unkai.log")
+    } else {
+        volume::default_dir()
+            .parent()
+            .map(|d| d.join("unkai.log"))
+            .unwrap_or_else(|| "unkai.log".into())
+    }
+}
+
+/// Starts this same command as a daemon and waits until it reports the mount ready.
+fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()> {
+    let log = a.log.clone().unwrap_or_else(default_log_file);
+    if let Some(d) = log.parent() {
+        std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let logf = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("cannot open log file {}", log.display()))?;
+    let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let w_raw = w.as_raw_fd();
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|x| x != "-d" && x != "--background")
+        .collect();
+    let mut cmd = std::process::Command::new(std::env::current_exe()?);
+    cmd.args(&args)
+        .env(READY_FD_ENV, "3")
+        .stdin(std::process::Stdio::null())
+        .stdout(logf.try_clone()?)
+        .stderr(logf);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if w_raw == 3 {
+                let flags = libc::fcntl(3, libc::F_GETFD);
+                libc::fcntl(3, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            } else if libc::dup2(w_raw, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().context("cannot start the mount daemon")?;
+    drop(w);
+    let mut answer = String::new();
+    let mut rf = std::fs::File::from(r);
+    let _ = rf.read_to_string(&mut answer);
+    let answer = answer.trim();
+    if answer == "ok" {
+        println!(
+            "unkai: volume '{volume}' mounted at {} (pid {}, log {})",
+            mountpoint.display(),
+            child.id(),
+            log.display()
+        );
+        return Ok(());
+    }
+    if let Some(msg) = answer.strip_prefix("err ") {
+        bail!("{msg}");
+    }
+    bail!(
+        "the mount daemon exited before the mount was ready; see {}",
+        log.display()
+    )
+}

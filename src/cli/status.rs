@@ -1,0 +1,80 @@
+//! `unkai status`: a volume's settings, usage and active mounts.
+
+use crate::volume;
+
+/// Show a volume's settings, usage (bytes, inodes, objects) and the clients mounting it.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  unkai status sqlite:///var/lib/unkai/vol.db\n  unkai status --json sqlite:///var/lib/unkai/vol.db"
+)]
+pub struct Args {
+    /// The volume's META-URL (default: the embedded default volume).
+    meta_url: Option<String>,
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
+    let meta = volume::open_meta(&url)?;
+    let fmt = meta.format().clone();
+    let usage = meta.usage()?;
+    let sessions = meta.sessions()?;
+    let objects: u64 = meta
+        .all_slices()?
+        .iter()
+        .map(|(_, size, _)| (*size as u64).div_ceil(fmt.block_size as u64))
+        .sum();
+    if a.json {
+        let v = serde_json::json!({
+            "format": fmt,
+            "usage": {
+                "bytes": usage.used_bytes,
+                "inodes": usage.inodes,
+                "slices": usage.slices,
+                "slice_bytes": usage.slice_bytes,
+                "objects": objects,
+                "pending_delete_slices": usage.pending_delete,
+            },
+            "sessions": sessions,
+        });
+        println!("{}", serde_json::to_string_pretty(&v)?);
+        return Ok(());
+    }
+    println!("volume '{}' ({})", fmt.name, fmt.uuid);
+    println!("  metadata:   {url}");
+    println!("  storage:    {}", fmt.storage);
+    println!(
+        "  block size: {}   trash: {} days   capacity: {}",
+        super::human_bytes(fmt.block_size as u64),
+        fmt.trash_days,
+        if fmt.capacity == 0 {
+            "unlimited".to_string()
+        } else {
+            super::human_bytes(fmt.capacity)
+        }
+    );
+    println!(
+        "usage: {} in {} inodes; {} objects holding {} in {} slices; {} slices awaiting deletion",
+        super::human_bytes(usage.used_bytes),
+        usage.inodes,
+        objects,
+        super::human_bytes(usage.slice_bytes),
+        usage.slices,
+        usage.pending_delete
+    );
+    if sessions.is_empty() {
+        println!("mounts: none");
+    } else {
+        println!("mounts:");
+        for s in sessions {
+            let age = (crate::meta::now_nanos() - s.heartbeat) / 1_000_000_000;
+            println!(
+                "  #{} {} pid {} at {} (unkai {}, heartbeat {}s ago)",
+                s.id, s.host, s.pid, s.mountpoint, s.version, age
+            );
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,325 @@
+//! The data layer: file bytes as immutable blocks of slices in the bucket.
+//!
+//! A slice (one continuous write inside a chunk) is stored as blocks of up to `block_size`
+//! bytes under keys that never change meaning (see `Format::block_key`). This module reads
+//! ranges of slices (from the block cache or the bucket, blocks in parallel), uploads blocks
+//! (in the background, retried), and deletes the blocks of dead slices.
+//!
+//! Not for: which slice holds which byte of a file (that is `meta`), or buffering writes
+//! (that is `vfs::writer`).
+
+pub mod cache;
+pub mod upload;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use crate::meta::Format;
+use crate::object::{self, ObjectStorage};
+
+pub use upload::SliceUpload;
+
+/// Errors of the data layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Object(#[from] object::Error),
+    #[error("block {key} is {got} bytes, expected {want}")]
+    BadLength {
+        key: String,
+        got: usize,
+        want: usize,
+    },
+    #[error("upload task failed: {0}")]
+    Task(String),
+}
+
+impl Error {
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Object(e) => e.errno(),
+            _ => libc::EIO,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Settings of the data layer.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of blocks kept in memory.
+    pub cache_bytes: usize,
+    /// Upload attempts before a block's upload is reported failed.
+    pub put_attempts: u32,
+    /// Threads of the I/O runtime.
+    pub io_threads: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            cache_bytes: 256 << 20,
+            put_attempts: 4,
+            io_threads: 4,
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) obj: ObjectStorage,
+    pub(crate) format: Format,
+    pub(crate) cache: cache::MemoryCache,
+    pub(crate) cfg: Config,
+}
+
+/// Reads and writes blocks. Cheap to clone (shared inside).
+#[derive(Clone)]
+pub struct DataStore {
+    pub(crate) shared: Arc<Shared>,
+    rt: Arc<tokio::runtime::Runtime>,
+}
+
+/// A part of a slice to read: bytes `[start, start + len)` of slice `id` (of `size` bytes).
+#[derive(Clone, Copy, Debug)]
+pub struct SliceRange {
+    pub id: u64,
+    pub size: u32,
+    pub start: u32,
+    pub len: u32,
+}
+
+impl DataStore {
+    pub fn new(obj: ObjectStorage, format: Format, cfg: Config) -> std::io::Result<DataStore> {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(cfg.io_threads.max(1))
+            .thread_name("unkai-io")
+            .enable_all()
+            .build()?;
+        Ok(DataStore {
+            shared: Arc::new(Shared {
+                obj,
+                cache: cache::MemoryCache::new(cfg.cache_bytes),
+                format,
+                cfg,
+            }),
+            rt: Arc::new(rt),
+        })
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.shared.format.block_size
+    }
+
+    pub fn format(&self) -> &Format {
+        &self.shared.format
+    }
+
+    pub fn storage(&self) -> &ObjectStorage {
+        &self.shared.obj
+    }
+
+    pub(crate) fn runtime(&self) -> &tokio::runtime::Runtime {
+        &self.rt
+    }
+
+    /// Runs a future of the data layer to completion from a plain thread.
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Reads several slice ranges in parallel into their buffers. `whole_blocks` fetches and
+    /// caches whole blocks (sequential access); otherwise only the bytes asked for are fetched.
+    pub fn read(&self, parts: &mut [(SliceRange, &mut [u8])], whole_blocks: bool) -> Result<()> {
+        let bs = self.block_size() as u64;
+        // One fetch per (part, block).
+        let mut fetches = Vec::new();
+        for (pi, (r, _)) in parts.iter().enumerate() {
+            let (start, end) = (r.start as u64, r.start as u64 + r.len as u64);
+            let mut b = start / bs;
+            while b * bs < end {
+                let blen = (r.size as u64 - b * bs).min(bs) as u32;
+                let key = self.shared.format.block_key(r.id, b as u32, blen);
+                let (s, e) = (
+                    start.max(b * bs) - b * bs,
+                    end.min(b * bs + blen as u64) - b * bs,
+                );
+                let dst = (b * bs + s - start) as usize;
+                fetches.push((pi, key, blen, s as usize..e as usize, dst));
+                b += 1;
+            }
+        }
+        let shared = self.shared.clone();
+        let results = self
+            .rt
+            .block_on(futures::future::join_all(fetches.iter().map(
+                |(_, key, blen, range, _)| {
+                    let shared = shared.clone();
+                    let key = key.clone();
+                    let (blen, range) = (*blen as usize, range.clone());
+                    async move { fetch(&shared, &key, blen, range, whole_blocks).await }
+                },
+            )));
+        for ((pi, _, _, range, dst), res) in fetches.iter().zip(results) {
+            let bytes = res?;
+            let out = &mut parts[*pi].1;
+            out[*dst..*dst + range.len()].copy_from_slice(&bytes);
+        }
+        Ok(())
+    }
+
+    /// Deletes the blocks of a dead slice.
+    pub fn delete_slice(&self, id: u64, size: u32) -> Result<()> {
+        let keys: Vec<String> = self
+            .shared
+            .format
+            .blocks_of(size)
+            .map(|(i, len)| self.shared.format.block_key(id, i, len))
+            .collect();
+        for k in &keys {
+            self.shared.cache.remove(k);
+        }
+        let obj = &self.shared.obj;
+        self.rt.block_on(async {
+            let res = futures::future::join_all(keys.iter().map(|k| obj.delete(k))).await;
+            res.into_iter().collect::<object::Result<Vec<()>>>()
+        })?;
+        Ok(())
+    }
+
+    /// Makes uploaded blocks durable (fsync for a local directory).
+    pub fn sync(&self, keys: &[String]) -> Result<()> {
+        Ok(self.shared.obj.sync(keys)?)
+    }
+}
+
+/// Fetches bytes `range` of a block of length `blen`, from the cache or the bucket.
+async fn fetch(
+    shared: &Shared,
+    key: &str,
+    blen: usize,
+    range: std::ops::Range<usize>,
+    whole: bool,
+) -> Result<Bytes> {
+    if let Some(b) = shared.cache.get(key) {
+        return Ok(b.slice(range));
+    }
+    let mut last = None;
+    for attempt in 0..2 {
+        if attempt > 0 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        if whole || range.len() * 2 >= blen {
+            let b = shared.obj.get(key).await?;
+            if b.len() != blen {
+                last = Some(Error::BadLength {
+                    key: key.into(),
+                    got: b.len(),
+                    want: blen,
+                });
+                continue;
+            }
+            shared.cache.put(key, b.clone());
+            return Ok(b.slice(range));
+        }
+        let want = range.len();
+        let b = shared
+            .obj
+            .get_range(key, range.start as u64..range.end as u64)
+            .await?;
+        if b.len() != want {
+            last = Some(Error::BadLength {
+                key: key.into(),
+                got: b.len(),
+                want,
+            });
+            continue;
+        }
+        return Ok(b);
+    }
+    Err(last.expect("an attempt failed"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::format::SCHEMA_VERSION;
+
+    pub(crate) fn store(block_size: u32) -> DataStore {
+        let fmt = Format {
+            name: "t".into(),
+            uuid: "u".into(),
+            storage: "memory://".into(),
+            block_size,
+            trash_days: 0,
+            capacity: 0,
+            created: 0,
+            schema: SCHEMA_VERSION,
+        };
+        let obj = ObjectStorage::open("memory://", false).unwrap();
+        DataStore::new(
+            obj,
+            fmt,
+            Config {
+                cache_bytes: 1 << 20,
+                ..Config::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn upload_read_delete() {
+        let ds = store(1000);
+        let data: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();
+        let mut up = SliceUpload::new(&ds, 7);
+        up.put_block(0, Bytes::copy_from_slice(&data[..1000]));
+        up.put_block(1, Bytes::copy_from_slice(&data[1000..2000]));
+        up.put_block(2, Bytes::copy_from_slice(&data[2000..]));
+        let keys = up.wait().unwrap();
+        assert_eq!(keys.len(), 3);
+        for whole in [false, true] {
+            let mut a = vec![0u8; 1700];
+            let mut b = [0u8; 10];
+            let mut parts = [
+                (
+                    SliceRange {
+                        id: 7,
+                        size: 2500,
+                        start: 500,
+                        len: 1700,
+                    },
+                    &mut a[..],
+                ),
+                (
+                    SliceRange {
+                        id: 7,
+                        size: 2500,
+                        start: 2490,
+                        len: 10,
+                    },
+                    &mut b[..],
+                ),
+            ];
+            ds.read(&mut parts, whole).unwrap();
+            assert_eq!(&a[..], &data[500..2200]);
+            assert_eq!(&b[..], &data[2490..]);
+        }
+        ds.delete_slice(7, 2500).unwrap();
+        let listed = ds.block_on(ds.storage().list("t")).unwrap();
+        assert!(listed.is_empty(), "{listed:?}");
+        let mut a = [0u8; 10];
+        let mut parts = [(
+            SliceRange {
+                id: 7,
+                size: 2500,
+                start: 0,
+                len: 10,
+            },
+            &mut a[..],
+        )];
+        assert!(ds.read(&mut parts, false).is_err());
+    }
+}

@@ -1,0 +1,726 @@
+//! The fuser adapter: each FUSE request becomes one `vfs` call and one reply.
+//!
+//! This is where errors become errnos, where attributes get their kernel cache TTLs, and where
+//! the kernel connection is configured (request sizes, READDIRPLUS, parallel directory ops).
+//!
+//! Not for: any file-system logic; if a method here does more than translate, it belongs in vfs.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{
+    AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::meta::{Attr, Ctx, Kind, Nanos, RenameFlags, SetAttr, SetTime};
+use crate::vfs::{self, Vfs};
+
+/// Kernel cache settings of a mount.
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+    /// How long the kernel may remember that a name does not exist (0 = not at all).
+    pub negative_ttl: Duration,
+    /// Keep the kernel's page cache of a file across opens (safe when this mount is the only
+    /// writer of the volume).
+    pub keep_cache: bool,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        CacheConfig {
+            attr_ttl: Duration::from_secs(1),
+            entry_ttl: Duration::from_secs(1),
+            negative_ttl: Duration::from_secs(1),
+            keep_cache: true,
+        }
+    }
+}
+
+/// Largest FUSE read/write request we ask the kernel for.
+const MAX_REQUEST: u32 = 1 << 20;
+
+pub struct Adapter {
+    vfs: Arc<Vfs>,
+    cache: CacheConfig,
+}
+
+impl Adapter {
+    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig) -> Adapter {
+        Adapter { vfs, cache }
+    }
+}
+
+fn ctx(req: &Request) -> Ctx {
+    Ctx {
+        uid: req.uid(),
+        gid: req.gid(),
+        pid: req.pid(),
+    }
+}
+
+fn errno(e: &vfs::Error) -> Errno {
+    let n = e.errno();
+    if n == libc::EIO {
+        tracing::error!("I/O error: {e}");
+    }
+    Errno::from_i32(n)
+}
+
+fn systime(ns: Nanos) -> SystemTime {
+    if ns >= 0 {
+        UNIX_EPOCH + Duration::from_nanos(ns as u64)
+    } else {
+        UNIX_EPOCH - Duration::from_nanos(ns.unsigned_abs())
+    }
+}
+
+fn nanos(t: SystemTime) -> Nanos {
+    match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+fn file_type(k: Kind) -> FileType {
+    match k {
+        Kind::File => FileType::RegularFile,
+        Kind::Dir => FileType::Directory,
+        Kind::Symlink => FileType::Symlink,
+        Kind::Fifo => FileType::NamedPipe,
+        Kind::CharDev => FileType::CharDevice,
+        Kind::BlockDev => FileType::BlockDevice,
+        Kind::Socket => FileType::Socket,
+    }
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    let size = if a.kind == Kind::Dir { 4096 } else { a.length };
+    FileAttr {
+        ino: INodeNo(a.ino),
+        size,
+        blocks: size.div_ceil(512),
+        atime: systime(a.atime),
+        mtime: systime(a.mtime),
+        ctime: systime(a.ctime),
+        crtime: systime(a.ctime),
+        kind: file_type(a.kind),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+fn set_time(t: TimeOrNow) -> SetTime {
+    match t {
+        TimeOrNow::Now => SetTime::Now,
+        TimeOrNow::SpecificTime(t) => SetTime::At(nanos(t)),
+    }
+}
+
+impl Adapter {
+    fn reply_entry(&self, reply: ReplyEntry, res: vfs::Result<Attr>) {
+        match res {
+            Ok(a) => reply.entry_with_ttls(
+                &self.cache.attr_ttl,
+                &self.cache.entry_ttl,
+                &file_attr(&a),
+                Generation(0),
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        if let Err(max) = config.set_max_write(MAX_REQUEST) {
+            let _ = config.set_max_write(max);
+        }
+        let _ = config.set_max_background(64);
+        for cap in [
+            InitFlags::FUSE_DO_READDIRPLUS,
+            InitFlags::FUSE_READDIRPLUS_AUTO,
+            InitFlags::FUSE_PARALLEL_DIROPS,
+            InitFlags::FUSE_CACHE_SYMLINKS,
+            InitFlags::FUSE_ASYNC_DIO,
+            InitFlags::FUSE_MAX_PAGES,
+        ] {
+            if config.add_capabilities(cap).is_err() {
+                tracing::debug!("kernel lacks FUSE capability {cap:?}");
+            }
+        }
+        Ok(())
+    }
+
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        match self.vfs.lookup(&ctx(req), parent.0, name.as_bytes()) {
+            Err(e) if e.errno() == libc::ENOENT && !self.cache.negative_ttl.is_zero() => {
+                // A negative entry: the kernel remembers the name is absent.
+                let mut attr = file_attr(&Attr {
+                    ino: 0,
+                    kind: Kind::File,
+                    mode: 0,
+                    uid: 0,
+                    gid: 0,
+                    nlink: 0,
+                    length: 0,
+                    rdev: 0,
+                    atime: 0,
+                    mtime: 0,
+                    ctime: 0,
+                    parent: 0,
+                });
+                attr.ino = INodeNo(0);
+                reply.entry_with_ttls(
+                    &Duration::ZERO,
+                    &self.cache.negative_ttl,
+                    &attr,
+                    Generation(0),
+                );
+            }
+            res => self.reply_entry(reply, res),
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.vfs.getattr(ino.0) {
+            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let set = SetAttr {
+            mode,
+            uid,
+            gid,
+            atime: atime.map(set_time),
+            mtime: mtime.map(set_time),
+        };
+        match self.vfs.setattr(&ctx(req), ino.0, &set, size) {
+            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.vfs.readlink(ino.0) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let Some(kind) = Kind::from_mode(mode) else {
+            return reply.error(Errno::EINVAL);
+        };
+        let perm = mode & 0o7777 & !umask;
+        let res = self
+            .vfs
+            .mknod(&ctx(req), parent.0, name.as_bytes(), kind, perm, rdev);
+        self.reply_entry(reply, res);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let perm = mode & 0o7777 & !umask;
+        let res = self
+            .vfs
+            .mknod(&ctx(req), parent.0, name.as_bytes(), Kind::Dir, perm, 0);
+        self.reply_entry(reply, res);
+    }
+
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.vfs.unlink(&ctx(req), parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.vfs.rmdir(&ctx(req), parent.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &Path,
+        reply: ReplyEntry,
+    ) {
+        let res = self.vfs.symlink(
+            &ctx(req),
+            parent.0,
+            link_name.as_bytes(),
+            target.as_os_str().as_bytes(),
+        );
+        self.reply_entry(reply, res);
+    }
+
+    fn rename(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: fuser::RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let f = RenameFlags {
+            noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
+            exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+        };
+        match self.vfs.rename(
+            &ctx(req),
+            parent.0,
+            name.as_bytes(),
+            newparent.0,
+            newname.as_bytes(),
+            f,
+        ) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn link(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let res = self
+            .vfs
+            .link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
+        self.reply_entry(reply, res);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.vfs.open(ino.0, flags.0) {
+            Ok((fh, _)) => {
+                let f = if self.cache.keep_cache {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.opened(FileHandle(fh), f)
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.vfs.read(fh.0, offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.vfs.write(fh.0, offset, data) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        match self.vfs.flush(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.vfs.release(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.vfs.fsync(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        match self.vfs.opendir(ino.0, flags.0) {
+            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let mut cookie = offset;
+        loop {
+            let entries = match self.vfs.readdir(ino.0, cookie, 256, false) {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if entries.is_empty() {
+                break;
+            }
+            for e in &entries {
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.cookie,
+                    file_type(e.kind),
+                    OsStr::from_bytes(&e.name),
+                ) {
+                    return reply.ok();
+                }
+                cookie = e.cookie;
+            }
+        }
+        reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let mut cookie = offset;
+        loop {
+            let entries = match self.vfs.readdir(ino.0, cookie, 128, true) {
+                Ok(e) => e,
+                Err(e) => return reply.error(errno(&e)),
+            };
+            if entries.is_empty() {
+                break;
+            }
+            for e in &entries {
+                let Some(a) = &e.attr else { continue };
+                if reply.add(
+                    INodeNo(e.ino),
+                    e.cookie,
+                    OsStr::from_bytes(&e.name),
+                    &self.cache.entry_ttl,
+                    &file_attr(a),
+                    Generation(0),
+                ) {
+                    return reply.ok();
+                }
+                cookie = e.cookie;
+            }
+        }
+        reply.ok()
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        match self.vfs.releasedir(fh.0) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        match self.vfs.fsyncdir() {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.vfs.statfs() {
+            Ok(s) => {
+                let bs = 4096u64;
+                reply.statfs(
+                    s.total_bytes / bs,
+                    s.free_bytes / bs,
+                    s.free_bytes / bs,
+                    s.files,
+                    s.free_files,
+                    bs as u32,
+                    crate::meta::MAX_NAME_LEN as u32,
+                    bs as u32,
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
+        _position: u32,
+        reply: ReplyEmpty,
+    ) {
+        match self
+            .vfs
+            .set_xattr(&ctx(req), ino.0, name.as_bytes(), value, flags)
+        {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        match self.vfs.get_xattr(ino.0, name.as_bytes()) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        match self.vfs.list_xattr(ino.0) {
+            Ok(v) if size == 0 => reply.size(v.len() as u32),
+            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) => reply.data(&v),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        match self.vfs.remove_xattr(&ctx(req), ino.0, name.as_bytes()) {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        // Only called without default_permissions; check the mode bits like the kernel would.
+        let a = match self.vfs.getattr(ino.0) {
+            Ok(a) => a,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        let want = (mask.bits() & 7) as u32;
+        let ok = if req.uid() == 0 {
+            want & 1 == 0 || a.kind == Kind::Dir || a.mode & 0o111 != 0
+        } else {
+            let bits = if req.uid() == a.uid {
+                a.mode >> 6
+            } else if ctx(req).in_group(a.gid) {
+                a.mode >> 3
+            } else {
+                a.mode
+            } & 7;
+            bits & want == want
+        };
+        if ok {
+            reply.ok()
+        } else {
+            reply.error(Errno::EACCES)
+        }
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let perm = mode & 0o7777 & !umask;
+        match self
+            .vfs
+            .create(&ctx(req), parent.0, name.as_bytes(), perm, flags)
+        {
+            Ok((fh, a)) => {
+                let f = if self.cache.keep_cache {
+                    FopenFlags::FOPEN_KEEP_CACHE
+                } else {
+                    FopenFlags::empty()
+                };
+                reply.created(
+                    &self.cache.attr_ttl,
+                    &file_attr(&a),
+                    Generation(0),
+                    FileHandle(fh),
+                    f,
+                )
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        match self.vfs.fallocate(&ctx(req), fh.0, offset, length, mode) {
+            Ok(_) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn lseek(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: i64,
+        whence: i32,
+        reply: ReplyLseek,
+    ) {
+        if offset < 0 {
+            return reply.error(Errno::ENXIO);
+        }
+        match self.vfs.lseek(fh.0, offset as u64, whence) {
+            Ok(o) => reply.offset(o as i64),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        _ino_in: INodeNo,
+        fh_in: FileHandle,
+        offset_in: u64,
+        _ino_out: INodeNo,
+        fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        _flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let len = len.min(u32::MAX as u64 & !0xfff);
+        match self
+            .vfs
+            .copy_file_range(&ctx(req), fh_in.0, offset_in, fh_out.0, offset_out, len)
+        {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}

@@ -1,0 +1,12 @@
+//! unkai: a shared POSIX file system whose data lives in object storage.
+//!
+//! Layers, top to bottom (data flows downward only): [`cli`] → [`fuse`] → [`vfs`] →
+//! [`meta`] and [`data`] → [`object`]. [`volume`] opens and formats volumes for the CLI.
+
+pub mod cli;
+pub mod data;
+pub mod fuse;
+pub mod meta;
+pub mod object;
+pub mod vfs;
+pub mod volume;

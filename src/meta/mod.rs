@@ -1,0 +1,376 @@
+//! The metadata layer: inodes, directory entries, chunk→slice maps, xattrs, sessions, counters.
+//!
+//! One trait, [`Meta`], with one engine per database behind it (`sqlite` for the embedded
+//! default; PostgreSQL later). Every method is one atomic transaction. The trait speaks POSIX
+//! outcomes (`Error::Sys(errno)`) but knows nothing of FUSE, handles or object storage: file
+//! *data* is only referenced here, as slice records (see [`slice`]).
+//!
+//! Not for: permission checks the kernel already performs (`default_permissions`), caching of
+//! file data, talking to the bucket.
+
+pub mod format;
+pub mod slice;
+pub mod sqlite;
+pub mod url;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+pub use format::Format;
+pub use slice::SliceRec;
+
+/// Inode number. The root directory is [`ROOT_INO`].
+pub type Ino = u64;
+pub const ROOT_INO: Ino = 1;
+
+/// Size of a chunk: files are cut at fixed offsets into chunks of this size.
+pub const CHUNK_SIZE: u64 = 64 << 20;
+
+/// Longest name a directory entry may have (bytes).
+pub const MAX_NAME_LEN: usize = 255;
+/// Largest xattr value and name, as on Linux.
+pub const MAX_XATTR_VALUE: usize = 65536;
+pub const MAX_XATTR_NAME: usize = 255;
+/// Longest symlink target (PATH_MAX).
+pub const MAX_SYMLINK_LEN: usize = 4096;
+
+/// Errors of the metadata layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A POSIX outcome the caller passes on as-is (ENOENT, EEXIST, ENOTEMPTY...).
+    #[error("{}", std::io::Error::from_raw_os_error(*.0))]
+    Sys(i32),
+    /// The volume has not been formatted yet.
+    #[error("volume not formatted at {0}: run `unkai format {0} NAME` first")]
+    NotFormatted(String),
+    /// A request the user must change (bad URL, volume already exists, ...); the message
+    /// says what to do.
+    #[error("{0}")]
+    Refused(String),
+    /// The database failed (I/O, corruption, ...). Reported as EIO to applications.
+    #[error("metadata engine: {0}")]
+    Engine(String),
+}
+
+impl Error {
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Sys(e) => *e,
+            _ => libc::EIO,
+        }
+    }
+}
+
+impl From<rusqlite::Error> for Error {
+    fn from(e: rusqlite::Error) -> Self {
+        Error::Engine(e.to_string())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Shorthand for a POSIX error.
+pub fn sys<T>(errno: i32) -> Result<T> {
+    Err(Error::Sys(errno))
+}
+
+/// What kind of file an inode is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Kind {
+    File = 1,
+    Dir = 2,
+    Symlink = 3,
+    Fifo = 4,
+    CharDev = 5,
+    BlockDev = 6,
+    Socket = 7,
+}
+
+impl Kind {
+    pub fn from_u8(v: u8) -> Option<Kind> {
+        Some(match v {
+            1 => Kind::File,
+            2 => Kind::Dir,
+            3 => Kind::Symlink,
+            4 => Kind::Fifo,
+            5 => Kind::CharDev,
+            6 => Kind::BlockDev,
+            7 => Kind::Socket,
+            _ => return None,
+        })
+    }
+
+    /// The kind encoded in the S_IFMT bits of a mode.
+    pub fn from_mode(mode: u32) -> Option<Kind> {
+        Some(match mode & libc::S_IFMT {
+            libc::S_IFREG => Kind::File,
+            libc::S_IFDIR => Kind::Dir,
+            libc::S_IFLNK => Kind::Symlink,
+            libc::S_IFIFO => Kind::Fifo,
+            libc::S_IFCHR => Kind::CharDev,
+            libc::S_IFBLK => Kind::BlockDev,
+            libc::S_IFSOCK => Kind::Socket,
+            _ => return None,
+        })
+    }
+}
+
+/// Nanoseconds since the Unix epoch.
+pub type Nanos = i64;
+
+pub fn now_nanos() -> Nanos {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_nanos() as i64,
+        Err(e) => -(e.duration().as_nanos() as i64),
+    }
+}
+
+/// The attributes of an inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Attr {
+    pub ino: Ino,
+    pub kind: Kind,
+    /// Permission bits including suid/sgid/sticky (0o7777), without the type bits.
+    pub mode: u32,
+    pub uid: u32,
+    pub gid: u32,
+    pub nlink: u32,
+    pub length: u64,
+    pub rdev: u32,
+    pub atime: Nanos,
+    pub mtime: Nanos,
+    pub ctime: Nanos,
+    /// Parent directory (directories only; 0 otherwise).
+    pub parent: Ino,
+}
+
+/// Who is asking: the caller's credentials as FUSE reports them.
+#[derive(Clone, Copy, Debug)]
+pub struct Ctx {
+    pub uid: u32,
+    pub gid: u32,
+    pub pid: u32,
+}
+
+impl Ctx {
+    pub const ROOT: Ctx = Ctx {
+        uid: 0,
+        gid: 0,
+        pid: 0,
+    };
+
+    /// Whether the caller belongs to `gid`, supplementary groups included (read from /proc).
+    pub fn in_group(&self, gid: u32) -> bool {
+        if self.gid == gid {
+            return true;
+        }
+        if self.pid == 0 {
+            return false;
+        }
+        let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", self.pid)) else {
+            return false;
+        };
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Groups:"))
+            .map(|g| g.split_whitespace().any(|x| x.parse::<u32>() == Ok(gid)))
+            .unwrap_or(false)
+    }
+}
+
+/// A time to set: now, or a given instant.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SetTime {
+    Now,
+    At(Nanos),
+}
+
+/// The attributes a `setattr` changes (size is changed by [`Meta::truncate`]).
+#[derive(Clone, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub atime: Option<SetTime>,
+    pub mtime: Option<SetTime>,
+}
+
+/// One entry of a directory listing.
+#[derive(Clone, Debug)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: Ino,
+    pub kind: Kind,
+    /// Resume cookie: pass it back to continue the listing after this entry.
+    pub cookie: u64,
+    /// Filled when the listing was asked with attributes (READDIRPLUS).
+    pub attr: Option<Attr>,
+}
+
+/// Flags of `rename`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+/// Modes of `fallocate` that unkai supports.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FallocMode {
+    pub keep_size: bool,
+    pub punch_hole: bool,
+    pub zero_range: bool,
+}
+
+/// How `xattr` set treats an existing or missing attribute.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XattrSet {
+    Any,
+    Create,
+    Replace,
+}
+
+/// Volume-wide usage, from the engine's counters.
+#[derive(Clone, Debug, Default)]
+pub struct Usage {
+    pub used_bytes: u64,
+    pub inodes: u64,
+    /// Bytes of slices still referenced (the data actually stored, before block rounding).
+    pub slice_bytes: u64,
+    pub slices: u64,
+    /// Slices whose objects are queued for deletion.
+    pub pending_delete: u64,
+}
+
+/// A mounted client registered in the volume.
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+pub struct SessionInfo {
+    pub host: String,
+    pub pid: u32,
+    pub mountpoint: String,
+    pub version: String,
+    #[serde(default)]
+    pub started: Nanos,
+    #[serde(default)]
+    pub heartbeat: Nanos,
+    #[serde(default)]
+    pub id: u64,
+}
+
+/// A slice whose objects are no longer referenced and may be deleted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeadSlice {
+    pub id: u64,
+    pub size: u32,
+}
+
+/// The contract every metadata engine implements. Each call is one transaction.
+pub trait Meta: Send + Sync {
+    /// The volume's settings, as recorded by `format`.
+    fn format(&self) -> &Format;
+
+    // ---- sessions ----
+    /// Registers this client; also reclaims what dead sessions left behind.
+    fn new_session(&self, info: SessionInfo) -> Result<u64>;
+    fn heartbeat(&self) -> Result<()>;
+    fn close_session(&self) -> Result<()>;
+    fn sessions(&self) -> Result<Vec<SessionInfo>>;
+
+    // ---- namespace ----
+    fn usage(&self) -> Result<Usage>;
+    fn lookup(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr>;
+    fn getattr(&self, ino: Ino) -> Result<Attr>;
+    fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr>;
+    /// Creates a file, directory, device, fifo, socket or symlink (`target`).
+    #[allow(clippy::too_many_arguments)]
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Attr>;
+    fn link(&self, ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr>;
+    /// Removes a name; returns the inode's attributes after (nlink may be 0).
+    fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr>;
+    fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()>;
+    /// Renames; returns the inode that was replaced (and is now unlinked), if any.
+    fn rename(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<Option<Attr>>;
+    /// Lists a directory from `cookie` on (0 = from the start, "." and ".." included).
+    fn readdir(&self, ino: Ino, cookie: u64, limit: usize, plus: bool) -> Result<Vec<DirEntry>>;
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>>;
+
+    // ---- open files ----
+    /// Notes that this client opened the inode (an open file outlives its last name).
+    fn open(&self, ino: Ino) -> Result<Attr>;
+    /// Notes a close; the last close of an unlinked inode reclaims it.
+    fn close(&self, ino: Ino) -> Result<()>;
+
+    // ---- file data ----
+    fn truncate(&self, ctx: &Ctx, ino: Ino, length: u64) -> Result<Attr>;
+    fn fallocate(&self, ctx: &Ctx, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<Attr>;
+    /// The slice records of one chunk, oldest first.
+    fn read_chunk(&self, ino: Ino, index: u32) -> Result<Vec<SliceRec>>;
+    /// A fresh, never used slice id.
+    fn new_slice_id(&self) -> Result<u64>;
+    /// Commits written slices: `(chunk index, record)` in write order; the file grows to cover
+    /// them and its mtime/ctime become `mtime`.
+    fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr>;
+    /// Copies a byte range by referencing the source's slices. Returns bytes copied.
+    #[allow(clippy::too_many_arguments)]
+    fn copy_range(
+        &self,
+        ctx: &Ctx,
+        src: Ino,
+        src_off: u64,
+        dst: Ino,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<(u64, Attr)>;
+    /// Replaces the first `old.len()` records of a chunk with `new`, if they are still the
+    /// same (compaction). Returns false if the chunk changed meanwhile.
+    fn replace_slices(
+        &self,
+        ino: Ino,
+        index: u32,
+        old: &[SliceRec],
+        new: &[SliceRec],
+    ) -> Result<bool>;
+    /// Chunks with at least `min_records` records: candidates for compaction.
+    fn fragmented_chunks(&self, min_records: usize, limit: usize) -> Result<Vec<(Ino, u32)>>;
+
+    // ---- xattrs ----
+    fn set_xattr(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<()>;
+    fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>>;
+    fn list_xattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>>;
+    fn remove_xattr(&self, ctx: &Ctx, ino: Ino, name: &[u8]) -> Result<()>;
+
+    // ---- durability & reclaiming ----
+    /// Makes everything committed so far durable on stable storage.
+    fn sync(&self) -> Result<()>;
+    /// Slices no longer referenced whose trash period is over (their objects may be deleted).
+    fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>>;
+    /// Forgets dead slices once their objects are deleted.
+    fn forget_dead_slices(&self, ids: &[u64]) -> Result<()>;
+
+    // ---- whole-volume scans (fsck, gc, status) ----
+    /// Every slice referenced by any chunk, with its size and reference count.
+    fn all_slices(&self) -> Result<Vec<(u64, u32, u32)>>;
+}

@@ -1,0 +1,176 @@
+//! Background work of a mounted volume: compaction of fragmented chunks, deleting the objects
+//! of dead slices, and the session heartbeat.
+//!
+//! Not for: anything an application waits on.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use parking_lot::{Condvar, Mutex};
+
+use crate::data::{DataStore, SliceUpload};
+use crate::meta::{Ino, Meta, SliceRec, slice};
+
+use super::Result;
+use super::reader::read_committed;
+
+/// Records a chunk must have before it is compacted.
+pub const COMPACT_AT: usize = 16;
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(20);
+const TICK: Duration = Duration::from_millis(500);
+
+/// Rewrites a chunk's visible data as one new slice, if the chunk did not change meanwhile.
+/// Returns whether it replaced the chunk's records.
+pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -> Result<bool> {
+    let recs = meta.read_chunk(ino, index)?;
+    if recs.len() < 2 {
+        return Ok(false);
+    }
+    let view = slice::build_view(&recs);
+    // Merge the data pieces into runs, each run a contiguous part of the new slice.
+    let mut runs: Vec<(u32, u32)> = Vec::new(); // (pos, len)
+    for p in view.iter().filter(|p| p.id != 0) {
+        match runs.last_mut() {
+            Some((pos, len)) if *pos as u64 + *len as u64 == p.pos as u64 => *len += p.len,
+            _ => runs.push((p.pos, p.len)),
+        }
+    }
+    let total: u64 = runs.iter().map(|r| r.1 as u64).sum();
+    let base = index as u64 * crate::meta::CHUNK_SIZE;
+    let mut buf = vec![0u8; total as usize];
+    let mut at = 0usize;
+    for (pos, len) in &runs {
+        // Committed data only: compaction must not see pending writes.
+        read_committed(
+            meta,
+            store,
+            ino,
+            base + *pos as u64,
+            &mut buf[at..at + *len as usize],
+            true,
+        )?;
+        at += *len as usize;
+    }
+    let mut new = Vec::new();
+    let mut upload = None;
+    if total > 0 {
+        let id = meta.new_slice_id()?;
+        let mut up = SliceUpload::new(store, id);
+        let bs = store.block_size() as usize;
+        for (i, block) in buf.chunks(bs).enumerate() {
+            up.put_block(i as u32, Bytes::copy_from_slice(block));
+        }
+        up.wait()?;
+        let mut off = 0u32;
+        for (pos, len) in &runs {
+            new.push(SliceRec {
+                pos: *pos,
+                id,
+                size: total as u32,
+                off,
+                len: *len,
+            });
+            off += len;
+        }
+        upload = Some((id, total as u32));
+    }
+    let replaced = meta.replace_slices(ino, index, &recs, &new)?;
+    if !replaced {
+        if let Some((id, size)) = upload {
+            store.delete_slice(id, size)?;
+        }
+    }
+    Ok(replaced)
+}
+
+/// Deletes the objects of dead slices; returns how many slices were reclaimed.
+pub fn reclaim(meta: &dyn Meta, store: &DataStore, limit: usize) -> Result<usize> {
+    let dead = meta.dead_slices(limit)?;
+    let mut done = Vec::with_capacity(dead.len());
+    for d in &dead {
+        match store.delete_slice(d.id, d.size) {
+            Ok(()) => done.push(d.id),
+            Err(e) => tracing::warn!("deleting objects of slice {}: {e}", d.id),
+        }
+    }
+    meta.forget_dead_slices(&done)?;
+    Ok(done.len())
+}
+
+/// The background thread of a mount; stops (after one last round) when dropped.
+pub struct Background {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(meta: Arc<dyn Meta>, store: DataStore) -> Background {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("unkai-bg".into())
+            .spawn(move || {
+                let mut last_hb = Instant::now();
+                loop {
+                    {
+                        let (lock, cv) = &*s;
+                        let mut stopped = lock.lock();
+                        if !*stopped {
+                            cv.wait_for(&mut stopped, TICK);
+                        }
+                        if *stopped {
+                            break;
+                        }
+                    }
+                    round(&*meta, &store);
+                    if last_hb.elapsed() >= HEARTBEAT_EVERY {
+                        if let Err(e) = meta.heartbeat() {
+                            tracing::warn!("session heartbeat: {e}");
+                        }
+                        last_hb = Instant::now();
+                    }
+                }
+                round(&*meta, &store);
+            })
+            .expect("spawn background thread");
+        Background {
+            stop,
+            thread: Some(thread),
+        }
+    }
+}
+
+fn round(meta: &dyn Meta, store: &DataStore) {
+    match meta.fragmented_chunks(COMPACT_AT, 64) {
+        Ok(chunks) => {
+            for (ino, index) in chunks {
+                if let Err(e) = compact_chunk(meta, store, ino, index) {
+                    tracing::warn!("compacting chunk {index} of inode {ino}: {e}");
+                }
+            }
+        }
+        Err(e) => tracing::warn!("listing fragmented chunks: {e}"),
+    }
+    loop {
+        match reclaim(meta, store, 1000) {
+            Ok(n) if n >= 1000 => continue,
+            Ok(_) => break,
+            Err(e) => {
+                tracing::warn!("reclaiming dead slices: {e}");
+                break;
+            }
+        }
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        let (lock, cv) = &*self.stop;
+        *lock.lock() = true;
+        cv.notify_all();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}

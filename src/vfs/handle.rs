@@ -1,0 +1,59 @@
+//! Open-file and open-directory handles: what the kernel's `fh` numbers stand for.
+//!
+//! Not for: file data (writers and readers are per inode, in `vfs`).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::meta::Ino;
+
+pub struct Handle {
+    pub ino: Ino,
+    /// Open flags (O_ACCMODE, O_APPEND, ...).
+    pub flags: i32,
+    /// Where the last read on this handle ended: a read starting there is sequential.
+    pub read_end: AtomicU64,
+}
+
+#[derive(Default)]
+pub struct Handles {
+    next: AtomicU64,
+    map: Mutex<HashMap<u64, Arc<Handle>>>,
+}
+
+impl Handles {
+    pub fn insert(&self, ino: Ino, flags: i32) -> u64 {
+        let fh = self.next.fetch_add(1, Ordering::Relaxed) + 1;
+        let h = Arc::new(Handle {
+            ino,
+            flags,
+            read_end: AtomicU64::new(0),
+        });
+        self.map.lock().insert(fh, h);
+        fh
+    }
+
+    pub fn get(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.map.lock().get(&fh).cloned()
+    }
+
+    pub fn remove(&self, fh: u64) -> Option<Arc<Handle>> {
+        self.map.lock().remove(&fh)
+    }
+
+    /// Whether any handle other than those removed is open on `ino`.
+    pub fn any_open(&self, ino: Ino) -> bool {
+        self.map.lock().values().any(|h| h.ino == ino)
+    }
+
+    pub fn len(&self) -> usize {
+        self.map.lock().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}

@@ -1,0 +1,576 @@
+//! The virtual file system: POSIX operations on inodes and handles, in terms of `meta` and
+//! `data`. Front ends (the FUSE adapter today) translate requests into these calls.
+//!
+//! Owns the open handles, one write buffer per inode being written ([`writer`]), the read path
+//! ([`reader`]) and the background jobs of a mount ([`background`]).
+//!
+//! Not for: FUSE specifics (TTLs, reply types), SQL, object keys.
+
+pub mod background;
+pub mod handle;
+pub mod reader;
+pub mod writer;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use parking_lot::Mutex;
+
+use crate::data::{self, DataStore};
+use crate::meta::{
+    self, Attr, CHUNK_SIZE, Ctx, DirEntry, FallocMode, Ino, Kind, Meta, RenameFlags, SetAttr,
+    XattrSet, now_nanos, slice,
+};
+
+use handle::Handles;
+use writer::FileWriter;
+
+/// Errors of the VFS: whatever a lower layer reported, or a POSIX outcome of its own.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Meta(#[from] meta::Error),
+    #[error(transparent)]
+    Data(#[from] data::Error),
+    #[error("{}", std::io::Error::from_raw_os_error(*.0))]
+    Sys(i32),
+}
+
+impl Error {
+    pub fn errno(&self) -> i32 {
+        match self {
+            Error::Meta(e) => e.errno(),
+            Error::Data(e) => e.errno(),
+            Error::Sys(e) => *e,
+        }
+    }
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+fn sys<T>(errno: i32) -> Result<T> {
+    Err(Error::Sys(errno))
+}
+
+/// Settings of the VFS.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Bytes of unflushed writes buffered (all files) before writes flush themselves.
+    pub buffer_limit: usize,
+    /// Run compaction and reclaiming in the background.
+    pub background: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            buffer_limit: 256 << 20,
+            background: true,
+        }
+    }
+}
+
+/// What `statfs` reports.
+#[derive(Clone, Debug)]
+pub struct StatFs {
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub files: u64,
+    pub free_files: u64,
+}
+
+type SharedWriter = Arc<Mutex<FileWriter>>;
+
+pub struct Vfs {
+    meta: Arc<dyn Meta>,
+    store: DataStore,
+    cfg: Config,
+    handles: Handles,
+    writers: Mutex<HashMap<Ino, SharedWriter>>,
+    buffered: AtomicUsize,
+    background: Mutex<Option<background::Background>>,
+}
+
+impl Vfs {
+    pub fn new(meta: Arc<dyn Meta>, store: DataStore, cfg: Config) -> Vfs {
+        let bg = cfg
+            .background
+            .then(|| background::Background::start(meta.clone(), store.clone()));
+        Vfs {
+            meta,
+            store,
+            cfg,
+            handles: Handles::default(),
+            writers: Mutex::new(HashMap::new()),
+            buffered: AtomicUsize::new(0),
+            background: Mutex::new(bg),
+        }
+    }
+
+    pub fn meta(&self) -> &Arc<dyn Meta> {
+        &self.meta
+    }
+
+    pub fn store(&self) -> &DataStore {
+        &self.store
+    }
+
+    fn writer(&self, ino: Ino) -> Option<SharedWriter> {
+        self.writers.lock().get(&ino).cloned()
+    }
+
+    fn writer_or_new(&self, ino: Ino) -> SharedWriter {
+        self.writers
+            .lock()
+            .entry(ino)
+            .or_insert_with(|| Arc::new(Mutex::new(FileWriter::new(ino))))
+            .clone()
+    }
+
+    /// Commits the pending writes of `ino`, if any.
+    fn flush_ino(&self, ino: Ino) -> Result<()> {
+        if let Some(w) = self.writer(ino) {
+            let mut w = w.lock();
+            let before = w.buffered();
+            let res = w.flush(&*self.meta, &self.store);
+            self.buffered
+                .fetch_sub(before - w.buffered(), Ordering::Relaxed);
+            res?;
+        }
+        Ok(())
+    }
+
+    /// Attributes with pending writes laid over (size, mtime).
+    fn overlay_attr(&self, mut a: Attr) -> Attr {
+        if a.kind == Kind::File {
+            if let Some(w) = self.writer(a.ino) {
+                let w = w.lock();
+                if let Some(end) = w.pending_end() {
+                    a.length = a.length.max(end);
+                }
+                if let Some(m) = w.mtime() {
+                    a.mtime = a.mtime.max(m);
+                    a.ctime = a.ctime.max(m);
+                }
+            }
+        }
+        a
+    }
+
+    // ---- namespace ----
+
+    pub fn lookup(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
+        Ok(self.overlay_attr(self.meta.lookup(ctx, parent, name)?))
+    }
+
+    pub fn getattr(&self, ino: Ino) -> Result<Attr> {
+        Ok(self.overlay_attr(self.meta.getattr(ino)?))
+    }
+
+    pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr, size: Option<u64>) -> Result<Attr> {
+        let mut attr = None;
+        if let Some(size) = size {
+            self.flush_ino(ino)?;
+            attr = Some(self.meta.truncate(ctx, ino, size)?);
+        }
+        if set.mode.is_some()
+            || set.uid.is_some()
+            || set.gid.is_some()
+            || set.atime.is_some()
+            || set.mtime.is_some()
+        {
+            attr = Some(self.meta.setattr(ctx, ino, set)?);
+        }
+        let a = match attr {
+            Some(a) => a,
+            None => self.meta.getattr(ino)?,
+        };
+        Ok(self.overlay_attr(a))
+    }
+
+    pub fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        rdev: u32,
+    ) -> Result<Attr> {
+        Ok(self.meta.mknod(ctx, parent, name, kind, mode, rdev, None)?)
+    }
+
+    pub fn symlink(&self, ctx: &Ctx, parent: Ino, name: &[u8], target: &[u8]) -> Result<Attr> {
+        Ok(self
+            .meta
+            .mknod(ctx, parent, name, Kind::Symlink, 0o777, 0, Some(target))?)
+    }
+
+    pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        Ok(self.meta.readlink(ino)?)
+    }
+
+    pub fn link(&self, ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
+        Ok(self.overlay_attr(self.meta.link(ctx, ino, parent, name)?))
+    }
+
+    pub fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
+        let a = self.meta.unlink(ctx, parent, name)?;
+        if a.nlink == 0 {
+            self.drop_writer_if_closed(a.ino);
+        }
+        Ok(())
+    }
+
+    pub fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
+        Ok(self.meta.rmdir(ctx, parent, name)?)
+    }
+
+    pub fn rename(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        if let Some(victim) = self
+            .meta
+            .rename(ctx, parent, name, new_parent, new_name, flags)?
+        {
+            if victim.nlink == 0 {
+                self.drop_writer_if_closed(victim.ino);
+            }
+        }
+        Ok(())
+    }
+
+    /// A deleted inode with no open handle has no use for pending writes.
+    fn drop_writer_if_closed(&self, ino: Ino) {
+        if !self.handles.any_open(ino) {
+            if let Some(w) = self.writers.lock().remove(&ino) {
+                self.buffered
+                    .fetch_sub(w.lock().buffered(), Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn readdir(
+        &self,
+        ino: Ino,
+        cookie: u64,
+        limit: usize,
+        plus: bool,
+    ) -> Result<Vec<DirEntry>> {
+        let mut entries = self.meta.readdir(ino, cookie, limit, plus)?;
+        if plus {
+            for e in entries.iter_mut() {
+                if let Some(a) = e.attr.take() {
+                    e.attr = Some(self.overlay_attr(a));
+                }
+            }
+        }
+        Ok(entries)
+    }
+
+    // ---- handles ----
+
+    pub fn open(&self, ino: Ino, flags: i32) -> Result<(u64, Attr)> {
+        let a = self.meta.open(ino)?;
+        let fh = self.handles.insert(ino, flags);
+        Ok((fh, self.overlay_attr(a)))
+    }
+
+    pub fn create(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        mode: u32,
+        flags: i32,
+    ) -> Result<(u64, Attr)> {
+        let a = self
+            .meta
+            .mknod(ctx, parent, name, Kind::File, mode, 0, None)?;
+        self.open(a.ino, flags)
+    }
+
+    pub fn opendir(&self, ino: Ino, flags: i32) -> Result<u64> {
+        let a = self.meta.open(ino)?;
+        if a.kind != Kind::Dir {
+            self.meta.close(ino)?;
+            return sys(libc::ENOTDIR);
+        }
+        Ok(self.handles.insert(ino, flags))
+    }
+
+    fn handle(&self, fh: u64) -> Result<Arc<handle::Handle>> {
+        self.handles.get(fh).ok_or(Error::Sys(libc::EBADF))
+    }
+
+    pub fn read(&self, fh: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+        let h = self.handle(fh)?;
+        let sequential = off == 0 || h.read_end.load(Ordering::Relaxed) == off;
+        let data = self.read_ino(h.ino, off, size as usize, sequential)?;
+        h.read_end.store(off + data.len() as u64, Ordering::Relaxed);
+        Ok(data)
+    }
+
+    fn read_ino(&self, ino: Ino, off: u64, size: usize, sequential: bool) -> Result<Vec<u8>> {
+        // Hold the writer (if any) so that no flush commits between reading and overlaying.
+        let w = self.writer(ino);
+        let guard = w.as_ref().map(|w| w.lock());
+        let mut len = self.meta.getattr(ino)?.length;
+        if let Some(end) = guard.as_ref().and_then(|g| g.pending_end()) {
+            len = len.max(end);
+        }
+        if off >= len {
+            return Ok(Vec::new());
+        }
+        let n = (size as u64).min(len - off) as usize;
+        let mut buf = vec![0u8; n];
+        reader::read_committed(&*self.meta, &self.store, ino, off, &mut buf, sequential)?;
+        if let Some(g) = &guard {
+            g.overlay(off, &mut buf);
+        }
+        Ok(buf)
+    }
+
+    pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+        let h = self.handle(fh)?;
+        if off
+            .checked_add(data.len() as u64)
+            .is_none_or(|e| e > meta::sqlite::MAX_FILE_SIZE)
+        {
+            return sys(libc::EFBIG);
+        }
+        let w = self.writer_or_new(h.ino);
+        let grew = {
+            let mut w = w.lock();
+            w.write(&*self.meta, &self.store, off, data, now_nanos())?
+        };
+        let total = self.buffered.fetch_add(grew, Ordering::Relaxed) + grew;
+        if total > self.cfg.buffer_limit {
+            // Back-pressure: a writer that fills the buffers flushes its own file.
+            self.flush_ino(h.ino)?;
+        }
+        Ok(data.len() as u32)
+    }
+
+    /// `close()` of a descriptor: commits the file's writes so the next open sees them.
+    pub fn flush(&self, fh: u64) -> Result<()> {
+        let h = self.handle(fh)?;
+        self.flush_ino(h.ino)
+    }
+
+    pub fn release(&self, fh: u64) -> Result<()> {
+        let Some(h) = self.handles.remove(fh) else {
+            return sys(libc::EBADF);
+        };
+        let res = self.flush_ino(h.ino);
+        if let Err(e) = &res {
+            tracing::error!("inode {}: writes could not be stored at close: {e}", h.ino);
+        }
+        if !self.handles.any_open(h.ino) {
+            let mut writers = self.writers.lock();
+            if writers.get(&h.ino).is_some_and(|w| !w.lock().is_dirty()) {
+                writers.remove(&h.ino);
+            }
+        }
+        self.meta.close(h.ino)?;
+        res
+    }
+
+    pub fn releasedir(&self, fh: u64) -> Result<()> {
+        let Some(h) = self.handles.remove(fh) else {
+            return sys(libc::EBADF);
+        };
+        Ok(self.meta.close(h.ino)?)
+    }
+
+    /// Makes the file's data and metadata durable: in the bucket and in the engine.
+    pub fn fsync(&self, fh: u64) -> Result<()> {
+        let h = self.handle(fh)?;
+        self.flush_ino(h.ino)?;
+        if let Some(w) = self.writer(h.ino) {
+            let keys = w.lock().take_unsynced();
+            self.store.sync(&keys)?;
+        }
+        Ok(self.meta.sync()?)
+    }
+
+    pub fn fsyncdir(&self) -> Result<()> {
+        Ok(self.meta.sync()?)
+    }
+
+    // ---- file data operations ----
+
+    pub fn fallocate(&self, ctx: &Ctx, fh: u64, off: u64, len: u64, mode: i32) -> Result<Attr> {
+        let h = self.handle(fh)?;
+        let known =
+            libc::FALLOC_FL_KEEP_SIZE | libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_ZERO_RANGE;
+        if mode & !known != 0 {
+            return sys(libc::EOPNOTSUPP);
+        }
+        let m = FallocMode {
+            keep_size: mode & libc::FALLOC_FL_KEEP_SIZE != 0,
+            punch_hole: mode & libc::FALLOC_FL_PUNCH_HOLE != 0,
+            zero_range: mode & libc::FALLOC_FL_ZERO_RANGE != 0,
+        };
+        if m.punch_hole && (!m.keep_size || m.zero_range) {
+            return sys(libc::EOPNOTSUPP);
+        }
+        self.flush_ino(h.ino)?;
+        Ok(self.meta.fallocate(ctx, h.ino, m, off, len)?)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy_file_range(
+        &self,
+        ctx: &Ctx,
+        fh_in: u64,
+        off_in: u64,
+        fh_out: u64,
+        off_out: u64,
+        len: u64,
+    ) -> Result<u64> {
+        let (hi, ho) = (self.handle(fh_in)?, self.handle(fh_out)?);
+        self.flush_ino(hi.ino)?;
+        self.flush_ino(ho.ino)?;
+        let (n, _) = self
+            .meta
+            .copy_range(ctx, hi.ino, off_in, ho.ino, off_out, len)?;
+        Ok(n)
+    }
+
+    /// SEEK_DATA / SEEK_HOLE.
+    pub fn lseek(&self, fh: u64, off: u64, whence: i32) -> Result<u64> {
+        let h = self.handle(fh)?;
+        self.flush_ino(h.ino)?;
+        let len = self.meta.getattr(h.ino)?.length;
+        if off >= len {
+            return sys(libc::ENXIO);
+        }
+        let want_data = match whence {
+            libc::SEEK_DATA => true,
+            libc::SEEK_HOLE => false,
+            _ => return sys(libc::EINVAL),
+        };
+        let mut at = off;
+        while at < len {
+            let index = (at / CHUNK_SIZE) as u32;
+            let base = index as u64 * CHUNK_SIZE;
+            let chunk_end = (base + CHUNK_SIZE).min(len);
+            let view = slice::build_view(&self.meta.read_chunk(h.ino, index)?);
+            let mut pos = at;
+            for p in view.iter().filter(|p| p.id != 0 && base + p.end() > at) {
+                let (ps, pe) = (base + p.pos as u64, base + p.end());
+                if want_data {
+                    return Ok(ps.max(at).min(len));
+                }
+                if ps > pos {
+                    return Ok(pos); // a hole before this piece
+                }
+                pos = pos.max(pe);
+            }
+            if !want_data && pos < chunk_end {
+                return Ok(pos);
+            }
+            at = chunk_end.max(pos);
+        }
+        if want_data { sys(libc::ENXIO) } else { Ok(len) }
+    }
+
+    // ---- xattrs ----
+
+    pub fn set_xattr(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        flags: i32,
+    ) -> Result<()> {
+        let how = match flags {
+            0 => XattrSet::Any,
+            libc::XATTR_CREATE => XattrSet::Create,
+            libc::XATTR_REPLACE => XattrSet::Replace,
+            _ => return sys(libc::EINVAL),
+        };
+        Ok(self.meta.set_xattr(ctx, ino, name, value, how)?)
+    }
+
+    pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        Ok(self.meta.get_xattr(ino, name)?)
+    }
+
+    pub fn list_xattr(&self, ino: Ino) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        for n in self.meta.list_xattr(ino)? {
+            out.extend_from_slice(&n);
+            out.push(0);
+        }
+        Ok(out)
+    }
+
+    pub fn remove_xattr(&self, ctx: &Ctx, ino: Ino, name: &[u8]) -> Result<()> {
+        Ok(self.meta.remove_xattr(ctx, ino, name)?)
+    }
+
+    // ---- volume ----
+
+    pub fn statfs(&self) -> Result<StatFs> {
+        let u = self.meta.usage()?;
+        let cap = self.meta.format().capacity;
+        let (total, free) = if cap > 0 {
+            (cap, cap.saturating_sub(u.used_bytes))
+        } else if let Some(root) = self.store.storage().local_root() {
+            // A local bucket: what is left is what the disk under it has left.
+            match nix::sys::statvfs::statvfs(root) {
+                Ok(s) => {
+                    let free = s.blocks_available() * s.fragment_size();
+                    (u.used_bytes + free, free)
+                }
+                Err(_) => (1 << 50, (1u64 << 50).saturating_sub(u.used_bytes)),
+            }
+        } else {
+            (1 << 50, (1u64 << 50).saturating_sub(u.used_bytes))
+        };
+        Ok(StatFs {
+            total_bytes: total,
+            free_bytes: free,
+            files: u.inodes + (1 << 32),
+            free_files: 1 << 32,
+        })
+    }
+
+    /// Flushes every pending write (unmount, signal): nothing buffered is lost.
+    pub fn flush_all(&self) -> Result<()> {
+        let writers: Vec<SharedWriter> = self.writers.lock().values().cloned().collect();
+        let mut first = None;
+        for w in writers {
+            let mut w = w.lock();
+            let before = w.buffered();
+            if let Err(e) = w.flush(&*self.meta, &self.store) {
+                tracing::error!("flushing at shutdown: {e}");
+                first.get_or_insert(e);
+            }
+            self.buffered
+                .fetch_sub(before - w.buffered(), Ordering::Relaxed);
+        }
+        match first {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops background work after flushing everything; call once at unmount.
+    pub fn shutdown(&self) -> Result<()> {
+        let res = self.flush_all();
+        self.background.lock().take();
+        self.meta.close_session()?;
+        res
+    }
+}

@@ -1,0 +1,63 @@
+//! Reading committed file data: chunk slice lists → visible pieces → block ranges.
+//!
+//! Not for: pending (unflushed) writes, which `vfs` lays over the result.
+
+use crate::data::{DataStore, SliceRange};
+use crate::meta::{CHUNK_SIZE, Ino, Meta, slice};
+
+use super::Result;
+
+/// Fills `buf` with the committed bytes of `ino` from `off` (holes read as zeros; `buf`
+/// must be zeroed by the caller).
+pub fn read_committed(
+    meta: &dyn Meta,
+    store: &DataStore,
+    ino: Ino,
+    off: u64,
+    buf: &mut [u8],
+    sequential: bool,
+) -> Result<()> {
+    let end = off + buf.len() as u64;
+    // (offset in buf, range of slice)
+    let mut wanted: Vec<(usize, SliceRange)> = Vec::new();
+    let mut at = off;
+    while at < end {
+        let index = (at / CHUNK_SIZE) as u32;
+        let base = index as u64 * CHUNK_SIZE;
+        let (a, b) = (at - base, (end - base).min(CHUNK_SIZE));
+        let view = slice::build_view(&meta.read_chunk(ino, index)?);
+        for p in view
+            .iter()
+            .filter(|p| p.id != 0 && p.end() > a && (p.pos as u64) < b)
+        {
+            let (ps, pe) = ((p.pos as u64).max(a), p.end().min(b));
+            wanted.push((
+                (base + ps - off) as usize,
+                SliceRange {
+                    id: p.id,
+                    size: p.size,
+                    start: p.off + (ps - p.pos as u64) as u32,
+                    len: (pe - ps) as u32,
+                },
+            ));
+        }
+        at = base + b;
+    }
+    if wanted.is_empty() {
+        return Ok(());
+    }
+    // Carve `buf` into the disjoint, ordered destinations.
+    let mut parts = Vec::with_capacity(wanted.len());
+    let mut rest = buf;
+    let mut consumed = 0usize;
+    for (dst, r) in wanted {
+        let tail = std::mem::take(&mut rest);
+        let (_, tail) = tail.split_at_mut(dst - consumed);
+        let (mine, tail) = tail.split_at_mut(r.len as usize);
+        parts.push((r, mine));
+        rest = tail;
+        consumed = dst + r.len as usize;
+    }
+    store.read(&mut parts, sequential)?;
+    Ok(())
+}

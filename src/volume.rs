@@ -1,0 +1,195 @@
+//! Volumes as a user names them: META-URLs, the embedded default volume, formatting and
+//! opening (metadata engine + bucket) with errors that say what to do.
+//!
+//! Not for: serving a mount (that is `vfs` + `fuse`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+
+use crate::data::{self, DataStore};
+use crate::meta::format::SCHEMA_VERSION;
+use crate::meta::url::MetaUrl;
+use crate::meta::{self, Format, Meta};
+use crate::object::ObjectStorage;
+
+/// Where the embedded default volume lives: `~/.local/share/unkai/default`.
+pub fn default_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("UNKAI_DEFAULT_DIR") {
+        return PathBuf::from(d);
+    }
+    dirs::data_dir()
+        .unwrap_or_else(|| PathBuf::from("/var/lib"))
+        .join("unkai")
+        .join("default")
+}
+
+pub fn default_meta_url() -> String {
+    format!("sqlite://{}", default_dir().join("meta.db").display())
+}
+
+/// Settings for a new volume.
+#[derive(Clone, Debug)]
+pub struct FormatSpec {
+    pub name: String,
+    pub storage: String,
+    pub block_size: u32,
+    pub trash_days: u32,
+    pub capacity: u64,
+    pub force: bool,
+}
+
+/// Checks a volume name: 2–63 characters of a-z, 0-9 and '-', not starting or ending with '-'.
+pub fn check_name(name: &str) -> anyhow::Result<()> {
+    let ok = (2..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if !ok {
+        bail!(
+            "invalid volume name '{name}': use 2 to 63 characters of a-z, 0-9 and '-' \
+             (not at either end), e.g. 'myvol'"
+        );
+    }
+    Ok(())
+}
+
+/// Parses a size such as `4M`, `64K`, `1G` or `4194304`.
+pub fn parse_size(s: &str) -> anyhow::Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = s[i..].to_ascii_uppercase();
+            let mult: u64 = match unit.trim_end_matches("IB").trim_end_matches('B') {
+                "" => 1,
+                "K" => 1 << 10,
+                "M" => 1 << 20,
+                "G" => 1 << 30,
+                "T" => 1 << 40,
+                "P" => 1 << 50,
+                _ => bail!("invalid size '{s}': unknown unit; use e.g. 64K, 4M, 1G"),
+            };
+            (&s[..i], mult)
+        }
+        None => (s, 1),
+    };
+    let n: u64 = num.trim().parse().with_context(|| {
+        format!("invalid size '{s}': expected a number with an optional unit, e.g. 4M")
+    })?;
+    n.checked_mul(mult)
+        .with_context(|| format!("size '{s}' is too large"))
+}
+
+/// Creates a volume; refuses to overwrite one unless `spec.force`.
+pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
+    let url = MetaUrl::parse(meta_url)?;
+    check_name(&spec.name)?;
+    if !(64 << 10..=16 << 20).contains(&spec.block_size) {
+        bail!(
+            "invalid block size {}: it must be between 64K and 16M (e.g. --block-size 4M)",
+            spec.block_size
+        );
+    }
+    let obj = ObjectStorage::open(&spec.storage, true)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(obj.check(&spec.name))?;
+    let fmt = Format {
+        name: spec.name.clone(),
+        uuid: uuid(),
+        storage: spec.storage.clone(),
+        block_size: spec.block_size,
+        trash_days: spec.trash_days,
+        capacity: spec.capacity,
+        created: meta::now_nanos(),
+        schema: SCHEMA_VERSION,
+    };
+    match &url {
+        MetaUrl::Sqlite(path) => {
+            meta::sqlite::SqliteMeta::create(path, meta_url, &fmt, spec.force)?
+        }
+    }
+    Ok(fmt)
+}
+
+fn uuid() -> String {
+    let b: [u8; 16] = rand::random();
+    let h: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
+/// Opens the metadata of an existing volume.
+pub fn open_meta(meta_url: &str) -> anyhow::Result<Arc<dyn Meta>> {
+    let url = MetaUrl::parse(meta_url)?;
+    Ok(url.open()?)
+}
+
+/// Opens the bucket a volume records, proving it usable.
+pub fn open_storage(fmt: &Format) -> anyhow::Result<ObjectStorage> {
+    let obj = ObjectStorage::open(&fmt.storage, false)?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(obj.check(&fmt.name))?;
+    Ok(obj)
+}
+
+/// Opens the data layer of a volume.
+pub fn open_data(fmt: &Format, cfg: data::Config) -> anyhow::Result<DataStore> {
+    let obj = open_storage(fmt)?;
+    Ok(DataStore::new(obj, fmt.clone(), cfg)?)
+}
+
+/// Creates the embedded default volume if it does not exist yet; returns its META-URL.
+pub fn ensure_default() -> anyhow::Result<String> {
+    let url = default_meta_url();
+    let dir = default_dir();
+    if !dir.join("meta.db").exists() {
+        let spec = FormatSpec {
+            name: "default".into(),
+            storage: format!("file://{}", dir.join("bucket").display()),
+            block_size: 4 << 20,
+            trash_days: 0,
+            capacity: 0,
+            force: false,
+        };
+        format(&url, &spec).context("creating the default volume")?;
+        eprintln!("unkai: created the default volume in {}", dir.display());
+    }
+    Ok(url)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4M").unwrap(), 4 << 20);
+        assert_eq!(parse_size("64k").unwrap(), 64 << 10);
+        assert_eq!(parse_size("1GiB").unwrap(), 1 << 30);
+        assert_eq!(parse_size("4096").unwrap(), 4096);
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("M").is_err());
+    }
+
+    #[test]
+    fn names() {
+        assert!(check_name("myvol").is_ok());
+        assert!(check_name("a-1").is_ok());
+        for bad in ["", "a", "-a", "a-", "Vol", "a_b", &"x".repeat(64)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+}
