@@ -267,7 +267,8 @@ fn append_recs(c: &Connection, ino: Ino, index: u32, recs: &[SliceRec]) -> Tx<us
     let n: i64 = c
         .prepare_cached(
             "INSERT INTO chunk (ino, indx, slices) VALUES (?1, ?2, ?3)
-             ON CONFLICT (ino, indx) DO UPDATE SET slices = slices || excluded.slices
+             ON CONFLICT (ino, indx) DO UPDATE
+               SET slices = CAST(slices || excluded.slices AS BLOB)
              RETURNING length(slices)",
         )?
         .query_row(params![ino as i64, index, slice::encode(recs)], |r| {

@@ -1,0 +1,284 @@
+//! Shared harness of the integration tests: real volumes in temporary directories, mounted
+//! with the real binary, and always unmounted (a guard unmounts on drop, failure included).
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The unkai binary under test.
+pub fn unkai() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_unkai"))
+}
+
+/// Runs unkai with `args`; returns (exit success, stdout, stderr).
+pub fn run(args: &[&str]) -> (bool, String, String) {
+    let out = unkai().args(args).output().expect("run unkai");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A formatted volume in its own temporary directory: `meta.db` and `bucket/`.
+pub struct Volume {
+    pub dir: tempfile::TempDir,
+    pub meta_url: String,
+    pub name: String,
+}
+
+impl Volume {
+    /// Formats a volume with default settings.
+    pub fn new() -> Volume {
+        Self::with_args(&[])
+    }
+
+    /// Formats a volume, passing extra `format` flags (e.g. `["--block-size", "64K"]`).
+    pub fn with_args(extra: &[&str]) -> Volume {
+        let dir = tempfile::Builder::new()
+            .prefix("unkai-test-")
+            .tempdir()
+            .expect("tempdir");
+        let meta_url = format!("sqlite://{}/meta.db", dir.path().display());
+        let name = "testvol".to_string();
+        let mut args = vec!["format"];
+        args.extend_from_slice(extra);
+        args.push(&meta_url);
+        args.push(&name);
+        let (ok, out, err) = run(&args);
+        assert!(ok, "format failed: {out}{err}");
+        Volume {
+            dir,
+            meta_url,
+            name,
+        }
+    }
+
+    pub fn bucket(&self) -> PathBuf {
+        self.dir.path().join("bucket")
+    }
+
+    /// Every object file in the bucket (block objects only, the probe aside).
+    pub fn objects(&self) -> Vec<PathBuf> {
+        fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+            if let Ok(rd) = std::fs::read_dir(d) {
+                for e in rd.flatten() {
+                    let p = e.path();
+                    if p.is_dir() {
+                        walk(&p, out);
+                    } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
+                        out.push(p);
+                    }
+                }
+            }
+        }
+        let mut out = Vec::new();
+        walk(&self.bucket().join(&self.name).join("chunks"), &mut out);
+        out.sort();
+        out
+    }
+
+    /// Mounts the volume (the server runs as a child process in the foreground).
+    pub fn mount(&self) -> Mount {
+        self.mount_with(&[])
+    }
+
+    /// Mounts with extra `mount` flags.
+    pub fn mount_with(&self, extra: &[&str]) -> Mount {
+        let mp = tempfile::Builder::new()
+            .prefix("unkai-mnt-")
+            .tempdir()
+            .expect("tempdir");
+        Mount::start(
+            &self.meta_url,
+            mp,
+            extra,
+            &self.dir.path().join("mount.log"),
+        )
+    }
+
+    /// `unkai <cmd> META-URL [args]`.
+    pub fn cmd(&self, cmd: &str, extra: &[&str]) -> (bool, String, String) {
+        let mut args = vec![cmd];
+        args.extend_from_slice(extra);
+        args.push(&self.meta_url);
+        run(&args)
+    }
+}
+
+/// A mounted volume; unmounted (and its server stopped) on drop.
+pub struct Mount {
+    pub path: PathBuf,
+    child: Option<Child>,
+    _dir: Option<tempfile::TempDir>,
+    pub log: PathBuf,
+}
+
+fn mounted(path: &Path) -> bool {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let p = path.to_string_lossy().replace(' ', "\\040");
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(p.as_str()))
+}
+
+impl Mount {
+    fn start(meta_url: &str, dir: tempfile::TempDir, extra: &[&str], log: &Path) -> Mount {
+        let path = std::fs::canonicalize(dir.path()).unwrap();
+        let logf = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(log)
+            .unwrap();
+        let mut cmd = unkai();
+        cmd.arg("mount").args(extra).arg(meta_url).arg(&path);
+        cmd.stdin(Stdio::null())
+            .stdout(logf.try_clone().unwrap())
+            .stderr(logf);
+        let mut child = cmd.spawn().expect("spawn unkai mount");
+        let start = Instant::now();
+        while !mounted(&path) {
+            if let Ok(Some(st)) = child.try_wait() {
+                panic!(
+                    "unkai mount exited ({st}) before mounting; log:\n{}",
+                    std::fs::read_to_string(log).unwrap_or_default()
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "mount did not appear in 30s"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Mount {
+            path,
+            child: Some(child),
+            _dir: Some(dir),
+            log: log.to_path_buf(),
+        }
+    }
+
+    pub fn p(&self, rel: &str) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(|c| c.id()).unwrap_or(0)
+    }
+
+    /// Unmounts cleanly (as `unkai umount` does) and waits for the server to exit;
+    /// panics if either fails. The directory is kept for a later mount.
+    pub fn unmount(mut self) -> PathBuf {
+        let (ok, out, err) = run(&["umount", self.path.to_str().unwrap()]);
+        assert!(ok, "umount failed: {out}{err}");
+        let st = self.child.take().unwrap().wait().unwrap();
+        assert!(
+            st.success(),
+            "server exited with {st}; log:\n{}",
+            self.log_text()
+        );
+        self.path.clone()
+    }
+
+    /// Kills the server with SIGKILL (a crash) and clears the dead mount.
+    pub fn kill9(mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        if mounted(&self.path) {
+            if nix::mount::umount2(&self.path, nix::mount::MntFlags::empty()).is_err() {
+                let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+            }
+        }
+        let start = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(_)) => break,
+                Ok(None) if start.elapsed() < Duration::from_secs(30) => {
+                    std::thread::sleep(Duration::from_millis(20))
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break;
+                }
+            }
+        }
+        if mounted(&self.path) {
+            let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+}
+
+/// Mounts again at a fresh mountpoint (after `unmount` or `kill9`).
+pub fn remount(vol: &Volume) -> Mount {
+    vol.mount()
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed
+        .wrapping_mul(6364136223846793005)
+        .wrapping_add(1442695040888963407);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Runs `f` in a child process with the given uid/gid (for permission tests: root bypasses
+/// most checks). Returns the child's result: Ok(()) or Err(errno).
+pub fn as_user(uid: u32, gid: u32, f: impl FnOnce() -> Result<(), i32>) -> Result<(), i32> {
+    use nix::unistd::{ForkResult, fork};
+    // SAFETY: the child only runs `f` and exits; tests call this from a single thread.
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            let code = (|| {
+                nix::unistd::setgroups(&[nix::unistd::Gid::from_raw(gid)]).ok();
+                if nix::unistd::setgid(nix::unistd::Gid::from_raw(gid)).is_err()
+                    || nix::unistd::setuid(nix::unistd::Uid::from_raw(uid)).is_err()
+                {
+                    return 255;
+                }
+                match f() {
+                    Ok(()) => 0,
+                    Err(e) => e.clamp(1, 254),
+                }
+            })();
+            unsafe { libc::_exit(code) };
+        }
+        ForkResult::Parent { child } => {
+            match nix::sys::wait::waitpid(child, None).expect("waitpid") {
+                nix::sys::wait::WaitStatus::Exited(_, 0) => Ok(()),
+                nix::sys::wait::WaitStatus::Exited(_, 255) => {
+                    panic!("could not switch to uid {uid}")
+                }
+                nix::sys::wait::WaitStatus::Exited(_, c) => Err(c),
+                other => panic!("child ended with {other:?}"),
+            }
+        }
+    }
+}
+
+/// The errno of an io::Error.
+pub fn errno(e: &std::io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(0)
+}
