@@ -3,6 +3,7 @@
 //! Layers, top to bottom (data flows downward only): [`cli`] → [`fuse`] → [`vfs`] →
 //! [`meta`] and [`data`] → [`object`]. [`volume`] opens and formats volumes for the CLI.
 
+pub mod admin;
 pub mod cli;
 pub mod data;
 pub mod fuse;

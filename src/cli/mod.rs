@@ -4,6 +4,8 @@
 //! `vfs` and below).
 
 mod format;
+mod fsck;
+mod gc;
 mod mount;
 mod status;
 mod umount;
@@ -36,6 +38,8 @@ enum Command {
     Mount(mount::Args),
     Umount(umount::Args),
     Status(status::Args),
+    Fsck(fsck::Args),
+    Gc(gc::Args),
 }
 
 fn init_logging(filter: &str) {
@@ -60,6 +64,8 @@ pub fn main() -> i32 {
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Status(a) => status::run(a),
+        Command::Fsck(a) => fsck::run(a),
+        Command::Gc(a) => gc::run(a),
     };
     match res {
         Ok(()) => 0,

@@ -373,4 +373,76 @@ pub trait Meta: Send + Sync {
     // ---- whole-volume scans (fsck, gc, status) ----
     /// Every slice referenced by any chunk, with its size and reference count.
     fn all_slices(&self) -> Result<Vec<(u64, u32, u32)>>;
+    /// Every inode.
+    fn scan_nodes(&self, f: &mut dyn FnMut(&Attr)) -> Result<()>;
+    /// Every directory entry: (parent, name, inode, kind recorded in the entry).
+    fn scan_entries(&self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> Result<()>;
+    /// Every chunk: (inode, index, records; `None` if the records cannot be decoded).
+    fn scan_chunks(&self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> Result<()>;
+    /// Every slice queued for deletion, trash period or not.
+    fn all_dead_slices(&self) -> Result<Vec<DeadSlice>>;
+    /// Inodes kept alive by open handles of a session: (session id, inode).
+    fn sustained(&self) -> Result<Vec<(u64, Ino)>>;
+    /// Applies one repair found by fsck. Raw and unchecked: for fsck only.
+    fn repair(&self, fix: &Fix) -> Result<()>;
+}
+
+/// A repair fsck may apply (see [`Meta::repair`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Fix {
+    /// Remove a directory entry (e.g. one pointing to a missing inode).
+    RemoveEntry {
+        parent: Ino,
+        name: Vec<u8>,
+    },
+    /// Correct the kind an entry records.
+    SetEntryKind {
+        parent: Ino,
+        name: Vec<u8>,
+        kind: Kind,
+    },
+    SetNlink {
+        ino: Ino,
+        nlink: u32,
+    },
+    SetParent {
+        ino: Ino,
+        parent: Ino,
+    },
+    /// Delete an inode and release its slices (an orphan nothing can reach or open).
+    DeleteInode {
+        ino: Ino,
+    },
+    /// Give an unreachable inode a name (in lost+found).
+    Link {
+        ino: Ino,
+        parent: Ino,
+        name: Vec<u8>,
+        kind: Kind,
+    },
+    /// Drop a chunk (undecodable, or beyond the end of its file).
+    DropChunk {
+        ino: Ino,
+        index: u32,
+    },
+    /// Set a slice's reference count (0: the slice is dead and its objects may go).
+    SetSliceRefs {
+        id: u64,
+        size: u32,
+        refs: u32,
+    },
+    /// Remove a slice from the deletion queue (it is still referenced).
+    UndeadSlice {
+        id: u64,
+    },
+    /// Forget an open-file record of a session that no longer exists.
+    RemoveSustained {
+        session: u64,
+        ino: Ino,
+    },
+    /// Set the usage counters to what a scan counted.
+    SetUsage {
+        used_bytes: u64,
+        inodes: u64,
+    },
 }

@@ -164,6 +164,14 @@ fn row_attr(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<Attr> {
     })
 }
 
+/// Bytes of a column stored as BLOB (or, if written by hand, TEXT).
+fn bytes_at(r: &rusqlite::Row<'_>, i: usize) -> rusqlite::Result<Vec<u8>> {
+    Ok(r.get_ref(i)?
+        .as_bytes()
+        .map(|b| b.to_vec())
+        .unwrap_or_default())
+}
+
 const NODE_COLS: &str = "n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.length, n.rdev, \
                          n.atime, n.mtime, n.ctime, n.parent";
 
@@ -1228,7 +1236,7 @@ impl Meta for SqliteMeta {
                 let mut s = c.prepare_cached(&sql)?;
                 let rows = s.query_map(params![ino as i64, after, want], |r| {
                     let id: i64 = r.get(0)?;
-                    let name: Vec<u8> = r.get(1)?;
+                    let name = bytes_at(r, 1)?;
                     let a = row_attr(r, 2)?;
                     Ok(DirEntry { name, ino: a.ino, kind: a.kind, cookie: id as u64 + 2, attr: Some(a) })
                 })?;
@@ -1242,7 +1250,7 @@ impl Meta for SqliteMeta {
                 let rows = s.query_map(params![ino as i64, after, want], |r| {
                     let id: i64 = r.get(0)?;
                     Ok(DirEntry {
-                        name: r.get(1)?,
+                        name: bytes_at(r, 1)?,
                         ino: r.get::<_, i64>(2)? as u64,
                         kind: Kind::from_u8(r.get(3)?).unwrap_or(Kind::File),
                         cookie: id as u64 + 2,
@@ -1726,6 +1734,172 @@ impl Meta for SqliteMeta {
             let mut s = c.prepare_cached("DELETE FROM dead_slice WHERE id=?1")?;
             for id in ids {
                 s.execute([*id as i64])?;
+            }
+            Ok(())
+        })
+    }
+
+    fn scan_nodes(&self, f: &mut dyn FnMut(&Attr)) -> Result<()> {
+        self.read(|c| {
+            let sql = format!("SELECT {NODE_COLS} FROM node n ORDER BY n.ino");
+            let mut s = c.prepare(&sql)?;
+            let mut rows = s.query([])?;
+            while let Some(r) = rows.next()? {
+                f(&row_attr(r, 0)?);
+            }
+            Ok(())
+        })
+    }
+
+    fn scan_entries(&self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> Result<()> {
+        self.read(|c| {
+            let mut s =
+                c.prepare("SELECT parent, name, ino, kind FROM edge ORDER BY parent, id")?;
+            let mut rows = s.query([])?;
+            while let Some(r) = rows.next()? {
+                let name = bytes_at(r, 1)?;
+                f(
+                    r.get::<_, i64>(0)? as u64,
+                    &name,
+                    r.get::<_, i64>(2)? as u64,
+                    Kind::from_u8(r.get(3)?),
+                );
+            }
+            Ok(())
+        })
+    }
+
+    fn scan_chunks(&self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> Result<()> {
+        self.read(|c| {
+            let mut s = c.prepare("SELECT ino, indx, slices FROM chunk ORDER BY ino, indx")?;
+            let mut rows = s.query([])?;
+            while let Some(r) = rows.next()? {
+                let blob: Vec<u8> = match r.get_ref(2)? {
+                    rusqlite::types::ValueRef::Blob(b) => b.to_vec(),
+                    rusqlite::types::ValueRef::Text(t) => t.to_vec(),
+                    _ => Vec::new(),
+                };
+                f(r.get::<_, i64>(0)? as u64, r.get(1)?, slice::decode(&blob));
+            }
+            Ok(())
+        })
+    }
+
+    fn all_dead_slices(&self) -> Result<Vec<DeadSlice>> {
+        self.read(|c| {
+            let rows = c
+                .prepare("SELECT id, size FROM dead_slice ORDER BY id")?
+                .query_map([], |r| {
+                    Ok(DeadSlice {
+                        id: r.get::<_, i64>(0)? as u64,
+                        size: r.get(1)?,
+                    })
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows)
+        })
+    }
+
+    fn sustained(&self) -> Result<Vec<(u64, Ino)>> {
+        self.read(|c| {
+            let rows = c
+                .prepare("SELECT session, ino FROM sustained ORDER BY session, ino")?
+                .query_map([], |r| {
+                    Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+                })?
+                .collect::<rusqlite::Result<Vec<_>>>()?;
+            Ok(rows)
+        })
+    }
+
+    fn repair(&self, fix: &Fix) -> Result<()> {
+        let now = now_nanos();
+        self.write(|c| {
+            match fix {
+                Fix::RemoveEntry { parent, name } => {
+                    c.execute(
+                        "DELETE FROM edge WHERE parent=?1 AND CAST(name AS BLOB)=?2",
+                        params![*parent as i64, name],
+                    )?;
+                }
+                Fix::SetEntryKind { parent, name, kind } => {
+                    c.execute(
+                        "UPDATE edge SET kind=?3 WHERE parent=?1 AND name=?2",
+                        params![*parent as i64, name, *kind as u8],
+                    )?;
+                }
+                Fix::SetNlink { ino, nlink } => {
+                    c.execute(
+                        "UPDATE node SET nlink=?2 WHERE ino=?1",
+                        params![*ino as i64, nlink],
+                    )?;
+                }
+                Fix::SetParent { ino, parent } => {
+                    c.execute(
+                        "UPDATE node SET parent=?2 WHERE ino=?1",
+                        params![*ino as i64, *parent as i64],
+                    )?;
+                }
+                Fix::DeleteInode { ino } => {
+                    let a = get_node(c, *ino)?;
+                    delete_inode(c, &a, now)?;
+                    c.execute("DELETE FROM sustained WHERE ino=?1", [*ino as i64])?;
+                }
+                Fix::Link {
+                    ino,
+                    parent,
+                    name,
+                    kind,
+                } => {
+                    c.execute(
+                        "INSERT INTO edge (parent, name, ino, kind) VALUES (?1, ?2, ?3, ?4)",
+                        params![*parent as i64, name, *ino as i64, *kind as u8],
+                    )?;
+                }
+                Fix::DropChunk { ino, index } => {
+                    let recs = read_recs(c, *ino, *index).unwrap_or_default();
+                    for r in &recs {
+                        decref(c, r, now)?;
+                    }
+                    c.execute(
+                        "DELETE FROM chunk WHERE ino=?1 AND indx=?2",
+                        params![*ino as i64, index],
+                    )?;
+                }
+                Fix::SetSliceRefs { id, size, refs } => {
+                    if *refs == 0 {
+                        c.execute("DELETE FROM slice_ref WHERE id=?1", [*id as i64])?;
+                        c.execute(
+                            "INSERT OR IGNORE INTO dead_slice (id, size, died) VALUES (?1, ?2, ?3)",
+                            params![*id as i64, size, now],
+                        )?;
+                    } else {
+                        c.execute(
+                            "INSERT INTO slice_ref (id, size, refs) VALUES (?1, ?2, ?3)
+                             ON CONFLICT (id) DO UPDATE SET refs=excluded.refs, size=excluded.size",
+                            params![*id as i64, size, refs],
+                        )?;
+                    }
+                }
+                Fix::UndeadSlice { id } => {
+                    c.execute("DELETE FROM dead_slice WHERE id=?1", [*id as i64])?;
+                }
+                Fix::RemoveSustained { session, ino } => {
+                    c.execute(
+                        "DELETE FROM sustained WHERE session=?1 AND ino=?2",
+                        params![*session as i64, *ino as i64],
+                    )?;
+                }
+                Fix::SetUsage { used_bytes, inodes } => {
+                    c.execute(
+                        "UPDATE counter SET value=?1 WHERE name='usedSpace'",
+                        [*used_bytes as i64],
+                    )?;
+                    c.execute(
+                        "UPDATE counter SET value=?1 WHERE name='totalInodes'",
+                        [*inodes as i64],
+                    )?;
+                }
             }
             Ok(())
         })

@@ -61,6 +61,15 @@ fn find_io<'a>(mut e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// An object as a listing shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub size: u64,
+    /// Last modification, ns since the epoch.
+    pub modified: i64,
+}
+
 /// A bucket (or a local directory used as one).
 pub struct ObjectStorage {
     store: Arc<dyn ObjectStore>,
@@ -166,13 +175,17 @@ impl ObjectStorage {
         }
     }
 
-    /// Every object under `prefix`: (key, size).
-    pub async fn list(&self, prefix: &str) -> Result<Vec<(String, u64)>> {
+    /// Every object under `prefix`.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let p = ObjPath::from(prefix.trim_end_matches('/'));
         let items: Vec<_> = self.store.list(Some(&p)).try_collect().await?;
         Ok(items
             .into_iter()
-            .map(|m| (m.location.to_string(), m.size))
+            .map(|m| ObjectInfo {
+                key: m.location.to_string(),
+                size: m.size,
+                modified: m.last_modified.timestamp_nanos_opt().unwrap_or(0),
+            })
             .collect())
     }
 
@@ -218,7 +231,7 @@ impl ObjectStorage {
             ));
         }
         let listed = self.list(prefix).await.map_err(|e| fail("listing", e))?;
-        if !listed.iter().any(|(k, _)| *k == key) {
+        if !listed.iter().any(|o| o.key == key) {
             return Err(fail("listing", Error::NotFound(key.clone())));
         }
         self.delete(&key)
@@ -262,10 +275,10 @@ mod tests {
                 s.get_range("vol/a/b", 6..11).await.unwrap(),
                 Bytes::from_static(b"world")
             );
-            assert_eq!(
-                s.list("vol").await.unwrap(),
-                vec![("vol/a/b".to_string(), 11)]
-            );
+            let listed = s.list("vol").await.unwrap();
+            assert_eq!(listed.len(), 1);
+            assert_eq!((listed[0].key.as_str(), listed[0].size), ("vol/a/b", 11));
+            assert!(listed[0].modified > 0);
             assert!(matches!(s.get("vol/nope").await, Err(Error::NotFound(_))));
             s.delete("vol/a/b").await.unwrap();
             s.delete("vol/a/b").await.unwrap();

@@ -1,0 +1,84 @@
+//! `gc`: delete objects no slice references (left by a crash between upload and commit, or
+//! by an interrupted deletion), and the objects of dead slices whose trash period is over.
+//!
+//! On a mounted volume, a fresh unreferenced object may be an upload about to be committed:
+//! objects younger than `min_age` are then left alone.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::data::DataStore;
+use crate::meta::{Meta, now_nanos};
+use crate::object::ObjectInfo;
+
+use super::fsck::leaked_objects;
+
+#[derive(Debug, Default)]
+pub struct GcReport {
+    /// Objects no slice references.
+    pub leaked: Vec<ObjectInfo>,
+    /// Leaked objects deleted.
+    pub deleted: usize,
+    /// Leaked objects left alone because they are younger than `min_age` on a mounted volume.
+    pub young: usize,
+    /// Dead slices whose objects were deleted.
+    pub reclaimed: usize,
+}
+
+pub fn gc(
+    meta: &dyn Meta,
+    store: &DataStore,
+    delete: bool,
+    min_age: Duration,
+    quiet: bool,
+) -> anyhow::Result<GcReport> {
+    let mut rep = GcReport::default();
+    if delete {
+        loop {
+            let n = crate::vfs::background::reclaim(meta, store, 1000)?;
+            rep.reclaimed += n;
+            if n < 1000 {
+                break;
+            }
+        }
+    }
+    let fmt = meta.format().clone();
+    let listed = store.block_on(store.storage().list(&fmt.chunks_prefix()))?;
+    let live: HashMap<u64, (u32, u32)> = meta
+        .all_slices()?
+        .into_iter()
+        .map(|(id, size, refs)| (id, (size, refs)))
+        .collect();
+    let dead: HashMap<u64, u32> = meta
+        .all_dead_slices()?
+        .into_iter()
+        .map(|d| (d.id, d.size))
+        .collect();
+    rep.leaked = leaked_objects(&fmt, &listed, &live, &dead);
+    if !delete || rep.leaked.is_empty() {
+        return Ok(rep);
+    }
+    let mounted = !meta.sessions()?.is_empty();
+    let cutoff = now_nanos() - min_age.as_nanos() as i64;
+    let pb = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(rep.leaked.len() as u64)
+    };
+    pb.set_style(
+        ProgressStyle::with_template("deleting leaked objects {bar:30} {pos}/{len}").unwrap(),
+    );
+    for o in &rep.leaked {
+        pb.inc(1);
+        if mounted && o.modified > cutoff {
+            rep.young += 1;
+            continue;
+        }
+        store.block_on(store.storage().delete(&o.key))?;
+        rep.deleted += 1;
+    }
+    pb.finish_and_clear();
+    Ok(rep)
+}

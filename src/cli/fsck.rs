@@ -1,0 +1,98 @@
+//! `unkai fsck`: check a volume and optionally repair it.
+
+use anyhow::bail;
+
+use crate::admin::fsck::{self, Severity};
+use crate::volume;
+
+/// Check a volume's invariants: link counts, entries pointing nowhere, inodes no directory
+/// reaches, slices whose objects are missing, objects no slice references (leaked), chunk
+/// records out of bounds, usage counters. Exits 0 if the volume is consistent (leaked objects
+/// are harmless garbage: `unkai gc --delete` removes them), 1 otherwise.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  unkai fsck sqlite:///var/lib/unkai/vol.db\n  unkai fsck --repair sqlite:///var/lib/unkai/vol.db     # on an unmounted volume"
+)]
+pub struct Args {
+    /// The volume's META-URL (default: the embedded default volume).
+    meta_url: Option<String>,
+    /// Fix what is safe to fix (link counts, entries pointing nowhere, orphans, reference
+    /// counts, counters; unreachable inodes go to /lost+found). The volume must be unmounted.
+    #[arg(long)]
+    repair: bool,
+    /// Check only the metadata, not the objects in the bucket.
+    #[arg(long)]
+    skip_objects: bool,
+    /// No progress display.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
+    let meta = volume::open_meta(&url)?;
+    let sessions = meta.sessions()?;
+    if !sessions.is_empty() {
+        if a.repair {
+            bail!(
+                "the volume is mounted ({} at {}): unmount it before `fsck --repair`",
+                sessions[0].host,
+                sessions[0].mountpoint
+            );
+        }
+        eprintln!(
+            "unkai: warning: the volume is mounted by {} client(s); findings may be in flux",
+            sessions.len()
+        );
+    }
+    let obj = if a.skip_objects {
+        None
+    } else {
+        Some(volume::open_storage(meta.format())?)
+    };
+    let mut report = fsck::check(&*meta, obj.as_ref(), a.quiet)?;
+    let mut rounds = 0;
+    while a.repair && report.problems.iter().any(|p| !p.fixes.is_empty()) && rounds < 4 {
+        for p in report.problems.iter().filter(|p| !p.fixes.is_empty()) {
+            println!("repairing: {}", p.message);
+        }
+        fsck::repair(&*meta, &report)?;
+        rounds += 1;
+        report = fsck::check(&*meta, obj.as_ref(), a.quiet)?;
+    }
+    println!(
+        "checked {} inodes, {} entries, {} chunks, {} slices, {} objects",
+        report.inodes, report.entries, report.chunks, report.slices, report.objects
+    );
+    for p in &report.problems {
+        let tag = match p.severity {
+            Severity::Error => "ERROR",
+            Severity::Garbage => "LEAKED",
+        };
+        println!("{tag} {}", p.message);
+    }
+    let errors = report.errors().count();
+    let fixable = report.errors().filter(|p| !p.fixes.is_empty()).count();
+    let leaked_bytes: u64 = report.leaked.iter().map(|o| o.size).sum();
+    if !report.leaked.is_empty() {
+        println!(
+            "{} leaked objects ({}): harmless; `unkai gc --delete {url}` deletes them",
+            report.leaked.len(),
+            super::human_bytes(leaked_bytes)
+        );
+    }
+    if errors == 0 {
+        println!("volume is consistent");
+        Ok(())
+    } else {
+        bail!(
+            "{errors} problem{} found{}",
+            if errors == 1 { "" } else { "s" },
+            if fixable > 0 {
+                format!(" ({fixable} fixable with --repair)")
+            } else {
+                String::new()
+            }
+        )
+    }
+}

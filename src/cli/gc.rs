@@ -1,0 +1,55 @@
+//! `unkai gc`: find and delete garbage objects.
+
+use std::time::Duration;
+
+use crate::admin::gc;
+use crate::volume;
+
+/// Find objects no slice references (leaked by a crash between upload and commit) and, with
+/// --delete, delete them together with the objects of dead slices whose trash period is over.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Examples:\n  unkai gc sqlite:///var/lib/unkai/vol.db              # report only\n  unkai gc --delete sqlite:///var/lib/unkai/vol.db"
+)]
+pub struct Args {
+    /// The volume's META-URL (default: the embedded default volume).
+    meta_url: Option<String>,
+    /// Delete what is found (without it, only report).
+    #[arg(long)]
+    delete: bool,
+    /// On a mounted volume, leave unreferenced objects younger than this many seconds (they
+    /// may be uploads about to be committed).
+    #[arg(long, default_value_t = 3600)]
+    min_age: u64,
+    /// No progress display.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
+    let meta = volume::open_meta(&url)?;
+    let store = volume::open_data(meta.format(), crate::data::Config::default())?;
+    let rep = gc::gc(
+        &*meta,
+        &store,
+        a.delete,
+        Duration::from_secs(a.min_age),
+        a.quiet,
+    )?;
+    let bytes: u64 = rep.leaked.iter().map(|o| o.size).sum();
+    println!(
+        "{} leaked objects ({})",
+        rep.leaked.len(),
+        super::human_bytes(bytes)
+    );
+    if a.delete {
+        println!(
+            "deleted {} leaked objects ({} left: younger than {}s on a mounted volume); reclaimed {} dead slices",
+            rep.deleted, rep.young, a.min_age, rep.reclaimed
+        );
+    } else if !rep.leaked.is_empty() {
+        println!("run with --delete to delete them");
+    }
+    Ok(())
+}

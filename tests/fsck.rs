@@ -1,0 +1,160 @@
+//! fsck finds exactly the corruption put into a volume, repairs what is safe, and gc deletes
+//! leaked objects.
+
+mod common;
+
+use common::*;
+
+fn db(vol: &Volume) -> rusqlite::Connection {
+    rusqlite::Connection::open(vol.dir.path().join("meta.db")).unwrap()
+}
+
+/// A volume with a little tree, unmounted.
+fn populated() -> Volume {
+    let vol = Volume::new();
+    let m = vol.mount();
+    std::fs::create_dir_all(m.p("a/b")).unwrap();
+    std::fs::write(m.p("a/b/big"), pattern(5 << 20, 7)).unwrap();
+    std::fs::write(m.p("a/small"), b"small").unwrap();
+    std::fs::hard_link(m.p("a/small"), m.p("link")).unwrap();
+    m.unmount();
+    vol
+}
+
+fn fsck(vol: &Volume, extra: &[&str]) -> (bool, String) {
+    let mut args = vec!["-q"];
+    args.extend_from_slice(extra);
+    let (ok, out, err) = vol.cmd("fsck", &args);
+    (ok, out + &err)
+}
+
+fn errors(out: &str) -> Vec<&str> {
+    out.lines().filter(|l| l.starts_with("ERROR")).collect()
+}
+
+#[test]
+fn clean_volume_is_consistent() {
+    let vol = populated();
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(ok, "{out}");
+    assert!(out.contains("volume is consistent"), "{out}");
+    assert!(errors(&out).is_empty(), "{out}");
+}
+
+#[test]
+fn finds_a_deleted_object_with_its_path() {
+    let vol = populated();
+    let objs = vol.objects();
+    let victim = objs
+        .iter()
+        .find(|p| p.to_string_lossy().ends_with("_0_4194304"))
+        .expect("a full block");
+    std::fs::remove_file(victim).unwrap();
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(!ok, "{out}");
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 1, "{out}");
+    assert!(
+        errs[0].contains("is missing") && errs[0].contains("/a/b/big"),
+        "{out}"
+    );
+}
+
+#[test]
+fn finds_and_repairs_a_broken_link_count() {
+    let vol = populated();
+    db(&vol)
+        .execute("UPDATE node SET nlink = 7 WHERE ino = (SELECT ino FROM edge WHERE name = CAST('small' AS BLOB))", [])
+        .unwrap();
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(!ok, "{out}");
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 1, "{out}");
+    // Either name of the hard-linked file identifies it.
+    assert!(
+        (errs[0].contains("/a/small") || errs[0].contains("/link"))
+            && errs[0].contains("is 7, should be 2"),
+        "{out}"
+    );
+    let (ok, out) = fsck(&vol, &["--repair"]);
+    assert!(ok, "{out}");
+    let m = vol.mount();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(m.p("a/small")).unwrap().nlink(), 2);
+    assert_eq!(std::fs::read(m.p("link")).unwrap(), b"small");
+}
+
+#[test]
+fn finds_dangling_entries_and_orphans() {
+    let vol = populated();
+    let c = db(&vol);
+    c.execute(
+        "INSERT INTO edge (parent, name, ino, kind) VALUES (1, CAST('ghost' AS BLOB), 99999, 1)",
+        [],
+    )
+    .unwrap();
+    // An inode no directory reaches, with a link count: goes to lost+found.
+    c.execute(
+        "INSERT INTO node (ino, kind, mode, uid, gid, nlink, length, rdev, atime, mtime, ctime, parent)
+         VALUES (88888, 1, 420, 0, 0, 1, 0, 0, 0, 0, 0, 0)",
+        [],
+    )
+    .unwrap();
+    c.execute(
+        "UPDATE counter SET value = value + 1 WHERE name = 'totalInodes'",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(!ok);
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 2, "{out}");
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("/ghost points to inode 99999")),
+        "{out}"
+    );
+    assert!(
+        errs.iter()
+            .any(|e| e.contains("inode 88888") && e.contains("no directory")),
+        "{out}"
+    );
+    let (ok, out) = fsck(&vol, &["--repair"]);
+    assert!(ok, "{out}");
+    let m = vol.mount();
+    assert!(!m.p("ghost").exists());
+    assert!(m.p("lost+found/inode-88888").exists());
+}
+
+#[test]
+fn leaked_objects_are_garbage_and_gc_deletes_them() {
+    let vol = populated();
+    let before = vol.objects().len();
+    let leak = vol.objects()[0].parent().unwrap().join("999999_0_100");
+    std::fs::write(&leak, vec![0u8; 100]).unwrap();
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(ok, "leaks alone leave the volume consistent: {out}");
+    assert!(
+        out.contains("LEAKED") && out.contains("999999_0_100"),
+        "{out}"
+    );
+    let (ok, out, err) = vol.cmd("gc", &["-q"]);
+    assert!(ok, "{out}{err}");
+    assert!(leak.exists(), "gc without --delete must not delete");
+    let (ok, out, err) = vol.cmd("gc", &["-q", "--delete"]);
+    assert!(ok, "{out}{err}");
+    assert!(!leak.exists());
+    assert_eq!(vol.objects().len(), before);
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(ok && !out.contains("LEAKED"), "{out}");
+}
+
+#[test]
+fn repair_refused_while_mounted() {
+    let vol = populated();
+    let _m = vol.mount();
+    let (ok, out) = fsck(&vol, &["--repair"]);
+    assert!(!ok);
+    assert!(out.contains("unmount it before"), "{out}");
+}
