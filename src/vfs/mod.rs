@@ -129,8 +129,10 @@ impl Vfs {
     }
 
     /// Commits the pending writes of `ino`, if any.
+    #[track_caller]
     fn flush_ino(&self, ino: Ino) -> Result<()> {
         if let Some(w) = self.writer(ino) {
+            tracing::trace!("flush inode {ino} from {}", std::panic::Location::caller());
             let mut w = w.lock();
             let before = w.buffered();
             let res = w.flush(&*self.meta, &self.store);
@@ -346,6 +348,7 @@ impl Vfs {
         {
             return sys(libc::EFBIG);
         }
+        tracing::trace!("write inode {} at {off} len {}", h.ino, data.len());
         let w = self.writer_or_new(h.ino);
         let grew = {
             let mut w = w.lock();
@@ -353,6 +356,10 @@ impl Vfs {
         };
         let total = self.buffered.fetch_add(grew, Ordering::Relaxed) + grew;
         if total > self.cfg.buffer_limit {
+            tracing::debug!(
+                "write buffers full ({total} bytes): flushing inode {}",
+                h.ino
+            );
             // Back-pressure: a writer that fills the buffers flushes its own file.
             self.flush_ino(h.ino)?;
         }
