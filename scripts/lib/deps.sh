@@ -1,0 +1,29 @@
+# Shared by the scripts: install what is missing (Debian/Ubuntu, as root).
+
+apt_install() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    echo "==> installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+}
+
+ensure_build_deps() {
+  apt_install ca-certificates curl build-essential pkg-config fuse3
+  if ! command -v cargo >/dev/null 2>&1; then
+    [ -x "$HOME/.cargo/bin/cargo" ] || {
+      echo "==> installing Rust (rustup)"
+      curl -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+    }
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+  if [ ! -e /dev/fuse ]; then
+    modprobe fuse 2>/dev/null || true
+  fi
+  [ -e /dev/fuse ] || { echo "error: /dev/fuse is missing: this machine cannot mount FUSE file systems" >&2; exit 1; }
+}

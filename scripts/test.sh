@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: unit tests, integration tests through real FUSE mounts, and the
+# peer suites (pjdfstest, fsx) against a mounted volume. Run as root on Debian/Ubuntu.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+. scripts/lib/deps.sh
+ensure_build_deps
+
+start=$(date +%s)
+echo "==> building (release)"
+cargo build --release --locked --all-targets
+
+echo "==> unit and integration tests"
+cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
+
+if [ -x scripts/peer-suites.sh ]; then
+  echo "==> peer suites"
+  scripts/peer-suites.sh
+fi
+
+echo "==> all tests passed in $(( $(date +%s) - start ))s"
