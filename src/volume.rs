@@ -135,13 +135,18 @@ pub fn open_meta(meta_url: &str) -> anyhow::Result<Arc<dyn Meta>> {
     Ok(url.open()?)
 }
 
-/// Opens the bucket a volume records, proving it usable.
+/// Opens the bucket a volume records, proving it usable. A bucket whose disk is full is
+/// still opened (with a warning): mounting is how a user gets to delete files.
 pub fn open_storage(fmt: &Format) -> anyhow::Result<ObjectStorage> {
     let obj = ObjectStorage::open(&fmt.storage, false)?;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()?;
-    rt.block_on(obj.check(&fmt.name))?;
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    match rt.block_on(obj.check(&fmt.name)) {
+        Ok(()) => {}
+        Err(e) if e.errno() == libc::ENOSPC => {
+            tracing::warn!("{e}: the bucket's disk is full; writes will fail until space is freed");
+        }
+        Err(e) => return Err(e.into()),
+    }
     Ok(obj)
 }
 

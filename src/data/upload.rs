@@ -62,6 +62,31 @@ impl SliceUpload {
         })
     }
 
+    /// Collects uploads that already finished without waiting for the others; returns the
+    /// first failure (the failed block is started again, as in `wait`).
+    pub fn poll(&mut self) -> Result<()> {
+        let mut first_err = None;
+        for (index, block, handle) in std::mem::take(&mut self.tasks) {
+            if !handle.is_finished() {
+                self.tasks.push((index, block, handle));
+                continue;
+            }
+            match self.store.block_on(handle).unwrap_or_else(|e| Err(Error::Task(e.to_string()))) {
+                Ok(key) => self.done.push(key),
+                Err(e) => {
+                    tracing::error!("block {index} of slice {} not stored: {e}", self.id);
+                    let again = self.spawn_later(index, block);
+                    self.tasks.push(again);
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        match first_err {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
     /// Waits for every block; returns the keys written. On failure the failed blocks are
     /// kept and started again by the next call.
     pub fn wait(&mut self) -> Result<Vec<String>> {
@@ -93,6 +118,20 @@ impl SliceUpload {
     fn spawn_later(&self, index: u32, block: Bytes) -> (u32, Bytes, JoinHandle<Result<String>>) {
         let handle = self.spawn(index, block.clone());
         (index, block, handle)
+    }
+
+    /// Stops every upload still running and returns the keys of all blocks that did reach
+    /// the bucket (so that the caller can delete them).
+    pub fn cancel(&mut self) -> Vec<String> {
+        for (_, _, handle) in &self.tasks {
+            handle.abort();
+        }
+        for (_, _, handle) in std::mem::take(&mut self.tasks) {
+            if let Ok(Ok(key)) = self.store.block_on(handle) {
+                self.done.push(key);
+            }
+        }
+        std::mem::take(&mut self.done)
     }
 
     /// Keys of blocks uploaded so far.

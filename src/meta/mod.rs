@@ -62,7 +62,11 @@ impl Error {
 
 impl From<rusqlite::Error> for Error {
     fn from(e: rusqlite::Error) -> Self {
-        Error::Engine(e.to_string())
+        match e.sqlite_error_code() {
+            // The disk under the database is full: the application should hear ENOSPC.
+            Some(rusqlite::ErrorCode::DiskFull) => Error::Sys(libc::ENOSPC),
+            _ => Error::Engine(e.to_string()),
+        }
     }
 }
 
@@ -446,3 +450,4 @@ pub enum Fix {
         inodes: u64,
     },
 }
+#[cfg(test)] mod tests;

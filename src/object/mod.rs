@@ -23,10 +23,12 @@ pub enum Error {
     #[error("object {0} not found")]
     NotFound(String),
     #[error("object storage {url}: {step} failed: {msg}")]
-    Unusable {
+        Unusable {
         url: String,
         step: &'static str,
         msg: String,
+        /// The errno an application would see for the failure.
+        errno: i32,
     },
     #[error("object storage: {0}")]
     Store(#[from] object_store::Error),
@@ -40,6 +42,7 @@ impl Error {
         let io = match self {
             Error::Io(e) => Some(e),
             Error::Store(object_store::Error::Generic { source, .. }) => find_io(source.as_ref()),
+                        Error::Unusable { errno, .. } => return *errno,
             _ => None,
         };
         match io.and_then(|e| e.raw_os_error()) {
@@ -104,15 +107,17 @@ impl ObjectStorage {
                 if create {
                     std::fs::create_dir_all(&dir).map_err(|e| Error::Unusable {
                         url: url.into(),
-                        step: "creating the directory",
+                                                step: "creating the directory",
                         msg: e.to_string(),
+                        errno: e.raw_os_error().unwrap_or(libc::EIO),
                     })?;
                 }
                 if !dir.is_dir() {
                     return Err(Error::Unusable {
                         url: url.into(),
                         step: "opening",
-                        msg: format!("{} is not a directory", dir.display()),
+                                                msg: format!("{} is not a directory", dir.display()),
+                        errno: libc::ENOTDIR,
                     });
                 }
                 let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)?
@@ -213,8 +218,9 @@ impl ObjectStorage {
         let key = format!("{prefix}/.probe-{}", std::process::id());
         let fail = |step: &'static str, e: Error| Error::Unusable {
             url: self.url.clone(),
-            step,
+                        step,
             msg: e.to_string(),
+            errno: e.errno(),
         };
         let body = Bytes::from_static(b"unkai probe");
         self.put(&key, body.clone())

@@ -252,10 +252,17 @@ impl Vfs {
     /// A deleted inode with no open handle has no use for pending writes.
     fn drop_writer_if_closed(&self, ino: Ino) {
         if !self.handles.any_open(ino) {
-            if let Some(w) = self.writers.lock().remove(&ino) {
-                self.buffered
-                    .fetch_sub(w.lock().buffered(), Ordering::Relaxed);
-            }
+            self.discard_writer(ino);
+        }
+    }
+
+    /// Throws away the pending writes of a deleted inode (and their uploaded blocks).
+    fn discard_writer(&self, ino: Ino) {
+        let w = self.writers.lock().remove(&ino);
+        if let Some(w) = w {
+            let mut w = w.lock();
+            self.buffered.fetch_sub(w.buffered(), Ordering::Relaxed);
+            w.discard(&self.store);
         }
     }
 
@@ -376,11 +383,18 @@ impl Vfs {
         let Some(h) = self.handles.remove(fh) else {
             return sys(libc::EBADF);
         };
+        let last = !self.handles.any_open(h.ino);
+        if last && self.writer(h.ino).is_some_and(|w| w.lock().is_dirty()) {
+            // The last close of a file deleted meanwhile: its pending data has no future.
+            if self.meta.getattr(h.ino).map(|a| a.nlink == 0).unwrap_or(true) {
+                self.discard_writer(h.ino);
+            }
+        }
         let res = self.flush_ino(h.ino);
         if let Err(e) = &res {
             tracing::error!("inode {}: writes could not be stored at close: {e}", h.ino);
         }
-        if !self.handles.any_open(h.ino) {
+        if last {
             let mut writers = self.writers.lock();
             if writers.get(&h.ino).is_some_and(|w| !w.lock().is_dirty()) {
                 writers.remove(&h.ino);

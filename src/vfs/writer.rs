@@ -145,6 +145,10 @@ impl FileWriter {
             s.buf.resize(rel + data.len(), 0);
         }
         s.buf[rel..rel + data.len()].copy_from_slice(data);
+        // A block that failed to upload fails the writes that follow, not only the close.
+        if let Some(up) = &mut s.upload {
+            up.poll().map_err(Error::Data)?;
+        }
         // Upload every block that is now complete.
         let bs = store.block_size() as usize;
         while s.buf.len() - s.frozen >= bs {
@@ -238,6 +242,26 @@ impl FileWriter {
         self.end = 0;
         self.bytes = 0;
         Ok(())
+    }
+
+        /// Drops everything pending (the file is gone) and deletes the blocks already uploaded.
+    pub fn discard(&mut self, store: &DataStore) {
+        let mut keys = Vec::new();
+        for slices in self.chunks.values_mut() {
+            for s in slices.iter_mut() {
+                if let Some(up) = &mut s.upload {
+                    keys.extend(up.cancel());
+                }
+            }
+        }
+        for k in &keys {
+            if let Err(e) = store.block_on(store.storage().delete(k)) {
+                tracing::warn!("deleting {k} of a discarded write: {e}");
+            }
+        }
+        self.chunks.clear();
+        self.end = 0;
+        self.bytes = 0;
     }
 
     /// Takes the keys uploaded since the last call (to fsync them).

@@ -1,0 +1,74 @@
+//! A full local disk: ENOSPC reaches the application, nothing half-written is committed, and
+//! the volume stays consistent.
+
+mod common;
+
+use common::*;
+use std::io::Write;
+
+/// A small tmpfs, unmounted on drop.
+struct SmallDisk {
+    path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn new(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &path,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={size}").as_str()),
+        )
+        .expect("mount tmpfs");
+        SmallDisk { path, _dir: dir }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+#[test]
+fn full_bucket_disk_gives_enospc_and_commits_nothing() {
+    let disk = SmallDisk::new("8m");
+    let storage = format!("file://{}/bucket", disk.path.display());
+    let vol = Volume::with_args(&["--storage", &storage, "--block-size", "1M"]);
+    let m = vol.mount();
+    std::fs::write(m.p("fits"), pattern(1 << 20, 1)).unwrap();
+
+    // 32 MiB cannot fit in 8 MiB: some write or the close must fail with ENOSPC.
+    let res = (|| -> std::io::Result<()> {
+        let mut f = std::fs::File::create(m.p("toobig"))?;
+        for i in 0..32 {
+            f.write_all(&pattern(1 << 20, 100 + i))?;
+        }
+        f.sync_all()?;
+        drop(f);
+        Ok(())
+    })();
+    let err = res.expect_err("writing 32 MiB into 8 MiB must fail");
+    assert_eq!(errno(&err), libc::ENOSPC, "{err}");
+
+    // What fit before is intact; deleting the failed file frees its buffers.
+    assert_eq!(std::fs::read(m.p("fits")).unwrap(), pattern(1 << 20, 1));
+    std::fs::remove_file(m.p("toobig")).unwrap();
+    m.unmount();
+
+    // Nothing of the failed file was committed.
+    let m = vol.mount();
+    assert!(!m.p("toobig").exists());
+    assert_eq!(std::fs::read(m.p("fits")).unwrap(), pattern(1 << 20, 1));
+    drop(m);
+    let (ok, out, err) = vol.cmd("fsck", &["-q"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = vol.cmd("gc", &["-q", "--delete"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, _) = vol.cmd("fsck", &["-q"]);
+    assert!(ok && !out.contains("LEAKED"), "{out}");
+}
