@@ -125,7 +125,17 @@ fn file_attr(a: &Attr) -> FileAttr {
 fn set_time(t: TimeOrNow) -> SetTime {
     match t {
         TimeOrNow::Now => SetTime::Now,
-        TimeOrNow::SpecificTime(t) => SetTime::At(nanos(t)),
+        TimeOrNow::SpecificTime(t) => SetTime::At(setattr_nanos(t)),
+    }
+}
+
+/// The time a SETATTR request carries. fuser 0.18 builds a time before 1970 from the kernel's
+/// (secs < 0, nsecs) as `EPOCH - (-secs s + nsecs ns)` instead of `EPOCH - (-secs s) + nsecs
+/// ns`; undo that here so that 1969-12-31 23:59:59.5 stays what it is.
+fn setattr_nanos(t: SystemTime) -> Nanos {
+    match UNIX_EPOCH.duration_since(t) {
+        Ok(d) if !d.is_zero() => -(d.as_secs() as i64 * 1_000_000_000) + d.subsec_nanos() as i64,
+        _ => nanos(t),
     }
 }
 

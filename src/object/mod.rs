@@ -202,7 +202,12 @@ impl ObjectStorage {
         let mut dirs = std::collections::BTreeSet::new();
         for k in keys {
             let p = root.join(k);
-            std::fs::File::open(&p)?.sync_all()?;
+            match std::fs::File::open(&p) {
+                Ok(f) => f.sync_all()?,
+                // Deleted since it was written (its slice was truncated away or compacted).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e.into()),
+            }
             if let Some(d) = p.parent() {
                 dirs.insert(d.to_path_buf());
             }
