@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Runs the peer test suites against a freshly mounted volume and prints their results:
+#   - pjdfstest (the Rust port, crate `pjdfstest`): must report 0 failures;
+#   - fsx (crate `fsx`): FSX_OPS operations (default 100000) with every operation enabled;
+#   - then `unkai fsck` must find the volume consistent.
+# Run as root after `cargo build --release`. Tools install once into $UNKAI_TOOLS.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/deps.sh
+
+BIN="$PWD/target/release/unkai"
+[ -x "$BIN" ] || cargo build --release --locked
+TOOLS="${UNKAI_TOOLS:-$HOME/.cache/unkai-tools}"
+export PATH="$TOOLS/bin:$PATH"
+
+if ! command -v pjdfstest >/dev/null || ! command -v fsx >/dev/null; then
+  apt_install libacl1-dev acl
+  echo "==> installing pjdfstest and fsx into $TOOLS"
+  cargo install --locked --quiet --root "$TOOLS" pjdfstest fsx
+fi
+
+work=$(mktemp -d /tmp/unkai-peer.XXXXXX)
+mnt="$work/mnt"
+mkdir -p "$mnt" "$work/second"
+cleanup() {
+  if grep -q " $mnt fuse" /proc/mounts; then
+    "$BIN" umount "$mnt" >/dev/null 2>&1 || umount -l "$mnt" || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+meta="sqlite://$work/meta.db"
+"$BIN" format "$meta" peer >/dev/null
+"$BIN" mount -d --log "$work/mount.log" "$meta" "$mnt"
+
+echo "==> pjdfstest (Rust port)"
+mkdir "$mnt/pjd"
+pjdfstest -c scripts/peer/pjdfstest.toml -p "$mnt/pjd" -s "$work/second" > "$work/pjd.out" 2>&1 || true
+grep -v ' ok$' "$work/pjd.out" | grep -v '^$' | tail -n 40
+summary=$(grep '^Summary:' "$work/pjd.out" || true)
+echo "pjdfstest: ${summary:-no summary (crashed?)}"
+case "$summary" in
+  "Summary: 0 failed"*) ;;
+  *) echo "pjdfstest failed; log: $work/mount.log"; tail -20 "$work/mount.log"; exit 1 ;;
+esac
+
+ops="${FSX_OPS:-100000}"
+seed="${FSX_SEED:-$(( $(date +%s) % 100000 ))}"
+echo "==> fsx: $ops operations, seed $seed"
+mkdir "$mnt/fsx"
+if ! fsx -f scripts/peer/fsx.toml -N "$ops" -S "$seed" -P "$work" "$mnt/fsx/file" > "$work/fsx.out" 2>&1; then
+  tail -40 "$work/fsx.out"
+  echo "fsx failed (seed $seed); log: $work/mount.log"
+  exit 1
+fi
+tail -n 1 "$work/fsx.out"
+
+"$BIN" umount "$mnt" >/dev/null
+echo "==> fsck after the peer suites"
+"$BIN" fsck -q "$meta"
