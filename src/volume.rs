@@ -139,7 +139,9 @@ pub fn open_meta(meta_url: &str) -> anyhow::Result<Arc<dyn Meta>> {
 /// still opened (with a warning): mounting is how a user gets to delete files.
 pub fn open_storage(fmt: &Format) -> anyhow::Result<ObjectStorage> {
     let obj = ObjectStorage::open(&fmt.storage, false)?;
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     match rt.block_on(obj.check(&fmt.name)) {
         Ok(()) => {}
         Err(e) if e.errno() == libc::ENOSPC => {

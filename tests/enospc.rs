@@ -72,3 +72,39 @@ fn full_bucket_disk_gives_enospc_and_commits_nothing() {
     let (ok, out, _) = vol.cmd("fsck", &["-q"]);
     assert!(ok && !out.contains("LEAKED"), "{out}");
 }
+
+#[test]
+fn read_only_bucket_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    nix::mount::mount(
+        Some("tmpfs"),
+        &ro,
+        Some("tmpfs"),
+        nix::mount::MsFlags::MS_RDONLY,
+        Some("size=1m"),
+    )
+    .expect("mount read-only tmpfs");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(&self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let _guard = Unmount(ro.clone());
+    let meta = format!("sqlite://{}/meta.db", dir.path().display());
+    let storage = format!("file://{}", ro.display());
+    let (ok, out, err) = run(&["format", "--storage", &storage, &meta, "rovol"]);
+    assert!(!ok, "{out}");
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].starts_with("unkai: error:") && lines[0].contains(&storage),
+        "{err}"
+    );
+    assert!(err.contains("Read-only file system"), "{err}");
+    // Nothing was created: the volume is still unformatted.
+    let (ok, _, err) = run(&["status", &meta]);
+    assert!(!ok && err.contains("not formatted"), "{err}");
+}

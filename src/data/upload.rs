@@ -71,7 +71,11 @@ impl SliceUpload {
                 self.tasks.push((index, block, handle));
                 continue;
             }
-            match self.store.block_on(handle).unwrap_or_else(|e| Err(Error::Task(e.to_string()))) {
+            match self
+                .store
+                .block_on(handle)
+                .unwrap_or_else(|e| Err(Error::Task(e.to_string())))
+            {
                 Ok(key) => self.done.push(key),
                 Err(e) => {
                     tracing::error!("block {index} of slice {} not stored: {e}", self.id);

@@ -450,4 +450,5 @@ pub enum Fix {
         inodes: u64,
     },
 }
-#[cfg(test)] mod tests;
+#[cfg(test)]
+mod tests;

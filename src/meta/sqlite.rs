@@ -1206,7 +1206,7 @@ impl Meta for SqliteMeta {
                 return fail(libc::ENOTDIR);
             }
             let mut out = Vec::new();
-            if cookie < 1 {
+            if cookie < 1 && out.len() < limit {
                 out.push(DirEntry {
                     name: b".".to_vec(),
                     ino,
@@ -1215,7 +1215,7 @@ impl Meta for SqliteMeta {
                     attr: plus.then(|| dir.clone()),
                 });
             }
-            if cookie < 2 {
+            if cookie < 2 && out.len() < limit {
                 let pino = dir.parent.max(ROOT_INO);
                 let pattr = if plus { Some(get_node(c, pino)?) } else { None };
                 out.push(DirEntry {
@@ -1226,8 +1226,11 @@ impl Meta for SqliteMeta {
                     attr: pattr,
                 });
             }
-            let after = cookie.saturating_sub(2) as i64;
             let want = limit.saturating_sub(out.len()) as i64;
+            if want == 0 {
+                return Ok(out);
+            }
+            let after = cookie.saturating_sub(2) as i64;
             if plus {
                 let sql = format!(
                     "SELECT e.id, e.name, {NODE_COLS} FROM edge e JOIN node n ON n.ino = e.ino

@@ -366,6 +366,23 @@ fn create_then_open_has_root() {
         assert_eq!((l[1].name.as_slice(), l[1].ino), (&b".."[..], ROOT_INO));
         let u = m.usage().unwrap();
         assert_eq!((u.inodes, u.used_bytes, u.slices), (1, 0, 0));
+        assert!(m.sessions().unwrap().is_empty());
+    }
+}
+
+#[test]
+fn open_refuses_a_newer_schema() {
+    for b in backends() {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        let mut fmt = test_format("future");
+        fmt.schema = SCHEMA_VERSION + 1;
+        (place.create)(&fmt, false).unwrap();
+        match (place.open)() {
+            Err(Error::Refused(msg)) => assert!(msg.contains("schema"), "{msg}"),
+            Err(e) => panic!("expected Refused, got {e:?}"),
+            Ok(_) => panic!("a volume of a newer schema opened"),
+        }
     }
 }
 
@@ -848,6 +865,8 @@ fn unlinked_open_file_lives_until_close() {
         assert!(!r.contains_key(&s) && !r.contains_key(&s2), "{r:?}");
         assert_eq!(m.usage().unwrap().inodes, inodes - 1);
         assert_eq!(m.usage().unwrap().used_bytes, 0);
+        // Opening a missing inode fails.
+        assert_errno(m.open(999_999), libc::ENOENT);
         // A close of a file that is still linked keeps it.
         let h = mkfile(m, ROOT_INO, "h");
         m.open(h.ino).unwrap();
@@ -1841,6 +1860,32 @@ fn copy_range_references_source_slices() {
             .copy_range(&CTX, src.ino, 50_000, tail.ino, 0, 100)
             .unwrap();
         assert_eq!(n, 0);
+        // A source ending in a hole (fallocate) copied over data: the hole becomes zeros.
+        let src2 = mkfile(m, ROOT_INO, "src2");
+        let s3 = write(m, src2.ino, 0, 4096);
+        m.fallocate(&CTX, src2.ino, FallocMode::default(), 0, 16384)
+            .unwrap();
+        // ...and a punched hole (a zero record) inside its data.
+        let punch = FallocMode {
+            punch_hole: true,
+            keep_size: true,
+            ..Default::default()
+        };
+        m.fallocate(&CTX, src2.ino, punch, 1000, 1000).unwrap();
+        let dst2 = mkfile(m, ROOT_INO, "dst2");
+        let dd2 = write(m, dst2.ino, 0, 20_000);
+        let (n, a) = m.copy_range(&CTX, src2.ino, 0, dst2.ino, 0, 16384).unwrap();
+        assert_eq!((n, a.length), (16384, 20_000));
+        assert_eq!(
+            extents(m, dst2.ino, 0, 20_000),
+            vec![
+                (0, 1000, s3, 0),
+                (1000, 1000, 0, 0),
+                (2000, 2096, s3, 2000),
+                (4096, 12288, 0, 0),
+                (16384, 20_000 - 16384, dd2, 16384)
+            ]
+        );
         // Past the destination's end: a hole before the copy.
         let far = mkfile(m, ROOT_INO, "far");
         let (n, a) = m
@@ -2034,6 +2079,26 @@ fn replace_slices_compaction() {
         assert!(m.replace_slices(h.ino, 0, &hr, &[]).unwrap());
         assert!(m.read_chunk(h.ino, 0).unwrap().is_empty());
         assert!(dead_ids(m).contains(&s));
+        // A slice both in the old and the new records never dies on the way.
+        let k = mkfile(m, ROOT_INO, "k");
+        let p = write(m, k.ino, 0, 4096);
+        let q = write(m, k.ino, 0, 100);
+        let kr = m.read_chunk(k.ino, 0).unwrap();
+        let trimmed = SliceRec {
+            pos: 100,
+            off: 100,
+            len: 3996,
+            ..kr[0]
+        };
+        assert!(m.replace_slices(k.ino, 0, &kr, &[kr[1], trimmed]).unwrap());
+        let r = refs(m);
+        assert_eq!((r.get(&p), r.get(&q)), (Some(&1), Some(&1)), "{r:?}");
+        let dead = dead_ids(m);
+        assert!(!dead.contains(&p) && !dead.contains(&q), "{dead:?}");
+        assert_eq!(
+            extents(m, k.ino, 0, 4096),
+            vec![(0, 100, q, 0), (100, 3996, p, 100)]
+        );
     });
 }
 
@@ -2190,6 +2255,10 @@ fn xattrs() {
             .unwrap();
         assert_eq!(m.get_xattr(d.ino, b"user.a").unwrap(), b"dir");
         assert_errno(m.get_xattr(f.ino, b"user.a"), libc::ENODATA);
+        assert_errno(
+            m.set_xattr(&CTX, d.ino, b"", b"x", XattrSet::Any),
+            libc::EINVAL,
+        );
         // Missing inode.
         assert_errno(m.get_xattr(999_999, b"user.a"), libc::ENOENT);
         assert_errno(m.list_xattr(999_999), libc::ENOENT);
@@ -2401,6 +2470,68 @@ fn usage_counters() {
 // ---------------------------------------------------------------------------------------------
 // Concurrency
 // ---------------------------------------------------------------------------------------------
+
+/// Two clients of one volume (two engine instances, as two mounts or a mount and fsck would
+/// be) writing at once: no "database is locked", no inode number given twice.
+#[test]
+fn concurrent_clients_on_one_volume() {
+    for b in backends() {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        (place.create)(&test_format("vol"), false).unwrap();
+        let clients: Vec<Arc<dyn Meta>> = (0..2)
+            .map(|i| {
+                let m = (place.open)().unwrap();
+                m.new_session(session_info(&format!("/mnt/{i}"))).unwrap();
+                m
+            })
+            .collect();
+        let d = mkdir(&*clients[0], ROOT_INO, "d");
+        let unexpected = parking_lot::Mutex::new(Vec::<String>::new());
+        let inos = parking_lot::Mutex::new(HashMap::<Ino, String>::new());
+        std::thread::scope(|sc| {
+            for (ci, m) in clients.iter().enumerate() {
+                for t in 0..4 {
+                    let (m, unexpected, inos) = (m.clone(), &unexpected, &inos);
+                    sc.spawn(move || {
+                        for i in 0..100 {
+                            let name = format!("c{ci}-t{t}-{i}");
+                            match m.mknod(&CTX, d.ino, name.as_bytes(), Kind::File, 0o644, 0, None)
+                            {
+                                Ok(a) => {
+                                    if let Some(other) = inos.lock().insert(a.ino, name.clone()) {
+                                        unexpected.lock().push(format!(
+                                            "inode {} given to {other} and {name}",
+                                            a.ino
+                                        ));
+                                    }
+                                }
+                                Err(e) => unexpected.lock().push(format!("mknod {name}: {e:?}")),
+                            }
+                            if i % 2 == 0 {
+                                if let Err(e) = m.unlink(&CTX, d.ino, name.as_bytes()) {
+                                    unexpected.lock().push(format!("unlink {name}: {e:?}"));
+                                }
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let unexpected = unexpected.into_inner();
+        assert!(
+            unexpected.is_empty(),
+            "{} unexpected outcomes, e.g. {:?}",
+            unexpected.len(),
+            &unexpected[..unexpected.len().min(10)]
+        );
+        // Both clients see the same 400 survivors.
+        for m in &clients {
+            assert_eq!(listing(&**m, d.ino).len(), 2 + 400);
+            assert_eq!(m.usage().unwrap().inodes, 2 + 400);
+        }
+    }
+}
 
 #[test]
 fn concurrent_mknod_unlink() {

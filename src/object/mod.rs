@@ -23,7 +23,7 @@ pub enum Error {
     #[error("object {0} not found")]
     NotFound(String),
     #[error("object storage {url}: {step} failed: {msg}")]
-        Unusable {
+    Unusable {
         url: String,
         step: &'static str,
         msg: String,
@@ -42,7 +42,7 @@ impl Error {
         let io = match self {
             Error::Io(e) => Some(e),
             Error::Store(object_store::Error::Generic { source, .. }) => find_io(source.as_ref()),
-                        Error::Unusable { errno, .. } => return *errno,
+            Error::Unusable { errno, .. } => return *errno,
             _ => None,
         };
         match io.and_then(|e| e.raw_os_error()) {
@@ -107,7 +107,7 @@ impl ObjectStorage {
                 if create {
                     std::fs::create_dir_all(&dir).map_err(|e| Error::Unusable {
                         url: url.into(),
-                                                step: "creating the directory",
+                        step: "creating the directory",
                         msg: e.to_string(),
                         errno: e.raw_os_error().unwrap_or(libc::EIO),
                     })?;
@@ -116,7 +116,7 @@ impl ObjectStorage {
                     return Err(Error::Unusable {
                         url: url.into(),
                         step: "opening",
-                                                msg: format!("{} is not a directory", dir.display()),
+                        msg: format!("{} is not a directory", dir.display()),
                         errno: libc::ENOTDIR,
                     });
                 }
@@ -223,7 +223,7 @@ impl ObjectStorage {
         let key = format!("{prefix}/.probe-{}", std::process::id());
         let fail = |step: &'static str, e: Error| Error::Unusable {
             url: self.url.clone(),
-                        step,
+            step,
             msg: e.to_string(),
             errno: e.errno(),
         };

@@ -386,7 +386,12 @@ impl Vfs {
         let last = !self.handles.any_open(h.ino);
         if last && self.writer(h.ino).is_some_and(|w| w.lock().is_dirty()) {
             // The last close of a file deleted meanwhile: its pending data has no future.
-            if self.meta.getattr(h.ino).map(|a| a.nlink == 0).unwrap_or(true) {
+            if self
+                .meta
+                .getattr(h.ino)
+                .map(|a| a.nlink == 0)
+                .unwrap_or(true)
+            {
                 self.discard_writer(h.ino);
             }
         }

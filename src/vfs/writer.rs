@@ -244,7 +244,7 @@ impl FileWriter {
         Ok(())
     }
 
-        /// Drops everything pending (the file is gone) and deletes the blocks already uploaded.
+    /// Drops everything pending (the file is gone) and deletes the blocks already uploaded.
     pub fn discard(&mut self, store: &DataStore) {
         let mut keys = Vec::new();
         for slices in self.chunks.values_mut() {
@@ -267,5 +267,162 @@ impl FileWriter {
     /// Takes the keys uploaded since the last call (to fsync them).
     pub fn take_unsynced(&mut self) -> Vec<String> {
         std::mem::take(&mut self.unsynced)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::data::{Config, DataStore};
+    use crate::meta::format::SCHEMA_VERSION;
+    use crate::meta::sqlite::SqliteMeta;
+    use crate::meta::{Ctx, Format, Kind, ROOT_INO, SessionInfo, slice};
+    use crate::object::ObjectStorage;
+
+    /// A volume with a 64 KiB block size on memory:// storage, and one empty file.
+    fn setup() -> (tempfile::TempDir, Arc<dyn Meta>, DataStore, Ino) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        let fmt = Format {
+            name: "w".into(),
+            uuid: "u".into(),
+            storage: "memory://".into(),
+            block_size: 64 << 10,
+            trash_days: 0,
+            capacity: 0,
+            created: 0,
+            schema: SCHEMA_VERSION,
+        };
+        SqliteMeta::create(&path, "sqlite://x", &fmt, false).unwrap();
+        let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://x").unwrap());
+        meta.new_session(SessionInfo {
+            host: "h".into(),
+            pid: 1,
+            mountpoint: "/m".into(),
+            version: "t".into(),
+            started: 0,
+            heartbeat: 0,
+            id: 0,
+        })
+        .unwrap();
+        let store = DataStore::new(
+            ObjectStorage::open("memory://", false).unwrap(),
+            fmt,
+            Config::default(),
+        )
+        .unwrap();
+        let f = meta
+            .mknod(&Ctx::ROOT, ROOT_INO, b"f", Kind::File, 0o644, 0, None)
+            .unwrap();
+        (dir, meta, store, f.ino)
+    }
+
+    fn committed(meta: &dyn Meta, store: &DataStore, ino: Ino) -> Vec<u8> {
+        let len = meta.getattr(ino).unwrap().length as usize;
+        let mut buf = vec![0u8; len];
+        crate::vfs::reader::read_committed(meta, store, ino, 0, &mut buf, true).unwrap();
+        buf
+    }
+
+    #[test]
+    fn sequential_writes_make_one_slice() {
+        let (_d, meta, store, ino) = setup();
+        let mut w = FileWriter::new(ino);
+        let data: Vec<u8> = (0..200_000u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        for part in data.chunks(4096) {
+            let off = (part.as_ptr() as usize - data.as_ptr() as usize) as u64;
+            w.write(&*meta, &store, off, part, 1).unwrap();
+        }
+        assert_eq!(w.pending_end(), Some(200_000));
+        w.flush(&*meta, &store).unwrap();
+        assert!(!w.is_dirty());
+        let recs = meta.read_chunk(ino, 0).unwrap();
+        assert_eq!(recs.len(), 1, "{recs:?}");
+        assert_eq!(committed(&*meta, &store, ino), data);
+        assert_eq!(meta.getattr(ino).unwrap().mtime, 1);
+    }
+
+    #[test]
+    fn overwrites_join_the_unsent_tail_and_overlay_reads() {
+        let (_d, meta, store, ino) = setup();
+        let mut w = FileWriter::new(ino);
+        w.write(&*meta, &store, 0, &[1u8; 1000], 1).unwrap();
+        w.write(&*meta, &store, 500, &[2u8; 100], 2).unwrap(); // inside the unsent tail: joins
+        w.write(&*meta, &store, 5000, &[3u8; 10], 3).unwrap(); // a gap: a new slice
+        let mut buf = vec![0u8; 5010];
+        w.overlay(0, &mut buf);
+        assert_eq!(&buf[..500], &[1u8; 500][..]);
+        assert_eq!(&buf[500..600], &[2u8; 100][..]);
+        assert_eq!(&buf[600..1000], &[1u8; 400][..]);
+        assert_eq!(&buf[1000..5000], &[0u8; 4000][..]);
+        assert_eq!(&buf[5000..], &[3u8; 10][..]);
+        w.flush(&*meta, &store).unwrap();
+        assert_eq!(meta.read_chunk(ino, 0).unwrap().len(), 2);
+        assert_eq!(committed(&*meta, &store, ino), buf);
+    }
+
+    #[test]
+    fn a_write_under_a_newer_slice_starts_its_own() {
+        let (_d, meta, store, ino) = setup();
+        let mut w = FileWriter::new(ino);
+        w.write(&*meta, &store, 0, &[1u8; 100], 1).unwrap();
+        w.write(&*meta, &store, 50, &[2u8; 100], 2).unwrap(); // joins slice 1 (its tail)
+        w.write(&*meta, &store, 200, &[3u8; 10], 3).unwrap(); // new slice B at 200
+        // Overlaps B's range start? No: [100, 250) overlaps B, so it must not join slice 1.
+        w.write(&*meta, &store, 100, &[4u8; 150], 4).unwrap();
+        let mut want = vec![1u8; 50];
+        want.extend([2u8; 50]);
+        want.extend([4u8; 150]);
+        let mut buf = vec![0u8; 250];
+        w.overlay(0, &mut buf);
+        assert_eq!(buf, want);
+        w.flush(&*meta, &store).unwrap();
+        assert_eq!(committed(&*meta, &store, ino), want);
+    }
+
+    #[test]
+    fn full_blocks_upload_before_flush_and_freeze() {
+        let (_d, meta, store, ino) = setup();
+        let mut w = FileWriter::new(ino);
+        let bs = 64 << 10;
+        w.write(&*meta, &store, 0, &vec![7u8; bs + 10], 1).unwrap();
+        // The first block is frozen: rewriting inside it starts a new slice.
+        w.write(&*meta, &store, 10, &[8u8; 10], 2).unwrap();
+        w.flush(&*meta, &store).unwrap();
+        let view = slice::build_view(&meta.read_chunk(ino, 0).unwrap());
+        assert_eq!(view.len(), 3, "{view:?}");
+        let data = committed(&*meta, &store, ino);
+        assert_eq!(&data[10..20], &[8u8; 10]);
+        assert_eq!(data.len(), bs + 10);
+        assert!(data[..10].iter().chain(&data[20..]).all(|b| *b == 7));
+    }
+
+    #[test]
+    fn writes_across_chunk_boundaries_split() {
+        let (_d, meta, store, ino) = setup();
+        let mut w = FileWriter::new(ino);
+        let off = CHUNK_SIZE - 100;
+        w.write(&*meta, &store, off, &[9u8; 300], 1).unwrap();
+        w.flush(&*meta, &store).unwrap();
+        assert_eq!(meta.read_chunk(ino, 0).unwrap().len(), 1);
+        assert_eq!(meta.read_chunk(ino, 1).unwrap().len(), 1);
+        assert_eq!(meta.getattr(ino).unwrap().length, off + 300);
+    }
+
+    #[test]
+    fn discard_deletes_uploaded_blocks() {
+        let (_d, meta, store, ino) = setup();
+        let mut w = FileWriter::new(ino);
+        w.write(&*meta, &store, 0, &vec![1u8; 3 * (64 << 10)], 1)
+            .unwrap();
+        w.discard(&store);
+        assert!(!w.is_dirty());
+        let left = store.block_on(store.storage().list("w")).unwrap();
+        assert!(left.is_empty(), "{left:?}");
+        assert_eq!(meta.getattr(ino).unwrap().length, 0);
     }
 }
