@@ -148,6 +148,12 @@ impl Vfs {
         if a.kind == Kind::File {
             if let Some(w) = self.writer(a.ino) {
                 let w = w.lock();
+                // `a` was read before the lock: a flush may have committed (and cleared the
+                // writer) in between, so read the committed attributes again under the lock.
+                match self.meta.getattr(a.ino) {
+                    Ok(fresh) => a = fresh,
+                    Err(e) => tracing::debug!("re-reading inode {}: {e}", a.ino),
+                }
                 if let Some(end) = w.pending_end() {
                     a.length = a.length.max(end);
                 }
@@ -357,11 +363,17 @@ impl Vfs {
         }
         tracing::trace!("write inode {} at {off} len {}", h.ino, data.len());
         let w = self.writer_or_new(h.ino);
-        let grew = {
+        let total = {
+            // The counter moves only under the writer's lock, as in flush: so it can never be
+            // taken below zero by a flush that already counts bytes not yet added.
             let mut w = w.lock();
-            w.write(&*self.meta, &self.store, off, data, now_nanos())?
+            let before = w.buffered();
+            let res = w.write(&*self.meta, &self.store, off, data, now_nanos());
+            let grew = w.buffered() - before;
+            let total = self.buffered.fetch_add(grew, Ordering::Relaxed) + grew;
+            res?;
+            total
         };
-        let total = self.buffered.fetch_add(grew, Ordering::Relaxed) + grew;
         if total > self.cfg.buffer_limit {
             tracing::debug!(
                 "write buffers full ({total} bytes): flushing inode {}",

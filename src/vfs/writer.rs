@@ -78,7 +78,7 @@ impl FileWriter {
         self.bytes
     }
 
-    /// Buffers `data` at `off`. Returns the growth of the buffer in bytes.
+    /// Buffers `data` at `off` (the buffer grows by what `buffered()` then shows).
     pub fn write(
         &mut self,
         meta: &dyn Meta,
@@ -86,8 +86,7 @@ impl FileWriter {
         off: u64,
         data: &[u8],
         now: Nanos,
-    ) -> Result<usize> {
-        let before = self.bytes;
+    ) -> Result<()> {
         let mut done = 0usize;
         while done < data.len() {
             let at = off + done as u64;
@@ -99,7 +98,7 @@ impl FileWriter {
         }
         self.end = self.end.max(off + data.len() as u64);
         self.mtime = now;
-        Ok(self.bytes - before)
+        Ok(())
     }
 
     fn write_chunk(
