@@ -12,7 +12,7 @@ use crate::data::{self, DataStore};
 use crate::meta::format::SCHEMA_VERSION;
 use crate::meta::url::MetaUrl;
 use crate::meta::{self, Format, Meta};
-use crate::object::ObjectStorage;
+use crate::object::{self, ObjectStorage};
 
 /// Where the embedded default volume lives: `~/.local/share/unkai/default`.
 pub fn default_dir() -> PathBuf {
@@ -37,6 +37,8 @@ pub struct FormatSpec {
     pub block_size: u32,
     pub trash_days: u32,
     pub capacity: u64,
+    /// Spread keys over 256 hashed prefixes (S3 partitions).
+    pub hash_prefix: bool,
     pub force: bool,
 }
 
@@ -97,7 +99,16 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(obj.check(&spec.name))?;
+    if let Err(e) = rt.block_on(obj.check(&spec.name)) {
+        if !object::is_missing_bucket(&e) {
+            return Err(e.into());
+        }
+        // The bucket does not exist: create it if the backend and credentials allow.
+        rt.block_on(obj.create_bucket())
+            .map_err(|why| anyhow::anyhow!("{e}; creating the bucket failed too: {why}"))?;
+        eprintln!("unkai: created the bucket of {}", spec.storage);
+        rt.block_on(obj.check(&spec.name))?;
+    }
     let fmt = Format {
         name: spec.name.clone(),
         uuid: uuid(),
@@ -107,6 +118,8 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         capacity: spec.capacity,
         created: meta::now_nanos(),
         schema: SCHEMA_VERSION,
+        checksums: true,
+        hash_prefix: spec.hash_prefix,
     };
     match &url {
         MetaUrl::Sqlite(path) => {
@@ -169,6 +182,7 @@ pub fn ensure_default() -> anyhow::Result<String> {
             block_size: 4 << 20,
             trash_days: 0,
             capacity: 0,
+            hash_prefix: false,
             force: false,
         };
         format(&url, &spec).context("creating the default volume")?;

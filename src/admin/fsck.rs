@@ -490,7 +490,10 @@ pub fn check(
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let listed = rt.block_on(obj.list(&fmt.chunks_prefix()))?;
+        let mut listed = Vec::new();
+        for prefix in fmt.chunks_prefixes() {
+            listed.extend(rt.block_on(obj.list(&prefix))?);
+        }
         pb.finish_and_clear();
         r.objects = listed.len() as u64;
         let sizes: HashMap<&str, u64> = listed.iter().map(|o| (o.key.as_str(), o.size)).collect();
@@ -500,12 +503,13 @@ pub fn check(
             for (i, len) in fmt.blocks_of(*size) {
                 let key = fmt.block_key(*id, i, len);
                 match sizes.get(key.as_str()) {
-                    Some(s) if *s == len as u64 => {}
+                    Some(s) if *s == fmt.object_size(len) => {}
                     Some(s) => err(
                         &mut r,
                         format!(
-                            "object {key} of {} is {s} bytes, should be {len}",
-                            names.path(owner[id])
+                            "object {key} of {} is {s} bytes, should be {}",
+                            names.path(owner[id]),
+                            fmt.object_size(len)
                         ),
                         vec![],
                     ),

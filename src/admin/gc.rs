@@ -45,7 +45,10 @@ pub fn gc(
         }
     }
     let fmt = meta.format().clone();
-    let listed = store.block_on(store.storage().list(&fmt.chunks_prefix()))?;
+    let mut listed = Vec::new();
+    for prefix in fmt.chunks_prefixes() {
+        listed.extend(store.block_on(store.storage().list(&prefix))?);
+    }
     let live: HashMap<u64, (u32, u32)> = meta
         .all_slices()?
         .into_iter()

@@ -29,6 +29,10 @@ pub struct Args {
     /// or unlimited).
     #[arg(long)]
     capacity: Option<String>,
+    /// Start object keys with a hashed prefix (00/ to ff/), so that a busy volume spreads over
+    /// many S3 partitions instead of hitting one.
+    #[arg(long)]
+    hash_prefix: bool,
     /// Erase an existing volume at META-URL and create a new one. Its metadata is lost.
     #[arg(long)]
     force: bool,
@@ -58,6 +62,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
         trash_days: a.trash_days,
         capacity,
+        hash_prefix: a.hash_prefix,
         force: a.force,
     };
     let fmt = volume::format(&a.meta_url, &spec)?;

@@ -8,6 +8,7 @@
 //! Not for: which slice holds which byte of a file (that is `meta`), or buffering writes
 //! (that is `vfs::writer`).
 
+pub mod block;
 pub mod cache;
 pub mod upload;
 
@@ -26,12 +27,8 @@ pub use upload::SliceUpload;
 pub enum Error {
     #[error(transparent)]
     Object(#[from] object::Error),
-    #[error("block {key} is {got} bytes, expected {want}")]
-    BadLength {
-        key: String,
-        got: usize,
-        want: usize,
-    },
+    #[error("block {key} is damaged in the bucket ({problem}), even when fetched again")]
+    Corrupt { key: String, problem: String },
     #[error("upload task failed: {0}")]
     Task(String),
 }
@@ -52,8 +49,6 @@ pub type Result<T> = std::result::Result<T, Error>;
 pub struct Config {
     /// Bytes of blocks kept in memory.
     pub cache_bytes: usize,
-    /// Upload attempts before a block's upload is reported failed.
-    pub put_attempts: u32,
     /// Threads of the I/O runtime.
     pub io_threads: usize,
 }
@@ -62,7 +57,6 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cache_bytes: 256 << 20,
-            put_attempts: 4,
             io_threads: 4,
         }
     }
@@ -72,7 +66,6 @@ pub(crate) struct Shared {
     pub(crate) obj: ObjectStorage,
     pub(crate) format: Format,
     pub(crate) cache: cache::MemoryCache,
-    pub(crate) cfg: Config,
 }
 
 /// Reads and writes blocks. Cheap to clone (shared inside).
@@ -103,7 +96,6 @@ impl DataStore {
                 obj,
                 cache: cache::MemoryCache::new(cfg.cache_bytes),
                 format,
-                cfg,
             }),
             rt: Arc::new(rt),
         })
@@ -206,40 +198,62 @@ async fn fetch(
     if let Some(b) = shared.cache.get(key) {
         return Ok(b.slice(range));
     }
-    let mut last = None;
+    let checksums = shared.format.checksums;
+    let mut problem = String::new();
+    // A block that fails verification is fetched once more before the read fails.
     for attempt in 0..2 {
         if attempt > 0 {
+            tracing::warn!("block {key} failed verification ({problem}); fetching it again");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if whole || range.len() * 2 >= blen {
-            let b = shared.obj.get(key).await?;
-            if b.len() != blen {
-                last = Some(Error::BadLength {
-                    key: key.into(),
-                    got: b.len(),
-                    want: blen,
-                });
-                continue;
+            let obj = shared.obj.get(key).await?;
+            let got = obj.len();
+            let data = if checksums {
+                block::decode(obj, blen)
+            } else {
+                (got == blen).then_some(obj)
+            };
+            match data {
+                Some(d) => {
+                    shared.cache.put(key, d.clone());
+                    return Ok(d.slice(range));
+                }
+                None => {
+                    problem = format!(
+                        "{got} bytes, checksums {}",
+                        if checksums { "on" } else { "off" }
+                    )
+                }
             }
-            shared.cache.put(key, b.clone());
-            return Ok(b.slice(range));
+            continue;
         }
-        let want = range.len();
+        if checksums {
+            let a = block::aligned(range.clone(), blen);
+            let s = block::sums_range(&a, blen);
+            let (d, sums) = futures::try_join!(
+                shared.obj.get_range(key, a.start as u64..a.end as u64),
+                shared.obj.get_range(key, s.start as u64..s.end as u64),
+            )?;
+            if d.len() == a.len() && block::verify(&d, &sums) {
+                return Ok(d.slice(range.start - a.start..range.end - a.start));
+            }
+            problem = format!("range {a:?}: {} bytes, checksum mismatch or short", d.len());
+            continue;
+        }
         let b = shared
             .obj
             .get_range(key, range.start as u64..range.end as u64)
             .await?;
-        if b.len() != want {
-            last = Some(Error::BadLength {
-                key: key.into(),
-                got: b.len(),
-                want,
-            });
-            continue;
+        if b.len() == range.len() {
+            return Ok(b);
         }
-        return Ok(b);
+        problem = format!("range {range:?}: {} bytes", b.len());
     }
-    Err(last.expect("an attempt failed"))
+    Err(Error::Corrupt {
+        key: key.into(),
+        problem,
+    })
 }
 
 #[cfg(test)]
@@ -257,6 +271,8 @@ mod tests {
             capacity: 0,
             created: 0,
             schema: SCHEMA_VERSION,
+            checksums: true,
+            hash_prefix: false,
         };
         let obj = ObjectStorage::open("memory://", false).unwrap();
         DataStore::new(

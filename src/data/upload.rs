@@ -4,8 +4,6 @@
 //!
 //! Not for: deciding when a block is complete (that is `vfs::writer`).
 
-use std::time::Duration;
-
 use bytes::Bytes;
 use tokio::task::JoinHandle;
 
@@ -41,24 +39,16 @@ impl SliceUpload {
     fn spawn(&self, index: u32, block: Bytes) -> JoinHandle<Result<String>> {
         let shared = self.store.shared.clone();
         let key = shared.format.block_key(self.id, index, block.len() as u32);
+        // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
-            let mut delay = Duration::from_millis(100);
-            let mut attempt = 1;
-            loop {
-                match shared.obj.put(&key, block.clone()).await {
-                    Ok(()) => {
-                        shared.cache.put(&key, block);
-                        return Ok(key);
-                    }
-                    Err(e) if attempt < shared.cfg.put_attempts && e.errno() == libc::EIO => {
-                        tracing::warn!("upload of {key} failed (attempt {attempt}), retrying: {e}");
-                        tokio::time::sleep(delay).await;
-                        delay *= 2;
-                        attempt += 1;
-                    }
-                    Err(e) => return Err(Error::from(e)),
-                }
-            }
+            let body = if shared.format.checksums {
+                super::block::encode(&block)
+            } else {
+                block.clone()
+            };
+            shared.obj.put(&key, body).await?;
+            shared.cache.put(&key, block);
+            Ok(key)
         })
     }
 

@@ -24,6 +24,12 @@ pub struct Format {
     pub created: i64,
     /// Version of the metadata schema.
     pub schema: u32,
+    /// Block objects carry CRC32C checksums (see `data::block`).
+    #[serde(default)]
+    pub checksums: bool,
+    /// Keys start with a hashed two-hex-digit prefix, spreading load over S3 partitions.
+    #[serde(default)]
+    pub hash_prefix: bool,
 }
 
 /// The metadata schema this binary writes and understands.
@@ -35,8 +41,13 @@ impl Format {
     /// Slices are spread over directories by id so that no directory (or list prefix) grows
     /// without bound: `NAME/chunks/<id/1M>/<id/1K>/<id>_<index>_<len>`.
     pub fn block_key(&self, id: u64, index: u32, len: u32) -> String {
+        let hashed = if self.hash_prefix {
+            format!("{:02x}/", Self::key_hash(id))
+        } else {
+            String::new()
+        };
         format!(
-            "{}/chunks/{}/{}/{}_{}_{}",
+            "{hashed}{}/chunks/{}/{}/{}_{}_{}",
             self.name,
             id / 1_000_000,
             id / 1_000,
@@ -46,9 +57,30 @@ impl Format {
         )
     }
 
-    /// The prefix under which all block objects of this volume live.
-    pub fn chunks_prefix(&self) -> String {
-        format!("{}/chunks/", self.name)
+    /// The hashed prefix of a slice's keys: spread evenly over 256 values.
+    fn key_hash(id: u64) -> u8 {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
+    }
+
+    /// The prefixes under which the block objects of this volume live (256 with hashed keys).
+    pub fn chunks_prefixes(&self) -> Vec<String> {
+        if self.hash_prefix {
+            (0..=255u8)
+                .map(|h| format!("{h:02x}/{}/chunks/", self.name))
+                .collect()
+        } else {
+            vec![format!("{}/chunks/", self.name)]
+        }
+    }
+
+    /// Size in the bucket of a block holding `len` bytes of data.
+    pub fn object_size(&self, len: u32) -> u64 {
+        len as u64
+            + if self.checksums {
+                crate::data::block::trailer_len(len as usize) as u64
+            } else {
+                0
+            }
     }
 
     /// Parses a block key back into `(slice id, block index, length)`.
@@ -87,6 +119,8 @@ mod tests {
             capacity: 0,
             created: 0,
             schema: SCHEMA_VERSION,
+            checksums: true,
+            hash_prefix: false,
         };
         let k = f.block_key(1_234_567, 3, 4096);
         assert_eq!(k, "vol/chunks/1/1234/1234567_3_4096");

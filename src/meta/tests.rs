@@ -121,6 +121,8 @@ fn test_format(name: &str) -> Format {
         capacity: 0,
         created: now_nanos(),
         schema: SCHEMA_VERSION,
+        checksums: true,
+        hash_prefix: false,
     }
 }
 

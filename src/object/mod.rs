@@ -1,10 +1,19 @@
 //! The bucket: a thin wrapper over the `object_store` crate.
 //!
-//! One type, [`ObjectStorage`], built from a storage URL (`file:///dir`, `memory://`), with the
-//! few calls the data layer needs: put, get (whole or a range), delete, list, and `sync` (which
-//! makes local-directory objects durable on disk; remote stores are durable once put returns).
+//! [`ObjectStorage`] is built from a storage URL ([`url`]) with one module per backend
+//! ([`local`], [`s3`], [`gcs`], [`azure`]; `memory://` for tests). Every request runs under a
+//! [`retry::Policy`]: a bound on requests in flight, a timeout per attempt, and bounded retries
+//! of transient failures with backoff and jitter. [`faulty`] injects failures for tests.
 //!
-//! Not for: block layout or caching (that is `data`).
+//! Not for: block layout, checksums or caching (that is `data`).
+
+pub mod azure;
+pub mod faulty;
+pub mod gcs;
+pub mod local;
+pub mod retry;
+pub mod s3;
+pub mod url;
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -13,7 +22,13 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
+use object_store::prefix::PrefixStore;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use tokio::sync::Semaphore;
+
+use faulty::{Faults, Op};
+pub use retry::Policy;
+pub use url::StorageUrl;
 
 /// Errors of the object layer.
 #[derive(Debug, thiserror::Error)]
@@ -48,12 +63,15 @@ impl Error {
         match io.and_then(|e| e.raw_os_error()) {
             Some(libc::ENOSPC) => libc::ENOSPC,
             Some(libc::EDQUOT) => libc::EDQUOT,
+            Some(libc::EROFS) => libc::EROFS,
             _ => libc::EIO,
         }
     }
 }
 
-fn find_io<'a>(mut e: &'a (dyn std::error::Error + 'static)) -> Option<&'a std::io::Error> {
+pub(crate) fn find_io<'a>(
+    mut e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a std::io::Error> {
     loop {
         if let Some(io) = e.downcast_ref::<std::io::Error>() {
             return Some(io);
@@ -73,12 +91,24 @@ pub struct ObjectInfo {
     pub modified: i64,
 }
 
+/// The concrete client, for what `ObjectStore` does not cover (creating a bucket).
+enum Native {
+    None,
+    S3(Arc<object_store::aws::AmazonS3>),
+    Gcs(Arc<object_store::gcp::GoogleCloudStorage>, String),
+}
+
 /// A bucket (or a local directory used as one).
 pub struct ObjectStorage {
     store: Arc<dyn ObjectStore>,
     url: String,
+    kind: StorageUrl,
+    native: Native,
     /// For `file://`: the directory, so that written objects can be fsynced.
     local_root: Option<PathBuf>,
+    policy: Policy,
+    inflight: Arc<Semaphore>,
+    faults: Option<Arc<Faults>>,
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -87,61 +117,88 @@ impl std::fmt::Debug for ObjectStorage {
     }
 }
 
+/// The TLS crypto provider of the HTTP client (ring), installed once per process.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 impl ObjectStorage {
     /// Opens the storage a URL names. `create` makes a missing local directory.
     pub fn open(url: &str, create: bool) -> Result<ObjectStorage> {
-        let bad = |why: &str| {
-            Error::BadUrl(format!(
-                "invalid storage URL '{url}': {why}; expected file:///abs/dir or memory://"
-            ))
-        };
-        let (scheme, rest) = url.split_once("://").ok_or_else(|| bad("no scheme"))?;
-        match scheme {
-            "file" => {
-                if !rest.starts_with('/') {
-                    return Err(bad(
-                        "the path must be absolute (three slashes: file:///abs/dir)",
-                    ));
-                }
-                let dir = PathBuf::from(rest);
-                if create {
-                    std::fs::create_dir_all(&dir).map_err(|e| Error::Unusable {
-                        url: url.into(),
-                        step: "creating the directory",
-                        msg: e.to_string(),
-                        errno: e.raw_os_error().unwrap_or(libc::EIO),
-                    })?;
-                }
-                if !dir.is_dir() {
-                    return Err(Error::Unusable {
-                        url: url.into(),
-                        step: "opening",
-                        msg: format!("{} is not a directory", dir.display()),
-                        errno: libc::ENOTDIR,
-                    });
-                }
-                let fs = object_store::local::LocalFileSystem::new_with_prefix(&dir)?
-                    .with_automatic_cleanup(true);
-                Ok(ObjectStorage {
-                    store: Arc::new(fs),
-                    url: url.into(),
-                    local_root: Some(dir),
-                })
+        Self::open_with(url, create, Policy::default())
+    }
+
+    pub fn open_with(url: &str, create: bool, policy: Policy) -> Result<ObjectStorage> {
+        let kind = StorageUrl::parse(url)?;
+        let with_prefix = |s: Arc<dyn ObjectStore>, prefix: &str| -> Arc<dyn ObjectStore> {
+            if prefix.is_empty() {
+                s
+            } else {
+                Arc::new(PrefixStore::new(s, prefix))
             }
-            "memory" => Ok(ObjectStorage {
-                store: Arc::new(object_store::memory::InMemory::new()),
-                url: url.into(),
-                local_root: None,
-            }),
-            "s3" | "gs" | "az" => Err(bad(&format!(
-                "{scheme}:// is not supported by this build yet"
-            ))),
-            other => Err(bad(&format!("unknown scheme '{other}'"))),
-        }
+        };
+        let (store, native, local_root) = match &kind {
+            StorageUrl::Local(dir) => (
+                local::build(url, dir, create)?,
+                Native::None,
+                Some(dir.clone()),
+            ),
+            StorageUrl::Memory => (
+                Arc::new(object_store::memory::InMemory::new()) as Arc<dyn ObjectStore>,
+                Native::None,
+                None,
+            ),
+            StorageUrl::S3 {
+                bucket,
+                prefix,
+                params,
+            } => {
+                install_tls_provider();
+                let (store, s3) = s3::erase(s3::build(bucket, params, &policy)?);
+                (with_prefix(store, prefix), Native::S3(s3), None)
+            }
+            StorageUrl::Gcs { bucket, prefix, .. } => {
+                install_tls_provider();
+                let (store, g) = gcs::erase(gcs::build(bucket, &policy)?);
+                (
+                    with_prefix(store, prefix),
+                    Native::Gcs(g, bucket.clone()),
+                    None,
+                )
+            }
+            StorageUrl::Azure {
+                container,
+                prefix,
+                params,
+            } => {
+                install_tls_provider();
+                let store: Arc<dyn ObjectStore> =
+                    Arc::new(azure::build(container, params, &policy)?);
+                (with_prefix(store, prefix), Native::None, None)
+            }
+        };
+        Ok(ObjectStorage {
+            store,
+            url: url.into(),
+            kind,
+            native,
+            local_root,
+            inflight: Arc::new(Semaphore::new(policy.max_inflight.max(1))),
+            policy,
+            faults: Faults::from_env().map(Arc::new),
+        })
     }
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Whether objects live on a remote service.
+    pub fn is_remote(&self) -> bool {
+        self.kind.is_remote()
     }
 
     /// The local directory, for `file://` storage.
@@ -149,32 +206,84 @@ impl ObjectStorage {
         self.local_root.as_deref()
     }
 
+    /// Runs one request under the policy (in-flight bound, timeout, retries) with faults.
+    async fn run<T, F, Fut>(
+        &self,
+        op: Op,
+        what: &str,
+        f: F,
+    ) -> std::result::Result<T, object_store::Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, object_store::Error>>,
+    {
+        let _permit = self
+            .inflight
+            .acquire()
+            .await
+            .expect("semaphore is never closed");
+        retry::run(&self.policy, what, || async {
+            if let Some(faults) = &self.faults {
+                faults.before(op).await?;
+            }
+            f().await
+        })
+        .await
+    }
+
     pub async fn put(&self, key: &str, data: Bytes) -> Result<()> {
-        self.store
-            .put(&ObjPath::from(key), PutPayload::from(data))
-            .await?;
+        let path = ObjPath::from(key);
+        self.run(Op::Put, &format!("put {key}"), || {
+            self.store.put(&path, PutPayload::from(data.clone()))
+        })
+        .await?;
         Ok(())
     }
 
     pub async fn get(&self, key: &str) -> Result<Bytes> {
-        match self.store.get(&ObjPath::from(key)).await {
-            Ok(r) => Ok(r.bytes().await?),
+        let path = ObjPath::from(key);
+        let res = self
+            .run(Op::Get, &format!("get {key}"), || async {
+                self.store.get(&path).await?.bytes().await
+            })
+            .await;
+        match res {
+            Ok(b) => Ok(self.after_get(b)),
             Err(object_store::Error::NotFound { .. }) => Err(Error::NotFound(key.into())),
             Err(e) => Err(e.into()),
         }
     }
 
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        match self.store.get_range(&ObjPath::from(key), range).await {
-            Ok(b) => Ok(b),
+        let path = ObjPath::from(key);
+        let res = self
+            .run(Op::Get, &format!("get {key} {range:?}"), || {
+                self.store.get_range(&path, range.clone())
+            })
+            .await;
+        match res {
+            Ok(b) => Ok(self.after_get(b)),
             Err(object_store::Error::NotFound { .. }) => Err(Error::NotFound(key.into())),
             Err(e) => Err(e.into()),
         }
     }
 
+    fn after_get(&self, b: Bytes) -> Bytes {
+        match &self.faults {
+            Some(f) => f.after_get(b),
+            None => b,
+        }
+    }
+
     /// Deletes an object; a missing object is not an error.
     pub async fn delete(&self, key: &str) -> Result<()> {
-        match self.store.delete(&ObjPath::from(key)).await {
+        let path = ObjPath::from(key);
+        match self
+            .run(Op::Delete, &format!("delete {key}"), || {
+                self.store.delete(&path)
+            })
+            .await
+        {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -183,7 +292,11 @@ impl ObjectStorage {
     /// Every object under `prefix`.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
         let p = ObjPath::from(prefix.trim_end_matches('/'));
-        let items: Vec<_> = self.store.list(Some(&p)).try_collect().await?;
+        let items: Vec<object_store::ObjectMeta> = self
+            .run(Op::List, &format!("list {prefix}"), || {
+                self.store.list(Some(&p)).try_collect()
+            })
+            .await?;
         Ok(items
             .into_iter()
             .map(|m| ObjectInfo {
@@ -196,31 +309,19 @@ impl ObjectStorage {
 
     /// Makes the given objects durable (fsync for a local directory; nothing otherwise).
     pub fn sync(&self, keys: &[String]) -> Result<()> {
-        let Some(root) = &self.local_root else {
-            return Ok(());
-        };
-        let mut dirs = std::collections::BTreeSet::new();
-        for k in keys {
-            let p = root.join(k);
-            match std::fs::File::open(&p) {
-                Ok(f) => f.sync_all()?,
-                // Deleted since it was written (its slice was truncated away or compacted).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e.into()),
-            }
-            if let Some(d) = p.parent() {
-                dirs.insert(d.to_path_buf());
-            }
+        match &self.local_root {
+            Some(root) => Ok(local::sync(root, keys)?),
+            None => Ok(()),
         }
-        for d in dirs {
-            std::fs::File::open(&d)?.sync_all()?;
-        }
-        Ok(())
     }
 
     /// Proves the storage usable: put, get, list and delete a probe object.
     pub async fn check(&self, prefix: &str) -> Result<()> {
-        let key = format!("{prefix}/.probe-{}", std::process::id());
+        let key = format!(
+            "{prefix}/.probe-{}-{}",
+            std::process::id(),
+            rand::random::<u32>()
+        );
         let fail = |step: &'static str, e: Error| Error::Unusable {
             url: self.url.clone(),
             step,
@@ -250,6 +351,42 @@ impl ObjectStorage {
             .map_err(|e| fail("deleting the probe object", e))?;
         Ok(())
     }
+
+    /// Creates the bucket, where the backend and the credentials allow it.
+    pub async fn create_bucket(&self) -> std::result::Result<(), String> {
+        match &self.native {
+            Native::S3(s3) => s3::create_bucket(s3).await,
+            Native::Gcs(g, bucket) => gcs::create_bucket(g, bucket).await,
+            Native::None => match &self.kind {
+                StorageUrl::Azure { container, .. } => Err(format!(
+                    "unkai does not create Azure containers: create '{container}' (e.g. `az storage \
+                     container create --name {container}`) and format again"
+                )),
+                _ => Ok(()),
+            },
+        }
+    }
+
+    /// Faults injected so far (tests).
+    pub fn faults_injected(&self) -> u64 {
+        self.faults
+            .as_ref()
+            .map_or(0, |f| f.injected.load(std::sync::atomic::Ordering::Relaxed))
+    }
+}
+
+/// Whether a failed check means the bucket itself does not exist.
+pub fn is_missing_bucket(e: &Error) -> bool {
+    let s = e.to_string();
+    [
+        "NoSuchBucket",
+        "bucket does not exist",
+        "ContainerNotFound",
+        "The specified bucket",
+        "404 Not Found",
+    ]
+    .iter()
+    .any(|m| s.contains(m))
 }
 
 #[cfg(test)]
@@ -296,12 +433,13 @@ mod tests {
             assert!(s.list("vol").await.unwrap().is_empty());
         });
         assert!(dir.path().join("bucket").is_dir());
-        s.sync(&[]).unwrap();
+        s.sync(&["vol/gone".to_string()]).unwrap();
+        assert!(!s.is_remote());
     }
 
     #[test]
     fn bad_urls() {
-        for u in ["bucket", "file://rel/dir", "ftp://x", "s3://bucket"] {
+        for u in ["bucket", "file://rel/dir", "ftp://x"] {
             let e = ObjectStorage::open(u, false).unwrap_err().to_string();
             assert!(e.contains("storage URL"), "{u}: {e}");
         }

@@ -293,6 +293,8 @@ mod tests {
             capacity: 0,
             created: 0,
             schema: SCHEMA_VERSION,
+            checksums: true,
+            hash_prefix: false,
         };
         SqliteMeta::create(&path, "sqlite://x", &fmt, false).unwrap();
         let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://x").unwrap());

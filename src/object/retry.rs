@@ -1,0 +1,204 @@
+//! What happens around every request: a bound on requests in flight, a timeout per attempt,
+//! and retries of transient failures with exponential backoff and full jitter.
+//!
+//! Not for: which errors an application sees (mapped in `object::Error::errno`).
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+
+/// How requests are run.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    /// Attempts per request (the first included).
+    pub attempts: u32,
+    /// First backoff; doubles each retry, up to `max_backoff`, with full jitter.
+    pub base_backoff: Duration,
+    pub max_backoff: Duration,
+    /// Time limit of one attempt.
+    pub timeout: Duration,
+    /// Requests in flight at most.
+    pub max_inflight: usize,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            attempts: 6,
+            base_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_secs(5),
+            timeout: Duration::from_secs(60),
+            max_inflight: 64,
+        }
+    }
+}
+
+impl Policy {
+    /// Backoff before retry number `n` (1-based): random in [0, min(max, base * 2^(n-1))].
+    pub fn backoff(&self, n: u32) -> Duration {
+        let cap = self
+            .base_backoff
+            .saturating_mul(1u32 << (n - 1).min(20))
+            .min(self.max_backoff);
+        let ms = cap.as_millis() as u64;
+        Duration::from_millis(if ms == 0 {
+            0
+        } else {
+            rand::rng().random_range(0..=ms)
+        })
+    }
+}
+
+/// Whether a failure may go away if the request is repeated.
+pub fn transient(e: &object_store::Error) -> bool {
+    use object_store::Error as E;
+    match e {
+        E::NotFound { .. }
+        | E::AlreadyExists { .. }
+        | E::Precondition { .. }
+        | E::NotModified { .. }
+        | E::NotImplemented { .. }
+        | E::PermissionDenied { .. }
+        | E::Unauthenticated { .. }
+        | E::InvalidPath { .. }
+        | E::UnknownConfigurationKey { .. } => false,
+        E::Generic { source, .. } => {
+            // A local disk that is full or read-only stays so: fail at once.
+            let io = super::find_io(source.as_ref()).and_then(|io| io.raw_os_error());
+            !matches!(
+                io,
+                Some(
+                    libc::ENOSPC
+                        | libc::EDQUOT
+                        | libc::EROFS
+                        | libc::EACCES
+                        | libc::EPERM
+                        | libc::EISDIR
+                        | libc::ENOTDIR
+                )
+            )
+        }
+        _ => true,
+    }
+}
+
+/// Runs `op` under the policy. `what` names the request in logs and errors.
+pub async fn run<T, F, Fut>(
+    policy: &Policy,
+    what: &str,
+    mut op: F,
+) -> Result<T, object_store::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, object_store::Error>>,
+{
+    let mut n = 1;
+    loop {
+        let err = match tokio::time::timeout(policy.timeout, op()).await {
+            Ok(Ok(v)) => return Ok(v),
+            Ok(Err(e)) if !transient(&e) => return Err(e),
+            Ok(Err(e)) => e,
+            Err(_) => object_store::Error::Generic {
+                store: "unkai",
+                source: format!("{what} timed out after {:?}", policy.timeout).into(),
+            },
+        };
+        if n >= policy.attempts {
+            tracing::warn!("{what} failed after {n} attempts: {err}");
+            return Err(err);
+        }
+        let wait = policy.backoff(n);
+        tracing::debug!("{what} failed (attempt {n}), retrying in {wait:?}: {err}");
+        tokio::time::sleep(wait).await;
+        n += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    fn fast() -> Policy {
+        Policy {
+            attempts: 4,
+            base_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(4),
+            timeout: Duration::from_millis(200),
+            max_inflight: 4,
+        }
+    }
+
+    fn generic(msg: &str) -> object_store::Error {
+        object_store::Error::Generic {
+            store: "t",
+            source: msg.to_string().into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn retries_transient_failures_then_succeeds() {
+        let calls = AtomicU32::new(0);
+        let r = run(&fast(), "get x", || async {
+            if calls.fetch_add(1, Ordering::SeqCst) < 2 {
+                Err(generic("503 SlowDown"))
+            } else {
+                Ok(7)
+            }
+        })
+        .await;
+        assert_eq!(r.unwrap(), 7);
+        assert_eq!(calls.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn gives_up_after_the_budget_and_never_retries_permanent_errors() {
+        let calls = AtomicU32::new(0);
+        let r: Result<(), _> = run(&fast(), "put x", || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(generic("connection reset"))
+        })
+        .await;
+        assert!(r.is_err());
+        assert_eq!(calls.load(Ordering::SeqCst), 4);
+        calls.store(0, Ordering::SeqCst);
+        let r: Result<(), _> = run(&fast(), "get y", || async {
+            calls.fetch_add(1, Ordering::SeqCst);
+            Err(object_store::Error::NotFound {
+                path: "y".into(),
+                source: "gone".into(),
+            })
+        })
+        .await;
+        assert!(matches!(r, Err(object_store::Error::NotFound { .. })));
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_hung_attempt_times_out_and_is_retried() {
+        let calls = AtomicU32::new(0);
+        let r = run(&fast(), "get z", || async {
+            if calls.fetch_add(1, Ordering::SeqCst) == 0 {
+                tokio::time::sleep(Duration::from_secs(10)).await;
+            }
+            Ok(1)
+        })
+        .await;
+        assert_eq!(r.unwrap(), 1);
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = Policy {
+            base_backoff: Duration::from_millis(100),
+            max_backoff: Duration::from_millis(300),
+            ..fast()
+        };
+        for n in 1..10 {
+            assert!(p.backoff(n) <= Duration::from_millis(300));
+        }
+        assert!(p.backoff(1) <= Duration::from_millis(100));
+    }
+}
