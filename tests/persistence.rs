@@ -41,22 +41,22 @@ fn data_is_objects_and_deletion_removes_them() {
     let data = pattern(10 << 20, 2);
     std::fs::write(m.p("f"), &data).unwrap();
     let objs = vol.objects();
-    // 10 MiB in 4 MiB blocks: 3 objects whose sizes add up to the file.
+    // 10 MiB in 4 MiB blocks: 3 objects. Each holds its block's bytes (the length its key
+    // names), then one CRC32C per 64 KiB segment of them.
     assert_eq!(objs.len(), 3, "{objs:?}");
-    let total: u64 = objs
-        .iter()
-        .map(|p| std::fs::metadata(p).unwrap().len())
-        .sum();
-    assert_eq!(total, data.len() as u64);
-    // The objects hold the file's bytes.
-    let mut concat = Vec::new();
-    let mut sorted = objs.clone();
-    sorted.sort_by_key(|p| {
+    let block = |p: &std::path::PathBuf| -> (u32, usize) {
         let n = p.file_name().unwrap().to_string_lossy().into_owned();
-        n.split('_').nth(1).unwrap().parse::<u32>().unwrap()
-    });
+        let parts: Vec<&str> = n.split('_').collect();
+        (parts[1].parse().unwrap(), parts[2].parse().unwrap())
+    };
+    let mut sorted = objs.clone();
+    sorted.sort_by_key(|p| block(p).0);
+    let mut concat = Vec::new();
     for p in &sorted {
-        concat.extend(std::fs::read(p).unwrap());
+        let (_, len) = block(p);
+        let obj = std::fs::read(p).unwrap();
+        assert_eq!(obj.len(), len + len.div_ceil(64 << 10) * 4, "{p:?}");
+        concat.extend_from_slice(&obj[..len]);
     }
     assert_eq!(concat, data);
 

@@ -47,7 +47,12 @@ pub fn sync(root: &Path, keys: &[String]) -> std::io::Result<()> {
         }
     }
     for d in dirs {
-        std::fs::File::open(&d)?.sync_all()?;
+        match std::fs::File::open(&d) {
+            Ok(f) => f.sync_all()?,
+            // Emptied and removed since (the local store removes empty directories).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
     }
     Ok(())
 }
