@@ -6,6 +6,7 @@
 mod format;
 mod fsck;
 mod gc;
+mod helper;
 mod mount;
 mod status;
 mod umount;
@@ -57,6 +58,11 @@ fn init_logging(filter: &str) {
 
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some((source, mountpoint, opts)) = helper::parse(&args) {
+        init_logging("info");
+        return finish(helper::run(&source, &mountpoint, &opts));
+    }
     let cli = Cli::parse();
     init_logging(&cli.log_level);
     let res = match cli.cmd {
@@ -67,6 +73,11 @@ pub fn main() -> i32 {
         Command::Fsck(a) => fsck::run(a),
         Command::Gc(a) => gc::run(a),
     };
+    finish(res)
+}
+
+/// The exit code of a command; an error is reported on one line.
+fn finish(res: anyhow::Result<()>) -> i32 {
     match res {
         Ok(()) => 0,
         Err(e) => {

@@ -42,7 +42,9 @@ pub fn mount(
     let mut cfg = Config::default();
     cfg.mount_options = vec![
         MountOption::FSName(format!("{FSNAME_PREFIX}{}", opts.volume)),
-        MountOption::Subtype("unkai".into()),
+        // A kernel option, so that the mount table says `fuse.unkai`: mount(8) then remounts
+        // (`mount -o remount,ro`) by itself instead of calling the mount.fuse helper.
+        MountOption::CUSTOM("subtype=unkai".into()),
         MountOption::DefaultPermissions,
         MountOption::Dev,
         MountOption::Suid,

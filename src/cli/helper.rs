@@ -1,0 +1,93 @@
+//! unkai as a mount helper: `mount -t fuse.unkai SOURCE MOUNTPOINT -o OPTS` (and so
+//! `/etc/fstab` lines and `mount -o remount,ro`) runs `unkai SOURCE MOUNTPOINT -o OPTS`
+//! through the FUSE helper `mount.fuse3`.
+//!
+//! A remount is done here with the mount(2) remount call; a new mount takes SOURCE as the
+//! META-URL and runs `unkai mount -d`.
+
+use anyhow::{Context, bail};
+use nix::mount::MsFlags;
+
+/// The helper's arguments, if the command line has that shape (`SOURCE MOUNTPOINT -o OPTS`).
+pub fn parse(args: &[String]) -> Option<(String, String, Vec<String>)> {
+    const SUBCOMMANDS: &[&str] = &["format", "mount", "umount", "status", "fsck", "gc", "help"];
+    if args.len() < 3
+        || args[1].starts_with('-')
+        || SUBCOMMANDS.contains(&args[1].as_str())
+        || !args.iter().any(|a| a == "-o")
+    {
+        return None;
+    }
+    let mut opts = Vec::new();
+    let mut it = args[3..].iter();
+    while let Some(a) = it.next() {
+        if a == "-o" {
+            if let Some(o) = it.next() {
+                opts.extend(o.split(',').map(str::to_string));
+            }
+        }
+    }
+    Some((args[1].clone(), args[2].clone(), opts))
+}
+
+pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()> {
+    let has = |o: &str| opts.iter().any(|x| x == o);
+    if has("remount") {
+        let mut flags = MsFlags::MS_REMOUNT;
+        if has("ro") {
+            flags |= MsFlags::MS_RDONLY;
+        }
+        // Read-only is refused (EBUSY) while a file is still open for writing; a file just
+        // closed may take a moment to be released: retry for a little while.
+        let mut tries = 0;
+        loop {
+            match nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>) {
+                Err(nix::errno::Errno::EBUSY) if tries < 50 => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                res => {
+                    res.with_context(|| format!("remounting {mountpoint}"))?;
+                    return Ok(());
+                }
+            }
+        }
+    }
+    if !source.contains("://") {
+        bail!("mount source '{source}' is not a META-URL (e.g. sqlite:///var/lib/unkai/vol.db)");
+    }
+    let exe = std::env::current_exe()?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.args(["mount", "-d"]);
+    if has("ro") {
+        cmd.arg("--read-only");
+    }
+    if has("allow_other") {
+        cmd.arg("--allow-other");
+    }
+    let st = cmd.arg(source).arg(mountpoint).status()?;
+    if !st.success() {
+        bail!("unkai mount failed ({st})");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn recognises_helper_invocations_only() {
+        let (src, mp, opts) =
+            parse(&s(&["unkai", "unkai:vol", "/mnt/x", "-o", "rw,remount,ro"])).unwrap();
+        assert_eq!((src.as_str(), mp.as_str()), ("unkai:vol", "/mnt/x"));
+        assert_eq!(opts, s(&["rw", "remount", "ro"]));
+        assert!(parse(&s(&["unkai", "mount", "-d", "/mnt/x"])).is_none());
+        assert!(parse(&s(&["unkai", "status"])).is_none());
+        assert!(parse(&s(&["unkai", "--help"])).is_none());
+    }
+}
