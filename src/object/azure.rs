@@ -25,7 +25,9 @@ pub fn build(
     if let Some(a) = params.get("account") {
         b = b.with_account(a);
     }
-    Ok(b.with_client_options(client_options(policy))
+    let emulator = params.get("emulator").is_some_and(|v| v == "true")
+        || std::env::var("AZURE_STORAGE_USE_EMULATOR").is_ok_and(|v| v == "true");
+    Ok(b.with_client_options(client_options(policy, emulator))
         .with_retry(retry_config(policy))
         .build()?)
 }

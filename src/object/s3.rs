@@ -87,11 +87,16 @@ pub fn build(
         })
         .unwrap_or_else(|| "us-east-1".into());
     b = b.with_region(region);
+    let allow_http = endpoint
+        .as_deref()
+        .is_some_and(|e| e.starts_with("http://"))
+        || params.get("allow_http").is_some_and(|v| v == "true");
+    // Client options first: they carry allow_http, which a later call would reset.
+    b = b
+        .with_client_options(client_options(policy, allow_http))
+        .with_retry(retry_config(policy));
     if let Some(ep) = &endpoint {
         b = b.with_endpoint(ep.clone());
-        if ep.starts_with("http://") {
-            b = b.with_allow_http(true);
-        }
     }
     let path_style = match params.get("path_style").map(String::as_str) {
         Some("false") => false,
@@ -99,19 +104,16 @@ pub fn build(
         None => endpoint.is_some(),
     };
     b = b.with_virtual_hosted_style_request(!path_style);
-    if params.get("allow_http").is_some_and(|v| v == "true") {
-        b = b.with_allow_http(true);
-    }
-    b = b
-        .with_client_options(client_options(policy))
-        .with_retry(retry_config(policy));
     Ok(b.build()?)
 }
 
-pub(super) fn client_options(policy: &Policy) -> ClientOptions {
+/// HTTP client settings: per-request timeouts, and plain HTTP only where asked for (local
+/// test servers, emulators).
+pub(super) fn client_options(policy: &Policy, allow_http: bool) -> ClientOptions {
     ClientOptions::new()
         .with_timeout(policy.timeout)
         .with_connect_timeout(Duration::from_secs(10))
+        .with_allow_http(allow_http)
 }
 
 /// object_store's own HTTP-level retries stay short: ours (around every request) do the rest.
