@@ -11,6 +11,8 @@ start=$(date +%s)
 echo "==> building (release)"
 cargo build --release --locked --all-targets
 
+scripts/servers.sh install
+
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
 

@@ -2,6 +2,8 @@
 //! with the real binary, and always unmounted (a guard unmounts on drop, failure included).
 #![allow(dead_code)]
 
+pub mod servers;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,7 +15,16 @@ pub fn unkai() -> Command {
 
 /// Runs unkai with `args`; returns (exit success, stdout, stderr).
 pub fn run(args: &[&str]) -> (bool, String, String) {
-    let out = unkai().args(args).output().expect("run unkai");
+    run_env(args, &[])
+}
+
+/// Runs unkai with `args` and extra environment variables.
+pub fn run_env(args: &[&str], env: &[(String, String)]) -> (bool, String, String) {
+    let out = unkai()
+        .args(args)
+        .envs(env.iter().cloned())
+        .output()
+        .expect("run unkai");
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -26,6 +37,8 @@ pub struct Volume {
     pub dir: tempfile::TempDir,
     pub meta_url: String,
     pub name: String,
+    /// Environment of every command and mount of this volume (credentials, endpoints).
+    pub env: Vec<(String, String)>,
 }
 
 impl Volume {
@@ -36,6 +49,12 @@ impl Volume {
 
     /// Formats a volume, passing extra `format` flags (e.g. `["--block-size", "64K"]`).
     pub fn with_args(extra: &[&str]) -> Volume {
+        Self::with_env(extra, Vec::new())
+    }
+
+    /// Formats a volume with extra `format` flags and an environment for all its commands
+    /// (e.g. a storage server's credentials: see `servers`).
+    pub fn with_env(extra: &[&str], env: Vec<(String, String)>) -> Volume {
         let dir = tempfile::Builder::new()
             .prefix("unkai-test-")
             .tempdir()
@@ -46,12 +65,13 @@ impl Volume {
         args.extend_from_slice(extra);
         args.push(&meta_url);
         args.push(&name);
-        let (ok, out, err) = run(&args);
+        let (ok, out, err) = run_env(&args, &env);
         assert!(ok, "format failed: {out}{err}");
         Volume {
             dir,
             meta_url,
             name,
+            env,
         }
     }
 
@@ -95,6 +115,7 @@ impl Volume {
             mp,
             extra,
             &self.dir.path().join("mount.log"),
+            &self.env,
         )
     }
 
@@ -103,7 +124,7 @@ impl Volume {
         let mut args = vec![cmd];
         args.extend_from_slice(extra);
         args.push(&self.meta_url);
-        run(&args)
+        run_env(&args, &self.env)
     }
 }
 
@@ -123,7 +144,13 @@ fn mounted(path: &Path) -> bool {
 }
 
 impl Mount {
-    fn start(meta_url: &str, dir: tempfile::TempDir, extra: &[&str], log: &Path) -> Mount {
+    fn start(
+        meta_url: &str,
+        dir: tempfile::TempDir,
+        extra: &[&str],
+        log: &Path,
+        env: &[(String, String)],
+    ) -> Mount {
         let path = std::fs::canonicalize(dir.path()).unwrap();
         let logf = std::fs::OpenOptions::new()
             .create(true)
@@ -131,7 +158,11 @@ impl Mount {
             .open(log)
             .unwrap();
         let mut cmd = unkai();
-        cmd.arg("mount").args(extra).arg(meta_url).arg(&path);
+        cmd.arg("mount")
+            .args(extra)
+            .arg(meta_url)
+            .arg(&path)
+            .envs(env.iter().cloned());
         cmd.stdin(Stdio::null())
             .stdout(logf.try_clone().unwrap())
             .stderr(logf);
