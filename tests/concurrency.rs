@@ -263,12 +263,39 @@ fn concurrent_create_and_unlink_in_one_directory() {
         })
         .collect();
     assert_eq!(names(&d), want);
+    let mut bad = Vec::new();
     for n in &want {
         let (t, i) = n[1..].split_once('-').unwrap();
-        assert_eq!(
-            fs::read_to_string(d.join(n)).unwrap(),
-            format!("{t}:{i}"),
-            "{n}"
+        let got = fs::read_to_string(d.join(n)).unwrap();
+        if got != format!("{t}:{i}") {
+            let md = fs::metadata(d.join(n)).unwrap();
+            let statx_size = {
+                use std::os::unix::ffi::OsStrExt;
+                let c = std::ffi::CString::new(d.join(n).as_os_str().as_bytes()).unwrap();
+                let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+                unsafe {
+                    libc::statx(
+                        libc::AT_FDCWD,
+                        c.as_ptr(),
+                        libc::AT_STATX_FORCE_SYNC,
+                        libc::STATX_SIZE,
+                        &mut sx,
+                    )
+                };
+                sx.stx_size
+            };
+            bad.push(format!(
+                "{n}: got {got:?} size {} forced {statx_size}",
+                md.len()
+            ));
+        }
+    }
+    if !bad.is_empty() {
+        let log = m.log_text();
+        drop(m);
+        panic!(
+            "{bad:?}\nlog tail: {}",
+            log.lines().rev().take(5).collect::<Vec<_>>().join("\n")
         );
     }
 

@@ -89,7 +89,44 @@ pub struct Vfs {
     handles: Handles,
     writers: Mutex<HashMap<Ino, SharedWriter>>,
     buffered: AtomicUsize,
+    retired: Mutex<Retired>,
     background: Mutex<Option<background::Background>>,
+}
+
+/// Writers removed from the map, newest last. Attributes read before such a removal may
+/// predate that writer's last commit (its data was pending then, and no writer is left to
+/// overlay it), so they must be read again before reaching the kernel.
+#[derive(Default)]
+struct Retired {
+    generation: u64,
+    log: std::collections::VecDeque<(u64, Ino)>,
+}
+
+impl Retired {
+    const KEEP: usize = 4096;
+
+    fn add(&mut self, ino: Ino) {
+        self.generation += 1;
+        self.log.push_back((self.generation, ino));
+        if self.log.len() > Self::KEEP {
+            self.log.pop_front();
+        }
+    }
+
+    /// Whether a writer of `ino` retired after `mark` (when unsure: yes).
+    fn since(&self, mark: u64, ino: Ino) -> bool {
+        if self.generation == mark {
+            return false;
+        }
+        if self.log.front().is_none_or(|(g, _)| *g > mark + 1) {
+            return true;
+        }
+        self.log
+            .iter()
+            .rev()
+            .take_while(|(g, _)| *g > mark)
+            .any(|(_, i)| *i == ino)
+    }
 }
 
 impl Vfs {
@@ -104,6 +141,7 @@ impl Vfs {
             handles: Handles::default(),
             writers: Mutex::new(HashMap::new()),
             buffered: AtomicUsize::new(0),
+            retired: Mutex::new(Retired::default()),
             background: Mutex::new(bg),
         }
     }
@@ -143,10 +181,25 @@ impl Vfs {
         Ok(())
     }
 
-    /// Attributes with pending writes laid over (size, mtime).
-    fn overlay_attr(&self, mut a: Attr) -> Attr {
+    /// Marks the attributes about to be read: pass the mark to `overlay_attr`.
+    fn attr_mark(&self) -> u64 {
+        self.retired.lock().generation
+    }
+
+    /// Attributes with pending writes laid over (size, mtime). `a` was read after `mark`
+    /// (from `attr_mark`); if a writer of the inode committed since, `a` is read again.
+    fn overlay_attr(&self, mark: u64, mut a: Attr) -> Attr {
         if a.kind == Kind::File {
-            if let Some(w) = self.writer(a.ino) {
+            let writer = self.writer(a.ino);
+            if writer.is_none() && self.retired.lock().since(mark, a.ino) {
+                // Its writer committed and went away after `a` was read: `a` may predate the
+                // commit, and the kernel would believe its older size.
+                match self.meta.getattr(a.ino) {
+                    Ok(fresh) => a = fresh,
+                    Err(e) => tracing::debug!("re-reading inode {}: {e}", a.ino),
+                }
+            }
+            if let Some(w) = writer {
                 let w = w.lock();
                 // `a` was read before the lock: a flush may have committed (and cleared the
                 // writer) in between, so read the committed attributes again under the lock.
@@ -169,14 +222,17 @@ impl Vfs {
     // ---- namespace ----
 
     pub fn lookup(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
-        Ok(self.overlay_attr(self.meta.lookup(ctx, parent, name)?))
+        let mark = self.attr_mark();
+        Ok(self.overlay_attr(mark, self.meta.lookup(ctx, parent, name)?))
     }
 
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
-        Ok(self.overlay_attr(self.meta.getattr(ino)?))
+        let mark = self.attr_mark();
+        Ok(self.overlay_attr(mark, self.meta.getattr(ino)?))
     }
 
     pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr, size: Option<u64>) -> Result<Attr> {
+        let mark = self.attr_mark();
         let mut attr = None;
         if let Some(size) = size {
             self.flush_ino(ino)?;
@@ -194,7 +250,7 @@ impl Vfs {
             Some(a) => a,
             None => self.meta.getattr(ino)?,
         };
-        Ok(self.overlay_attr(a))
+        Ok(self.overlay_attr(mark, a))
     }
 
     pub fn mknod(
@@ -220,7 +276,8 @@ impl Vfs {
     }
 
     pub fn link(&self, ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
-        Ok(self.overlay_attr(self.meta.link(ctx, ino, parent, name)?))
+        let mark = self.attr_mark();
+        Ok(self.overlay_attr(mark, self.meta.link(ctx, ino, parent, name)?))
     }
 
     pub fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
@@ -264,7 +321,14 @@ impl Vfs {
 
     /// Throws away the pending writes of a deleted inode (and their uploaded blocks).
     fn discard_writer(&self, ino: Ino) {
-        let w = self.writers.lock().remove(&ino);
+        let w = {
+            let mut writers = self.writers.lock();
+            let w = writers.remove(&ino);
+            if w.is_some() {
+                self.retired.lock().add(ino);
+            }
+            w
+        };
         if let Some(w) = w {
             let mut w = w.lock();
             self.buffered.fetch_sub(w.buffered(), Ordering::Relaxed);
@@ -279,11 +343,12 @@ impl Vfs {
         limit: usize,
         plus: bool,
     ) -> Result<Vec<DirEntry>> {
+        let mark = self.attr_mark();
         let mut entries = self.meta.readdir(ino, cookie, limit, plus)?;
         if plus {
             for e in entries.iter_mut() {
                 if let Some(a) = e.attr.take() {
-                    e.attr = Some(self.overlay_attr(a));
+                    e.attr = Some(self.overlay_attr(mark, a));
                 }
             }
         }
@@ -293,9 +358,10 @@ impl Vfs {
     // ---- handles ----
 
     pub fn open(&self, ino: Ino, flags: i32) -> Result<(u64, Attr)> {
+        let mark = self.attr_mark();
         let a = self.meta.open(ino)?;
         let fh = self.handles.insert(ino, flags);
-        Ok((fh, self.overlay_attr(a)))
+        Ok((fh, self.overlay_attr(mark, a)))
     }
 
     pub fn create(
@@ -415,6 +481,8 @@ impl Vfs {
             let mut writers = self.writers.lock();
             if writers.get(&h.ino).is_some_and(|w| !w.lock().is_dirty()) {
                 writers.remove(&h.ino);
+                // Under the map's lock: once the writer is gone, its retirement is known.
+                self.retired.lock().add(h.ino);
             }
         }
         self.meta.close(h.ino)?;
