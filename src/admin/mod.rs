@@ -1,7 +1,9 @@
-//! Volume maintenance: `fsck` (check and repair invariants) and `gc` (delete garbage objects).
+//! Volume maintenance: `fsck` (check and repair invariants), `gc` (delete garbage objects) and
+//! `objbench` (measure the bucket itself).
 //!
 //! Works on a volume's metadata and bucket directly, usually while it is not mounted.
 //! Not for: anything a mount does in its normal course (that is `vfs`).
 
 pub mod fsck;
 pub mod gc;
+pub mod objbench;

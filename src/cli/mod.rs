@@ -8,6 +8,7 @@ mod fsck;
 mod gc;
 mod helper;
 mod mount;
+mod objbench;
 mod status;
 mod umount;
 
@@ -41,6 +42,7 @@ enum Command {
     Status(status::Args),
     Fsck(fsck::Args),
     Gc(gc::Args),
+    Objbench(objbench::Args),
 }
 
 fn init_logging(filter: &str) {
@@ -72,6 +74,7 @@ pub fn main() -> i32 {
         Command::Status(a) => status::run(a),
         Command::Fsck(a) => fsck::run(a),
         Command::Gc(a) => gc::run(a),
+        Command::Objbench(a) => objbench::run(a),
     };
     finish(res)
 }

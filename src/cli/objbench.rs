@@ -1,0 +1,107 @@
+//! `unkai objbench`: measure a bucket's latency, throughput and request rates.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use anyhow::Context;
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::admin::objbench::{self, Options};
+use crate::volume;
+
+/// Measure a bucket: latency, throughput and request rates of the object storage itself.
+///
+/// Latency of small PUTs and GETs (one request at a time), throughput of block-sized PUTs and
+/// GETs with N requests in flight, and the rates of LIST and DELETE. No volume is needed: it
+/// works under a fresh prefix `objbench-<random>/` and deletes every object it created at the
+/// end, also after an error or Ctrl-C. A missing bucket is created, as by `unkai format`.
+/// Credentials and endpoints come from the environment, as for every unkai command.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Rates: MB/s is 10^6 bytes per second; small PUT/GET run one request at a time, \
+so their ops/s is 1/latency.\n\nExamples:\n  unkai objbench file:///data/bucket\n  \
+AWS_REGION=eu-west-1 unkai objbench s3://mybucket/tmp\n  \
+unkai objbench --parallel 1,8,32,64 --blocks 256 gs://mybucket\n  \
+unkai objbench --small-count 1000 --json bench.json s3://mybucket"
+)]
+pub struct Args {
+    /// The storage to measure: file:///abs/dir, s3://bucket[/prefix], gs://bucket[/prefix],
+    /// az://container[/prefix] or memory://.
+    storage_url: String,
+    /// Small objects written, read, listed and deleted (latency, LIST and DELETE rates).
+    #[arg(long, value_name = "N", default_value_t = 200)]
+    small_count: usize,
+    /// Size of a small object.
+    #[arg(long, value_name = "SIZE", default_value = "4K")]
+    small_size: String,
+    /// Size of the objects of the throughput runs (unkai's block size).
+    #[arg(long, value_name = "SIZE", default_value = "4M")]
+    block_size: String,
+    /// Block-sized objects written and read by each throughput run.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    blocks: usize,
+    /// Requests in flight, one throughput run each (comma-separated); DELETE uses the largest.
+    #[arg(
+        long,
+        value_name = "N,...",
+        value_delimiter = ',',
+        default_value = "1,4,16"
+    )]
+    parallel: Vec<usize>,
+    /// Also write every figure (each request's latency included) to FILE as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<std::path::PathBuf>,
+    /// No progress display.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+pub fn run(a: Args) -> anyhow::Result<()> {
+    let opts = Options {
+        small_count: a.small_count,
+        small_size: volume::parse_size(&a.small_size)?,
+        block_size: volume::parse_size(&a.block_size)?,
+        blocks: a.blocks,
+        parallel: a.parallel,
+        quiet: a.quiet,
+        ..Options::default()
+    };
+    objbench::validate(&opts)?;
+    let cancel = catch_interrupts()?;
+    let rep = objbench::objbench(&a.storage_url, &opts, cancel)?;
+    println!("storage {} (under {})", rep.storage, rep.prefix);
+    print!("{}", rep.table());
+    println!(
+        "{} objects created and deleted in {:.1} s",
+        rep.created, rep.seconds
+    );
+    if let Some(path) = a.json {
+        let text = serde_json::to_string_pretty(&rep)?;
+        std::fs::write(&path, text + "\n")
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The first SIGINT, SIGTERM or SIGHUP sets the returned flag (the run stops and cleans
+/// up); a second one quits at once.
+fn catch_interrupts() -> anyhow::Result<Arc<AtomicBool>> {
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        sigs.add(s);
+    }
+    // Blocked before any other thread starts, so that every thread inherits the mask.
+    sigs.thread_block()?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    std::thread::spawn(move || {
+        while sigs.wait().is_ok() {
+            if flag.swap(true, Ordering::Relaxed) {
+                eprintln!("unkai: interrupted again: objects may be left under objbench-*/");
+                std::process::exit(130);
+            }
+            eprintln!("unkai: interrupted: deleting the objects created (interrupt again to quit)");
+        }
+    });
+    Ok(cancel)
+}
