@@ -12,6 +12,10 @@ use super::{DataStore, Error, Result};
 pub struct SliceUpload {
     store: DataStore,
     id: u64,
+    /// Blocks not yet known to be stored, each with its running upload. A failed block is
+    /// started again at once, in the background; `wait` gives a block whose upload already
+    /// failed one more fresh attempt, so an `fsync` after the store came back succeeds
+    /// even if the background attempt failed while it was still down.
     tasks: Vec<(u32, Bytes, JoinHandle<Result<String>>)>,
     done: Vec<String>,
 }
@@ -52,27 +56,43 @@ impl SliceUpload {
         })
     }
 
+    /// Takes the result of a finished upload: the key, or the failure (the block is then
+    /// started again in the background).
+    fn settle(
+        &mut self,
+        index: u32,
+        block: Bytes,
+        handle: JoinHandle<Result<String>>,
+    ) -> Result<()> {
+        let res = self
+            .store
+            .block_on(handle)
+            .unwrap_or_else(|e| Err(Error::Task(e.to_string())));
+        match res {
+            Ok(key) => {
+                self.done.push(key);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!("block {index} of slice {} not stored: {e}", self.id);
+                let again = self.spawn(index, block.clone());
+                self.tasks.push((index, block, again));
+                Err(e)
+            }
+        }
+    }
+
     /// Collects uploads that already finished without waiting for the others; returns the
-    /// first failure (the failed block is started again, as in `wait`).
+    /// first new failure.
     pub fn poll(&mut self) -> Result<()> {
         let mut first_err = None;
         for (index, block, handle) in std::mem::take(&mut self.tasks) {
-            if !handle.is_finished() {
-                self.tasks.push((index, block, handle));
-                continue;
-            }
-            match self
-                .store
-                .block_on(handle)
-                .unwrap_or_else(|e| Err(Error::Task(e.to_string())))
-            {
-                Ok(key) => self.done.push(key),
-                Err(e) => {
-                    tracing::error!("block {index} of slice {} not stored: {e}", self.id);
-                    let again = self.spawn_later(index, block);
-                    self.tasks.push(again);
+            if handle.is_finished() {
+                if let Err(e) = self.settle(index, block, handle) {
                     first_err.get_or_insert(e);
                 }
+            } else {
+                self.tasks.push((index, block, handle));
             }
         }
         match first_err {
@@ -81,25 +101,23 @@ impl SliceUpload {
         }
     }
 
-    /// Waits for every block; returns the keys written. On failure the failed blocks are
-    /// kept and started again by the next call.
+    /// Waits for every block and returns the keys written. A block whose background upload
+    /// already failed is tried once more first. On failure the failed blocks are kept (and
+    /// started again) for the next call.
     pub fn wait(&mut self) -> Result<Vec<String>> {
-        let tasks = std::mem::take(&mut self.tasks);
+        // Failures that happened before this call were reported already (by `poll` or an
+        // earlier `wait`): they get a fresh attempt now instead.
+        for (index, block, handle) in std::mem::take(&mut self.tasks) {
+            if handle.is_finished() {
+                let _ = self.settle(index, block, handle);
+            } else {
+                self.tasks.push((index, block, handle));
+            }
+        }
         let mut first_err = None;
-        for (index, block, handle) in tasks {
-            let res = self
-                .store
-                .block_on(handle)
-                .unwrap_or_else(|e| Err(Error::Task(e.to_string())));
-            match res {
-                Ok(key) => self.done.push(key),
-                Err(e) => {
-                    tracing::error!("block {index} of slice {} not stored: {e}", self.id);
-                    // Keep it for a retry: a fresh upload of the same bytes.
-                    let again = self.spawn_later(index, block);
-                    self.tasks.push(again);
-                    first_err.get_or_insert(e);
-                }
+        for (index, block, handle) in std::mem::take(&mut self.tasks) {
+            if let Err(e) = self.settle(index, block, handle) {
+                first_err.get_or_insert(e);
             }
         }
         match first_err {
@@ -108,20 +126,18 @@ impl SliceUpload {
         }
     }
 
-    /// A failed block, queued to be uploaded again at the next `wait`.
-    fn spawn_later(&self, index: u32, block: Bytes) -> (u32, Bytes, JoinHandle<Result<String>>) {
-        let handle = self.spawn(index, block.clone());
-        (index, block, handle)
-    }
-
     /// Stops every upload still running and returns the keys of all blocks that did reach
     /// the bucket (so that the caller can delete them).
     pub fn cancel(&mut self) -> Vec<String> {
-        for (_, _, handle) in &self.tasks {
-            handle.abort();
+        let running: Vec<_> = std::mem::take(&mut self.tasks)
+            .into_iter()
+            .map(|(_, _, h)| h)
+            .collect();
+        for h in &running {
+            h.abort();
         }
-        for (_, _, handle) in std::mem::take(&mut self.tasks) {
-            if let Ok(Ok(key)) = self.store.block_on(handle) {
+        for h in running {
+            if let Ok(Ok(key)) = self.store.block_on(h) {
                 self.done.push(key);
             }
         }

@@ -109,13 +109,18 @@ impl FileWriter {
         pos: u32,
         data: &[u8],
     ) -> Result<()> {
+        let bs = store.block_size() as usize;
         let slices = self.chunks.entry(index).or_default();
         let (start, end) = (pos as u64, pos as u64 + data.len() as u64);
         let mut target = None;
         for k in (slices.len().saturating_sub(JOIN_WINDOW)..slices.len()).rev() {
             let s = &slices[k];
             let open_from = s.pos as u64 + s.frozen as u64;
-            if start >= open_from
+            // A slice whose last, partial block was sent (by a flush that then failed) is
+            // sealed: growing it would change that block's length, hence its key.
+            let sealed = s.frozen % bs != 0;
+            if !sealed
+                && start >= open_from
                 && start <= s.end()
                 && slices[k + 1..]
                     .iter()
@@ -138,18 +143,18 @@ impl FileWriter {
             }
         };
         let s = &mut slices[k];
+        // A block that failed to upload fails the writes that follow (before their bytes are
+        // buffered: a write that reports an error must not be committed later).
+        if let Some(up) = &mut s.upload {
+            up.poll().map_err(Error::Data)?;
+        }
         let rel = (start - s.pos as u64) as usize;
         if rel + data.len() > s.buf.len() {
             self.bytes += rel + data.len() - s.buf.len();
             s.buf.resize(rel + data.len(), 0);
         }
         s.buf[rel..rel + data.len()].copy_from_slice(data);
-        // A block that failed to upload fails the writes that follow, not only the close.
-        if let Some(up) = &mut s.upload {
-            up.poll().map_err(Error::Data)?;
-        }
         // Upload every block that is now complete.
-        let bs = store.block_size() as usize;
         while s.buf.len() - s.frozen >= bs {
             let up = match &mut s.upload {
                 Some(u) => u,
