@@ -104,8 +104,12 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
             return Err(e.into());
         }
         // The bucket does not exist: create it if the backend and credentials allow.
-        rt.block_on(obj.create_bucket())
-            .map_err(|why| anyhow::anyhow!("{e}; creating the bucket failed too: {why}"))?;
+        rt.block_on(obj.create_bucket()).map_err(|why| {
+            anyhow::anyhow!(
+                "{e}; creating the bucket failed too: {}",
+                object::one_line(&why)
+            )
+        })?;
         eprintln!("unkai: created the bucket of {}", spec.storage);
         rt.block_on(obj.check(&spec.name))?;
     }

@@ -84,7 +84,9 @@ fn finish(res: anyhow::Result<()>) -> i32 {
     match res {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("unkai: error: {e:#}");
+            // One line, whatever a server answered.
+            let msg = crate::object::one_line(&format!("{e:#}"));
+            eprintln!("unkai: error: {msg}");
             1
         }
     }

@@ -325,7 +325,7 @@ impl ObjectStorage {
         let fail = |step: &'static str, e: Error| Error::Unusable {
             url: self.url.clone(),
             step,
-            msg: e.to_string(),
+            msg: clipped(&e.to_string(), 500),
             errno: e.errno(),
         };
         let body = Bytes::from_static(b"unkai probe");
@@ -375,6 +375,63 @@ impl ObjectStorage {
     }
 }
 
+/// Reduces a store's error to one line: a server's raw answer (often an XML document) is
+/// cut to its status, its error code and its message.
+pub fn one_line(msg: &str) -> String {
+    const STATUS: &str = "Server returned non-2xx status code: ";
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let from = msg.find(&open)? + open.len();
+        let to = from + msg[from..].find('<')?;
+        // Azure appends "RequestId:..., Time:..." lines to its message: keep the first.
+        Some(
+            msg[from..to]
+                .trim()
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string(),
+        )
+    };
+    // "... status code: 403 Forbidden: <?xml ...>...</Error> and more": the status stays,
+    // the document becomes "(Code: Message)", what follows it stays.
+    let body = msg.find(STATUS).and_then(|at| {
+        let open = at + msg[at..].find('<')?;
+        let close = msg.rfind('>')? + 1;
+        (close > open).then_some((open, close))
+    });
+    let mut out = match body {
+        Some((open, close)) => {
+            let head = msg[..open].trim_end().trim_end_matches(':');
+            let mut s = head.to_string();
+            match (tag("Code"), tag("Message")) {
+                (Some(c), Some(m)) => s.push_str(&format!(" ({c}: {m})")),
+                (Some(c), None) => s.push_str(&format!(" ({c})")),
+                _ => {}
+            }
+            s.push_str(&msg[close..]);
+            s
+        }
+        None => msg.to_string(),
+    };
+    out = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    out
+}
+
+/// `one_line`, cut to at most `max` bytes.
+fn clipped(msg: &str, max: usize) -> String {
+    let mut out = one_line(msg);
+    if out.len() > max {
+        let mut cut = max;
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out
+}
+
 /// Whether a failed check means the bucket itself does not exist.
 pub fn is_missing_bucket(e: &Error) -> bool {
     let s = e.to_string();
@@ -392,6 +449,27 @@ pub fn is_missing_bucket(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_line_keeps_status_code_and_message() {
+        let raw = "Error performing PUT http://h/b/k in 1ms - Server returned non-2xx status \
+                   code: 403 Forbidden: <?xml version=\"1.0\"?>\n<Error>\n  \
+                   <Code>SignatureDoesNotMatch</Code>\n  <Message>The request signature \
+                   does not match.</Message>\n</Error>\n";
+        assert_eq!(
+            one_line(raw),
+            "Error performing PUT http://h/b/k in 1ms - Server returned non-2xx status code: \
+             403 Forbidden (SignatureDoesNotMatch: The request signature does not match.)"
+        );
+        assert_eq!(one_line("a\n  b"), "a b");
+        // What follows the document stays; a second pass changes nothing.
+        let twice = format!("{}; creating the bucket failed too: why", raw.trim_end());
+        assert!(
+            one_line(&twice).ends_with("does not match.); creating the bucket failed too: why")
+        );
+        assert_eq!(one_line(&one_line(&twice)), one_line(&twice));
+        assert!(clipped(&"x".repeat(5000), 600).chars().count() <= 601);
+    }
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_current_thread()

@@ -200,8 +200,21 @@ impl Mount {
     /// Unmounts cleanly (as `unkai umount` does) and waits for the server to exit;
     /// panics if either fails. The directory is kept for a later mount.
     pub fn unmount(mut self) -> PathBuf {
-        let (ok, out, err) = run(&["umount", self.path.to_str().unwrap()]);
-        assert!(ok, "umount failed: {out}{err}");
+        // Tests run in threads of one process: a child forked by another test holds copies
+        // of this test's descriptors until it execs, so "busy" may pass in a moment.
+        let start = Instant::now();
+        loop {
+            let (ok, out, err) = run(&["umount", self.path.to_str().unwrap()]);
+            if ok {
+                break;
+            }
+            let busy = err.contains("is busy");
+            assert!(
+                busy && start.elapsed() < Duration::from_secs(10),
+                "umount failed: {out}{err}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let st = self.child.take().unwrap().wait().unwrap();
         assert!(
             st.success(),
