@@ -20,6 +20,8 @@ if ! command -v pjdfstest >/dev/null || ! command -v fsx >/dev/null; then
 fi
 
 work=$(mktemp -d /tmp/unkai-peer.XXXXXX)
+# pjdfstest switches to unprivileged users, who must reach the mount through this directory.
+chmod 755 "$work"
 mnt="$work/mnt"
 mkdir -p "$mnt" "$work/second"
 cleanup() {
