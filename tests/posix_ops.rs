@@ -2995,3 +2995,35 @@ fn chown_and_chmod_rules_for_non_root() {
     let md = fs::metadata(&p).unwrap();
     assert_eq!((md.uid(), md.gid()), (5, 6));
 }
+
+/// `cp -p` sets the times on the descriptor it wrote before closing it: the commit of the
+/// writes at close must not put the write time back.
+#[test]
+fn times_set_on_a_written_descriptor_survive_its_close() {
+    setup();
+    let vol = Volume::new();
+    let m = vol.mount();
+    let p = m.p("copied");
+    let mut f = File::create(&p).unwrap();
+    f.write_all(&pattern(300_000, 5)).unwrap();
+    let ts = [
+        libc::timespec {
+            tv_sec: 1_500_000_000,
+            tv_nsec: 7,
+        },
+        libc::timespec {
+            tv_sec: 1_600_000_000,
+            tv_nsec: 123_456_789,
+        },
+    ];
+    cvt(unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) }).unwrap();
+    drop(f);
+    let md = fs::metadata(&p).unwrap();
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
+    assert_eq!(md.len(), 300_000);
+    m.unmount();
+    let m = vol.mount();
+    let md = fs::metadata(m.p("copied")).unwrap();
+    assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
+    assert_eq!(fs::read(m.p("copied")).unwrap(), pattern(300_000, 5));
+}

@@ -46,15 +46,24 @@ pub struct Args {
     /// Threads serving kernel requests (each with its own /dev/fuse descriptor).
     #[arg(long, default_value_t = 8, env = "UNKAI_THREADS")]
     threads: usize,
-    /// Seconds the kernel caches attributes.
-    #[arg(long, default_value_t = 1.0)]
-    attr_ttl: f64,
-    /// Seconds the kernel caches directory entries.
-    #[arg(long, default_value_t = 1.0)]
-    entry_ttl: f64,
-    /// Seconds the kernel remembers that a name does not exist (0 to disable).
-    #[arg(long, default_value_t = 1.0)]
-    negative_ttl: f64,
+    /// Seconds the kernel caches attributes [default: 30 when this mount has the volume to
+    /// itself (an SQLite volume mounted nowhere else), 1 otherwise].
+    #[arg(long)]
+    attr_ttl: Option<f64>,
+    /// Seconds the kernel caches directory entries [default: as --attr-ttl].
+    #[arg(long)]
+    entry_ttl: Option<f64>,
+    /// Seconds the kernel remembers that a name does not exist, 0 to disable [default: as
+    /// --attr-ttl].
+    #[arg(long)]
+    negative_ttl: Option<f64>,
+    /// The kernel's writeback cache: small writes gather in the page cache and reach unkai
+    /// in large batches; close and fsync still flush everything (the durability contract
+    /// holds). `auto` turns it on when this mount has the volume to itself. With it,
+    /// SEEK_DATA/SEEK_HOLE report no holes, and a write past the largest file size fails at
+    /// close or fsync instead of at once.
+    #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK")]
+    writeback: Toggle,
     /// Memory for cached blocks, e.g. 256M.
     #[arg(long, default_value = "256M", env = "UNKAI_CACHE_SIZE")]
     cache_size: String,
@@ -65,6 +74,19 @@ pub struct Args {
     #[arg(long)]
     no_keep_cache: bool,
 }
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Toggle {
+    Auto,
+    On,
+    Off,
+}
+
+/// TTLs of the kernel's caches when this mount is the volume's only client: nobody else can
+/// change what the kernel remembers.
+const EXCLUSIVE_TTL: f64 = 30.0;
+/// ... and when others may write: how late another client's change may show.
+const SHARED_TTL: f64 = 1.0;
 
 /// Set in the environment of the daemon: the fd to report readiness on.
 const READY_FD_ENV: &str = "UNKAI_READY_FD";
@@ -141,12 +163,15 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         Some(u) => u,
         None => volume::ensure_default()?,
     };
-    let cache = CacheConfig {
-        attr_ttl: ttl(a.attr_ttl, "attr-ttl")?,
-        entry_ttl: ttl(a.entry_ttl, "entry-ttl")?,
-        negative_ttl: ttl(a.negative_ttl, "negative-ttl")?,
-        keep_cache: !a.no_keep_cache,
-    };
+    for (v, what) in [
+        (a.attr_ttl, "attr-ttl"),
+        (a.entry_ttl, "entry-ttl"),
+        (a.negative_ttl, "negative-ttl"),
+    ] {
+        if let Some(v) = v {
+            ttl(v, what)?;
+        }
+    }
     let cache_bytes = volume::parse_size(&a.cache_size)? as usize;
     let buffer_bytes = volume::parse_size(&a.buffer_size)? as usize;
     if a.threads == 0 || a.threads > 256 {
@@ -189,6 +214,39 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         heartbeat: 0,
         id: 0,
     })?;
+    // Alone on the volume? An SQLite volume lives on this machine; if no other mount of it
+    // is alive, the kernel may cache for long and write back (a later second mount of the
+    // same file is warned about in the docs: mount both with --attr-ttl 1 --writeback off).
+    let others = meta
+        .sessions()?
+        .into_iter()
+        .filter(|s| s.pid != std::process::id())
+        .count();
+    let exclusive = meta_url.starts_with("sqlite:") && others == 0;
+    let default_ttl = if exclusive { EXCLUSIVE_TTL } else { SHARED_TTL };
+    let attr_ttl = a.attr_ttl.unwrap_or(default_ttl);
+    let cache = CacheConfig {
+        attr_ttl: ttl(attr_ttl, "attr-ttl")?,
+        entry_ttl: ttl(a.entry_ttl.unwrap_or(attr_ttl), "entry-ttl")?,
+        negative_ttl: ttl(a.negative_ttl.unwrap_or(attr_ttl), "negative-ttl")?,
+        keep_cache: !a.no_keep_cache,
+        writeback: match a.writeback {
+            Toggle::Auto => exclusive,
+            Toggle::On => true,
+            Toggle::Off => false,
+        },
+    };
+    tracing::info!(
+        "{}: kernel caches attributes {:?}, entries {:?}, writeback cache {}",
+        if exclusive {
+            "this mount has the volume to itself"
+        } else {
+            "the volume may be shared"
+        },
+        cache.attr_ttl,
+        cache.entry_ttl,
+        if cache.writeback { "on" } else { "off" }
+    );
     let vfs = Arc::new(Vfs::new(
         meta.clone(),
         store,

@@ -31,6 +31,10 @@ pub struct CacheConfig {
     /// Keep the kernel's page cache of a file across opens (safe when this mount is the only
     /// writer of the volume).
     pub keep_cache: bool,
+    /// The kernel's writeback cache: writes land in the page cache and reach the server in
+    /// large batches (on close, fsync, memory pressure or after ~30 s); the kernel owns the
+    /// size and times of a cached file. Only for a mount that is the volume's only writer.
+    pub writeback: bool,
 }
 
 impl Default for CacheConfig {
@@ -40,6 +44,7 @@ impl Default for CacheConfig {
             entry_ttl: Duration::from_secs(1),
             negative_ttl: Duration::from_secs(1),
             keep_cache: true,
+            writeback: false,
         }
     }
 }
@@ -159,6 +164,13 @@ impl Filesystem for Adapter {
             let _ = config.set_max_write(max);
         }
         let _ = config.set_max_background(64);
+        if self.cache.writeback
+            && config
+                .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
+                .is_err()
+        {
+            tracing::warn!("the kernel lacks the FUSE writeback cache; writes go through");
+        }
         for cap in [
             InitFlags::FUSE_DO_READDIRPLUS,
             InitFlags::FUSE_READDIRPLUS_AUTO,
@@ -702,6 +714,12 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        if self.cache.writeback {
+            // Dirty pages the kernel has not handed over yet are invisible here, so holes
+            // cannot be told apart from unwritten data: the kernel's fallback (the whole
+            // file is data) is the safe answer. ENOSYS makes it use that from now on.
+            return reply.error(Errno::ENOSYS);
+        }
         if offset < 0 {
             return reply.error(Errno::ENXIO);
         }

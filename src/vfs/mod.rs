@@ -234,8 +234,13 @@ impl Vfs {
     pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr, size: Option<u64>) -> Result<Attr> {
         let mark = self.attr_mark();
         let mut attr = None;
-        if let Some(size) = size {
+        if size.is_some() || set.mtime.is_some() {
+            // Pending writes commit first: a truncate cuts them, and an mtime set after them
+            // (utimensat, or the kernel's writeback cache handing over the times it kept)
+            // must not be overwritten by their commit.
             self.flush_ino(ino)?;
+        }
+        if let Some(size) = size {
             attr = Some(self.meta.truncate(ctx, ino, size)?);
         }
         if set.mode.is_some()

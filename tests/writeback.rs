@@ -1,0 +1,157 @@
+//! The kernel's writeback cache (`mount --writeback on`): writes gather in the page cache
+//! and reach unkai later, yet what close and fsync acknowledged is committed, sizes, times
+//! and contents survive a remount, and SEEK_DATA never calls unwritten data a hole.
+
+mod common;
+
+use common::*;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::{FileExt, MetadataExt};
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+fn mount(vol: &Volume) -> Mount {
+    let m = vol.mount_with(&["--writeback", "on"]);
+    assert!(
+        m.log_text().contains("writeback cache on"),
+        "the mount did not turn the writeback cache on:\n{}",
+        m.log_text()
+    );
+    m
+}
+
+#[test]
+fn random_writes_match_a_model_across_remounts() {
+    let vol = Volume::new();
+    let mut model: Vec<u8> = Vec::new();
+    let mut rng = StdRng::seed_from_u64(42);
+    for round in 0..3 {
+        let m = mount(&vol);
+        let p = m.p("f");
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&p)
+            .unwrap();
+        for _ in 0..400 {
+            let op = rng.random_range(0..10);
+            if op < 7 {
+                let off = rng.random_range(0..3 << 20) as usize;
+                let len = rng.random_range(1..20_000);
+                let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
+                f.write_all_at(&data, off as u64).unwrap();
+                if model.len() < off + len {
+                    model.resize(off + len, 0);
+                }
+                model[off..off + len].copy_from_slice(&data);
+            } else if op < 8 {
+                let len = rng.random_range(0..(3 << 20)) as usize;
+                f.set_len(len as u64).unwrap();
+                model.resize(len, 0);
+            } else {
+                let off = rng.random_range(0..(model.len() + 1)) as u64;
+                let mut buf = vec![0u8; 50_000];
+                let n = f.read_at(&mut buf, off).unwrap();
+                let end = (off as usize + 50_000).min(model.len());
+                assert_eq!(&buf[..n], &model[off as usize..end], "round {round}");
+            }
+        }
+        assert_eq!(f.metadata().unwrap().len(), model.len() as u64);
+        drop(f);
+        assert_eq!(fs::read(&p).unwrap(), model, "after close, round {round}");
+        m.unmount();
+    }
+    let m = mount(&vol);
+    assert_eq!(fs::read(m.p("f")).unwrap(), model, "after the last remount");
+}
+
+#[test]
+fn appends_times_and_small_files_survive_a_remount() {
+    let vol = Volume::new();
+    let m = mount(&vol);
+    // O_APPEND from two descriptors: the kernel places the bytes.
+    let a = m.p("log");
+    for i in 0..50u32 {
+        let mut f = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&a)
+            .unwrap();
+        writeln!(f, "line {i}").unwrap();
+    }
+    let want: String = (0..50).map(|i| format!("line {i}\n")).collect();
+    // Many small files, closed at once.
+    for i in 0..200 {
+        fs::write(m.p(&format!("s{i}")), pattern(i * 37 + 1, i as u64)).unwrap();
+    }
+    // Times set after writing, before closing (cp -p).
+    let t = m.p("timed");
+    let mut f = File::create(&t).unwrap();
+    f.write_all(&pattern(70_000, 9)).unwrap();
+    let ts = [
+        libc::timespec {
+            tv_sec: 1_000_000_000,
+            tv_nsec: 0,
+        },
+        libc::timespec {
+            tv_sec: 1_234_567_890,
+            tv_nsec: 5,
+        },
+    ];
+    assert_eq!(unsafe { libc::futimens(f.as_raw_fd(), ts.as_ptr()) }, 0);
+    drop(f);
+    let before = fs::metadata(&t).unwrap();
+    assert_eq!((before.mtime(), before.mtime_nsec()), (1_234_567_890, 5));
+    m.unmount();
+
+    let m = mount(&vol);
+    assert_eq!(fs::read_to_string(m.p("log")).unwrap(), want);
+    for i in 0..200 {
+        assert_eq!(
+            fs::read(m.p(&format!("s{i}"))).unwrap(),
+            pattern(i * 37 + 1, i as u64),
+            "s{i}"
+        );
+    }
+    let after = fs::metadata(m.p("timed")).unwrap();
+    assert_eq!((after.mtime(), after.mtime_nsec()), (1_234_567_890, 5));
+    assert_eq!(after.len(), 70_000);
+}
+
+#[test]
+fn fsync_is_durable_through_a_crash_and_seek_data_sees_dirty_pages() {
+    let vol = Volume::new();
+    let m = mount(&vol);
+    let p = m.p("f");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .open(&p)
+        .unwrap();
+    let far = 100u64 << 20;
+    f.write_all_at(b"unwritten yet", far).unwrap();
+    // The bytes are still in the kernel's page cache: SEEK_DATA must not skip them.
+    let off = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
+    assert!(
+        off >= 0 && off as u64 <= far,
+        "SEEK_DATA jumped past dirty data: {off}"
+    );
+    let data = pattern(5 << 20, 3);
+    f.seek(SeekFrom::Start(0)).unwrap();
+    f.write_all(&data).unwrap();
+    f.sync_all().unwrap();
+    m.kill9();
+    let m = mount(&vol);
+    let mut got = Vec::new();
+    File::open(m.p("f")).unwrap().read_to_end(&mut got).unwrap();
+    assert_eq!(got.len() as u64, far + 13);
+    assert_eq!(&got[..data.len()], &data[..]);
+    assert_eq!(&got[far as usize..], b"unwritten yet");
+    assert!(got[data.len()..far as usize].iter().all(|b| *b == 0));
+}
