@@ -21,4 +21,7 @@ if [ -x scripts/peer-suites.sh ]; then
   scripts/peer-suites.sh
 fi
 
+# Benchmark figures (printed, never asserted: CI machines are noisy).
+scripts/bench-quick.sh
+
 echo "==> all tests passed in $(( $(date +%s) - start ))s"

@@ -3,6 +3,7 @@
 //! Not for: logic a subcommand could share with another front end (that lives in `volume`,
 //! `vfs` and below).
 
+mod bench;
 mod format;
 mod fsck;
 mod gc;
@@ -43,6 +44,7 @@ enum Command {
     Fsck(fsck::Args),
     Gc(gc::Args),
     Objbench(objbench::Args),
+    Bench(bench::Args),
 }
 
 fn init_logging(filter: &str) {
@@ -75,6 +77,7 @@ pub fn main() -> i32 {
         Command::Fsck(a) => fsck::run(a),
         Command::Gc(a) => gc::run(a),
         Command::Objbench(a) => objbench::run(a),
+        Command::Bench(a) => bench::run(a),
     };
     finish(res)
 }

@@ -1,0 +1,120 @@
+//! `unkai bench` against a real mount and a plain directory: the table compares both, the
+//! JSON holds every figure, nothing is left behind, and bad directories are one-line errors.
+
+mod common;
+
+use common::*;
+use std::fs;
+use std::path::Path;
+
+fn leftovers(dir: &Path) -> Vec<String> {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("unkai-bench") || n.starts_with(".unkai-bench"))
+        .collect()
+}
+
+#[test]
+fn metadata_and_fileserver_on_a_mount_and_a_local_dir() {
+    let vol = Volume::new();
+    let m = vol.mount();
+    let local = tempfile::tempdir().unwrap();
+    let json = local.path().join("out.json");
+    let local_dir = local.path().join("dir");
+    fs::create_dir(&local_dir).unwrap();
+    let (ok, out, err) = run(&[
+        "bench",
+        "--quick",
+        "--quiet",
+        "--workload",
+        "m,s3",
+        "--duration",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+        m.path.to_str().unwrap(),
+        local_dir.to_str().unwrap(),
+    ]);
+    assert!(ok, "bench failed:\n{out}{err}");
+    // The table: a header naming both directories, the ratio column, and the rows.
+    let header = out.lines().next().unwrap_or_default();
+    assert!(header.contains(m.path.to_str().unwrap()), "{out}");
+    assert!(header.contains(local_dir.to_str().unwrap()), "{out}");
+    assert!(header.contains("[2]/[1]"), "{out}");
+    for row in [
+        "create 4KiB (one dir)",
+        "ls -l 10000",
+        "tar -x 500 files",
+        "fileserver ops",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.contains(row))
+            .unwrap_or_else(|| panic!("no row {row}:\n{out}"));
+        // Two medians and one ratio, all positive numbers.
+        let nums: Vec<f64> = line
+            .split_whitespace()
+            .rev()
+            .take(3)
+            .map(|x| x.parse().unwrap_or(-1.0))
+            .collect();
+        assert!(nums.iter().all(|x| *x > 0.0), "row {row}: {line}");
+    }
+    // The JSON: the same figures, one value per run and directory, all positive.
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["dirs"].as_array().unwrap().len(), 2);
+    let figures = v["figures"].as_array().unwrap();
+    assert!(figures.len() >= 12, "{v}");
+    for f in figures {
+        let values = f["values"].as_array().unwrap();
+        assert_eq!(values.len(), 2, "{f}");
+        for per_dir in values {
+            let runs = per_dir.as_array().unwrap();
+            assert_eq!(runs.len(), 1, "{f}");
+            assert!(runs[0].as_f64().unwrap() > 0.0, "{f}");
+        }
+    }
+    assert!(
+        figures
+            .iter()
+            .any(|f| f["workload"] == "S3" && f["unit"] == "ops/s"),
+        "{v}"
+    );
+    // Nothing left behind in either directory.
+    assert!(leftovers(&m.path).is_empty(), "{:?}", leftovers(&m.path));
+    assert!(leftovers(&local_dir).is_empty());
+    m.unmount();
+    // And the volume is consistent afterwards.
+    let (ok, out, err) = vol.cmd("fsck", &["-q"]);
+    assert!(ok, "fsck after bench:\n{out}{err}");
+}
+
+#[test]
+fn bad_directories_are_one_line_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope");
+    let (ok, _, err) = run(&["bench", "--quick", "-w", "m", missing.to_str().unwrap()]);
+    assert!(!ok);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("nope") && err.contains("existing directory"),
+        "{err}"
+    );
+    let file = dir.path().join("file");
+    fs::write(&file, b"x").unwrap();
+    let (ok, _, err) = run(&["bench", "-w", "m", file.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("is not a directory"), "{err}");
+    let (ok, _, err) = run(&[
+        "bench",
+        "--runs",
+        "0",
+        "-w",
+        "m",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("--runs"), "{err}");
+    assert!(leftovers(dir.path()).is_empty());
+}
