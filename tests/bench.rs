@@ -21,6 +21,7 @@ fn metadata_and_fileserver_on_a_mount_and_a_local_dir() {
     let m = vol.mount();
     let local = tempfile::tempdir().unwrap();
     let json = local.path().join("out.json");
+    let svg = local.path().join("chart.svg");
     let local_dir = local.path().join("dir");
     fs::create_dir(&local_dir).unwrap();
     let (ok, out, err) = run(&[
@@ -33,6 +34,8 @@ fn metadata_and_fileserver_on_a_mount_and_a_local_dir() {
         "1",
         "--json",
         json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
         m.path.to_str().unwrap(),
         local_dir.to_str().unwrap(),
     ]);
@@ -81,6 +84,13 @@ fn metadata_and_fileserver_on_a_mount_and_a_local_dir() {
             .any(|f| f["workload"] == "S3" && f["unit"] == "ops/s"),
         "{v}"
     );
+    // The chart: an SVG document with a bar per directory and figure, and the names.
+    let chart = fs::read_to_string(&svg).unwrap();
+    assert!(chart.starts_with("<svg") && chart.trim_end().ends_with("</svg>"));
+    assert!(chart.matches("<rect").count() >= 2 * 12, "{chart}");
+    assert!(chart.contains("fileserver ops"));
+    // No S0 ran: no latency chart.
+    assert!(!local.path().join("chart-s0-latency.svg").exists());
     // Nothing left behind in either directory.
     assert!(leftovers(&m.path).is_empty(), "{:?}", leftovers(&m.path));
     assert!(leftovers(&local_dir).is_empty());

@@ -108,6 +108,15 @@ pub fn s0(ctx: &Ctx, dir: &Path, notes: &mut Vec<String>) -> anyhow::Result<Vec<
                 "ms",
                 num(clat, "mean") / 1e6,
             ));
+            let p99 = clat["percentile"]["99.000000"].as_f64().unwrap_or(0.0);
+            if p99 > 0.0 {
+                figs.push(Figure::new(
+                    "S0",
+                    format!("{rw} {label} p99 lat"),
+                    "ms",
+                    p99 / 1e6,
+                ));
+            }
             figs.push(Figure::new(
                 "S0",
                 format!("{rw} {label} max lat"),

@@ -8,6 +8,7 @@
 pub mod fileserver;
 pub mod fio;
 pub mod metadata;
+pub mod plot;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -140,6 +141,8 @@ pub struct Options {
     pub runs: usize,
     pub duration: Option<Duration>,
     pub json: Option<PathBuf>,
+    /// Charts: FILE.svg (all figures) and FILE-s0-latency.svg (S0's latencies).
+    pub plot: Option<PathBuf>,
     pub quiet: bool,
 }
 
@@ -187,6 +190,23 @@ impl Drop for Scratch {
             eprintln!("unkai bench: could not remove {}: {e}", self.path.display());
         }
     }
+}
+
+/// Where the S0 latency chart of `--plot FILE.svg` goes: FILE-s0-latency.svg.
+pub fn s0_plot_path(path: &Path) -> PathBuf {
+    let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!("{stem}-s0-latency.svg"))
+}
+
+/// Checks that a `--plot` path can be drawn (SVG only).
+pub fn check_plot(path: &Path) -> anyhow::Result<()> {
+    if path.extension().and_then(|e| e.to_str()) != Some("svg") {
+        bail!(
+            "--plot {}: only SVG charts are drawn; give a path ending in .svg",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Checks that each directory exists and is writable.
@@ -335,6 +355,14 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Report> {
     if let Some(path) = &opts.json {
         std::fs::write(path, serde_json::to_vec_pretty(&report)?)
             .with_context(|| format!("cannot write {}", path.display()))?;
+    }
+    if let Some(path) = &opts.plot {
+        std::fs::write(path, plot::svg(&report))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        if let Some(lat) = plot::s0_latency_svg(&report) {
+            let p = s0_plot_path(path);
+            std::fs::write(&p, lat).with_context(|| format!("cannot write {}", p.display()))?;
+        }
     }
     Ok(report)
 }

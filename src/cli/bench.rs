@@ -24,7 +24,8 @@ use crate::bench::{self, Options, Workload};
 #[command(
     after_help = "Examples:\n  unkai bench --quick /mnt/unkai /tmp                 # every workload, small sizes\n  \
 unkai bench --workload m --workload s3 /mnt/unkai /srv/ext4\n  \
-unkai bench --workload s4 --runs 5 --json out.json /mnt/unkai /mnt/other"
+unkai bench --workload s4 --runs 5 --json out.json /mnt/unkai /mnt/other\n  \
+unkai bench --quick --plot chart.svg /mnt/unkai /tmp               # also chart-s0-latency.svg"
 )]
 pub struct Args {
     /// Directories to run in: the first is the reference of the ratios.
@@ -45,6 +46,10 @@ pub struct Args {
     /// Also write every figure of every run to FILE as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
+    /// Draw the medians as bar charts into FILE.svg (and S0's latencies into
+    /// FILE-s0-latency.svg).
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
     /// No progress display.
     #[arg(short, long)]
     quiet: bool,
@@ -68,9 +73,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         runs,
         duration,
         json: a.json,
+        plot: a.plot,
         quiet: a.quiet,
     };
     bench::check_dirs(&opts.dirs)?;
+    if let Some(p) = &opts.plot {
+        bench::check_plot(p)?;
+    }
     let stop = catch_interrupts()?;
     let report = bench::run(&opts, stop)?;
     print!("{}", bench::table(&report));
