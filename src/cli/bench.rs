@@ -1,11 +1,7 @@
 //! `unkai bench`: the benchmark suite (SUITE.md) against any directories, side by side.
 
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-
-use nix::sys::signal::{SigSet, Signal};
 
 use crate::bench::{self, Options, Workload};
 
@@ -80,29 +76,11 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(p) = &opts.plot {
         bench::check_plot(p)?;
     }
-    let stop = catch_interrupts()?;
+    let stop = super::catch_interrupts(
+        "unkai: interrupted: stopping and cleaning up (interrupt again to quit)",
+        "unkai: interrupted again: unkai-bench-* directories may be left",
+    )?;
     let report = bench::run(&opts, stop)?;
     print!("{}", bench::table(&report));
     Ok(())
-}
-
-/// The first SIGINT/SIGTERM/SIGHUP asks the workloads to stop and clean up; a second quits.
-fn catch_interrupts() -> anyhow::Result<Arc<AtomicBool>> {
-    let mut sigs = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        sigs.add(s);
-    }
-    sigs.thread_block()?;
-    let stop = Arc::new(AtomicBool::new(false));
-    let flag = stop.clone();
-    std::thread::spawn(move || {
-        while sigs.wait().is_ok() {
-            if flag.swap(true, Ordering::Relaxed) {
-                eprintln!("unkai: interrupted again: unkai-bench-* directories may be left");
-                std::process::exit(130);
-            }
-            eprintln!("unkai: interrupted: stopping and cleaning up (interrupt again to quit)");
-        }
-    });
-    Ok(stop)
 }

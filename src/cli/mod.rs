@@ -95,6 +95,35 @@ fn finish(res: anyhow::Result<()>) -> i32 {
     }
 }
 
+/// For long-running commands that clean up after themselves: the first SIGINT, SIGTERM or
+/// SIGHUP prints `first` and sets the returned flag (the command stops and cleans up); a
+/// second one prints `again` and quits at once. Call before starting any other thread, so
+/// that every thread inherits the blocked signal mask.
+pub(crate) fn catch_interrupts(
+    first: &'static str,
+    again: &'static str,
+) -> anyhow::Result<std::sync::Arc<std::sync::atomic::AtomicBool>> {
+    use nix::sys::signal::{SigSet, Signal};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        sigs.add(s);
+    }
+    sigs.thread_block()?;
+    let flag = std::sync::Arc::new(AtomicBool::new(false));
+    let seen = flag.clone();
+    std::thread::spawn(move || {
+        while sigs.wait().is_ok() {
+            if seen.swap(true, Ordering::Relaxed) {
+                eprintln!("{again}");
+                std::process::exit(130);
+            }
+            eprintln!("{first}");
+        }
+    });
+    Ok(flag)
+}
+
 /// Human-readable byte counts: 1.5 GiB.
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];

@@ -1,10 +1,6 @@
 //! `unkai objbench`: measure a bucket's latency, throughput and request rates.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-
 use anyhow::Context;
-use nix::sys::signal::{SigSet, Signal};
 
 use crate::admin::objbench::{self, Options};
 use crate::volume;
@@ -67,7 +63,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         ..Options::default()
     };
     objbench::validate(&opts)?;
-    let cancel = catch_interrupts()?;
+    let cancel = super::catch_interrupts(
+        "unkai: interrupted: deleting the objects created (interrupt again to quit)",
+        "unkai: interrupted again: objects may be left under objbench-*/",
+    )?;
     let rep = objbench::objbench(&a.storage_url, &opts, cancel)?;
     println!("storage {} (under {})", rep.storage, rep.prefix);
     print!("{}", rep.table());
@@ -81,27 +80,4 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
-}
-
-/// The first SIGINT, SIGTERM or SIGHUP sets the returned flag (the run stops and cleans
-/// up); a second one quits at once.
-fn catch_interrupts() -> anyhow::Result<Arc<AtomicBool>> {
-    let mut sigs = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        sigs.add(s);
-    }
-    // Blocked before any other thread starts, so that every thread inherits the mask.
-    sigs.thread_block()?;
-    let cancel = Arc::new(AtomicBool::new(false));
-    let flag = cancel.clone();
-    std::thread::spawn(move || {
-        while sigs.wait().is_ok() {
-            if flag.swap(true, Ordering::Relaxed) {
-                eprintln!("unkai: interrupted again: objects may be left under objbench-*/");
-                std::process::exit(130);
-            }
-            eprintln!("unkai: interrupted: deleting the objects created (interrupt again to quit)");
-        }
-    });
-    Ok(cancel)
 }
