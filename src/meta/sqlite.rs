@@ -1285,9 +1285,23 @@ impl Meta for SqliteMeta {
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {
-        let a = self.getattr(ino)?;
+        // Count the open before looking the inode up: an unlink or a rename over the name that
+        // commits after the lookup then sees the open and keeps the inode (counting after the
+        // lookup left a window where the inode was deleted under a successful open).
         *self.opens.lock().entry(ino).or_insert(0) += 1;
-        Ok(a)
+        match self.getattr(ino) {
+            Ok(a) => Ok(a),
+            Err(e) => {
+                let mut opens = self.opens.lock();
+                if let Some(n) = opens.get_mut(&ino) {
+                    *n -= 1;
+                    if *n == 0 {
+                        opens.remove(&ino);
+                    }
+                }
+                Err(e)
+            }
+        }
     }
 
     fn close(&self, ino: Ino) -> Result<()> {
