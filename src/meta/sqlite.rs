@@ -15,10 +15,15 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use super::shared::MAX_FILE_SIZE;
+
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use super::format::SCHEMA_VERSION;
+use super::shared::{
+    FRAGMENTED_AT, ID_BATCH, align4k, by_chunk, check_name, plan_copy, session_dead, zero_recs,
+};
 use super::slice::{self, SliceRec};
 use super::*;
 
@@ -67,19 +72,6 @@ const TABLES: &[&str] = &[
     "session",
     "sustained",
 ];
-
-/// Records a chunk may gather before it is offered to compaction.
-const FRAGMENTED_AT: usize = 16;
-/// How many ids are taken from the counters at once.
-const ID_BATCH: u64 = 1024;
-/// A session whose heartbeat is older than this is dead.
-const SESSION_TIMEOUT: Duration = Duration::from_secs(300);
-/// Largest file: the chunk index must fit in 32 bits.
-pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * CHUNK_SIZE;
-
-fn align4k(n: u64) -> i64 {
-    n.div_ceil(4096) as i64 * 4096
-}
 
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
@@ -345,54 +337,6 @@ fn delete_inode(c: &Connection, a: &Attr, now: Nanos) -> Tx<()> {
         add_counter(c, "usedSpace", -align4k(a.length))?;
     }
     Ok(())
-}
-
-/// Zero records covering `[start, end)` of a file, chunk by chunk.
-fn zero_recs(start: u64, end: u64) -> Vec<(u32, SliceRec)> {
-    let mut out = Vec::new();
-    let mut off = start;
-    while off < end {
-        let index = off / CHUNK_SIZE;
-        let pos = off % CHUNK_SIZE;
-        let n = (CHUNK_SIZE - pos).min(end - off);
-        out.push((index as u32, SliceRec::zero(pos as u32, n as u32)));
-        off += n;
-    }
-    out
-}
-
-fn check_name(name: &[u8]) -> Result<()> {
-    if name.len() > MAX_NAME_LEN {
-        return sys(libc::ENAMETOOLONG);
-    }
-    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-        return sys(libc::EINVAL);
-    }
-    Ok(())
-}
-
-fn host_name() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default()
-}
-
-/// Whether a session's process is known to be gone (same host, pid no longer an unkai).
-fn session_dead(info: &SessionInfo, heartbeat: Nanos, now: Nanos) -> bool {
-    if now - heartbeat > SESSION_TIMEOUT.as_nanos() as i64 {
-        return true;
-    }
-    if info.host != host_name() {
-        return false;
-    }
-    if info.pid == std::process::id() {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{}/comm", info.pid)) {
-        Ok(comm) => !comm.trim().starts_with("unkai"),
-        Err(_) => true,
-    }
 }
 
 impl SqliteMeta {
@@ -1482,79 +1426,13 @@ impl Meta for SqliteMeta {
                 return fail(libc::EINVAL);
             }
             // Destination records, computed from the source as it is before the copy.
-            let mut out: Vec<(u32, SliceRec)> = Vec::new();
-            let mut push = |dpos: u64, r: SliceRec| {
-                // Split at destination chunk boundaries.
-                let mut done = 0u32;
-                while done < r.len {
-                    let at = dpos + done as u64;
-                    let room = (CHUNK_SIZE - at % CHUNK_SIZE).min((r.len - done) as u64) as u32;
-                    let piece = SliceRec {
-                        pos: (at % CHUNK_SIZE) as u32,
-                        id: r.id,
-                        size: r.size,
-                        off: if r.id == 0 { 0 } else { r.off + done },
-                        len: room,
-                    };
-                    let piece = if r.id == 0 {
-                        SliceRec::zero(piece.pos, room)
-                    } else {
-                        piece
-                    };
-                    out.push(((at / CHUNK_SIZE) as u32, piece));
-                    done += room;
-                }
-            };
-            let mut off = src_off;
-            let end = src_off + len;
-            while off < end {
-                let index = (off / CHUNK_SIZE) as u32;
-                let base = index as u64 * CHUNK_SIZE;
-                let (a, b) = (off - base, (end - base).min(CHUNK_SIZE));
-                let view = slice::build_view(&read_recs(c, src, index)?);
-                let mut cur = a;
-                for p in view.iter().filter(|p| p.end() > a && (p.pos as u64) < b) {
-                    let ps = (p.pos as u64).max(a);
-                    let pe = p.end().min(b);
-                    if ps > cur {
-                        push(
-                            dst_off + (base + cur - src_off),
-                            SliceRec::zero(0, (ps - cur) as u32),
-                        );
-                    }
-                    let skip = (ps - p.pos as u64) as u32;
-                    let piece = SliceRec {
-                        pos: 0,
-                        id: p.id,
-                        size: p.size,
-                        off: if p.id == 0 { 0 } else { p.off + skip },
-                        len: (pe - ps) as u32,
-                    };
-                    push(dst_off + (base + ps - src_off), piece);
-                    cur = pe;
-                }
-                if cur < b {
-                    push(
-                        dst_off + (base + cur - src_off),
-                        SliceRec::zero(0, (b - cur) as u32),
-                    );
-                }
-                off = base + b;
-            }
-            let mut i = 0;
-            while i < out.len() {
-                let index = out[i].0;
-                let mut j = i;
-                while j < out.len() && out[j].0 == index {
-                    j += 1;
-                }
-                let recs: Vec<SliceRec> = out[i..j].iter().map(|(_, r)| *r).collect();
+            let out = plan_copy(src_off, dst_off, len, |index| read_recs(c, src, index))?;
+            for (index, recs) in by_chunk(&out) {
                 for r in &recs {
                     incref(c, r)?;
                 }
                 let n = append_recs(c, dst, index, &recs)?;
                 self.note_fragmented(dst, index, n);
-                i = j;
             }
             let now = now_nanos();
             let old = d.length;
