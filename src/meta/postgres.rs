@@ -494,6 +494,47 @@ fn insert_edge(c: &mut Conn, parent: Ino, name: &[u8], ino: Ino, kind: Kind) -> 
     Ok(())
 }
 
+/// The entry `name` of `parent` and its inode, locked: (edge id, attributes).
+fn lock_entry(c: &mut Conn, parent: Ino, name: &[u8]) -> Tx<Option<(i64, Attr)>> {
+    let r = c.query_opt(
+        concat!(
+            "SELECT e.id, ",
+            node_cols!(),
+            " FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino
+             WHERE e.parent = $1 AND e.name = $2 FOR UPDATE OF n"
+        ),
+        &[&(parent as i64), &name],
+    )?;
+    match r {
+        Some(r) => Ok(Some((r.try_get(0)?, row_attr(&r, 1)?))),
+        None => Ok(None),
+    }
+}
+
+/// Removes an entry and writes its directory's new attributes (one round trip).
+fn delete_edge_update_dir(c: &mut Conn, id: i64, p: &Attr) -> Tx<()> {
+    c.execute(
+        "WITH e AS (DELETE FROM unkai_edge WHERE id = $12)
+         UPDATE unkai_node SET mode=$2, uid=$3, gid=$4, nlink=$5, length=$6, rdev=$7, atime=$8,
+           mtime=$9, ctime=$10, parent=$11 WHERE ino=$1",
+        &[
+            &(p.ino as i64),
+            &(p.mode as i64),
+            &(p.uid as i64),
+            &(p.gid as i64),
+            &(p.nlink as i64),
+            &(p.length as i64),
+            &(p.rdev as i64),
+            &p.atime,
+            &p.mtime,
+            &p.ctime,
+            &(p.parent as i64),
+            &id,
+        ],
+    )?;
+    Ok(())
+}
+
 fn delete_edge(c: &mut Conn, id: i64) -> Tx<()> {
     c.execute("DELETE FROM unkai_edge WHERE id=$1", &[&id])?;
     Ok(())
@@ -617,16 +658,54 @@ fn drop_chunks(c: &mut Conn, ino: Ino, from: u64, now: Nanos) -> Tx<()> {
     decref(c, &recs, now)
 }
 
-/// Deletes an inode whose last link and last open are gone.
+/// Deletes an inode whose last link and last open are gone (its rows in one round trip).
 fn delete_inode(db: &mut Db, a: &Attr, now: Nanos) -> Tx<()> {
-    drop_chunks(db, a.ino, 0, now)?;
-    let ino = a.ino as i64;
-    db.execute("DELETE FROM unkai_node WHERE ino=$1", &[&ino])?;
-    db.execute("DELETE FROM unkai_symlink WHERE ino=$1", &[&ino])?;
-    db.execute("DELETE FROM unkai_xattr WHERE ino=$1", &[&ino])?;
+    let rows = db.query(
+        "WITH n AS (DELETE FROM unkai_node WHERE ino = $1),
+              s AS (DELETE FROM unkai_symlink WHERE ino = $1),
+              x AS (DELETE FROM unkai_xattr WHERE ino = $1)
+         DELETE FROM unkai_chunk WHERE ino = $1 RETURNING slices",
+        &[&(a.ino as i64)],
+    )?;
+    let mut recs = Vec::new();
+    for r in &rows {
+        recs.extend(slice::decode(r.try_get::<_, &[u8]>(0)?).unwrap_or_default());
+    }
+    decref(db, &recs, now)?;
     db.inodes -= 1;
     if a.kind == Kind::File {
         db.used -= align4k(a.length);
+    }
+    Ok(())
+}
+
+/// Inserts a new inode and its first entry (one round trip); EEXIST if the name is taken
+/// (the inode row goes with the rollback).
+fn insert_node_and_edge(c: &mut Conn, a: &Attr, parent: Ino, name: &[u8]) -> Tx<()> {
+    let n = c.execute(
+        "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
+           atime, mtime, ctime, parent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12))
+         INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($13, $14, $1, $2)
+         ON CONFLICT (parent, name) DO NOTHING",
+        &[
+            &(a.ino as i64),
+            &(a.kind as i64),
+            &(a.mode as i64),
+            &(a.uid as i64),
+            &(a.gid as i64),
+            &(a.nlink as i64),
+            &(a.length as i64),
+            &(a.rdev as i64),
+            &a.atime,
+            &a.mtime,
+            &a.ctime,
+            &(a.parent as i64),
+            &(parent as i64),
+            &name,
+        ],
+    )?;
+    if n == 0 {
+        return fail(libc::EEXIST);
     }
     Ok(())
 }
@@ -907,20 +986,18 @@ impl PgMeta {
                         inodes: 0,
                     };
                     let v = f(&mut db)?;
-                    let (used, inodes) = (db.used, db.inodes);
-                    if used != 0 {
-                        lent.execute(
-                            "UPDATE unkai_counter SET value = value + $1 WHERE name='usedSpace'",
-                            &[&used],
-                        )?;
+                    // The counters and COMMIT in one round trip (integers only: no quoting).
+                    let mut end = String::new();
+                    for (name, delta) in [("usedSpace", db.used), ("totalInodes", db.inodes)] {
+                        if delta != 0 {
+                            end.push_str(&format!(
+                                "UPDATE unkai_counter SET value = value + ({delta}) \
+                                 WHERE name = '{name}'; "
+                            ));
+                        }
                     }
-                    if inodes != 0 {
-                        lent.execute(
-                            "UPDATE unkai_counter SET value = value + $1 WHERE name='totalInodes'",
-                            &[&inodes],
-                        )?;
-                    }
-                    lent.client.batch_execute("COMMIT")?;
+                    end.push_str("COMMIT");
+                    lent.client.batch_execute(&end)?;
                     Ok(v)
                 })();
                 if r.is_err() && !lent.client.is_closed() {
@@ -1197,41 +1274,37 @@ impl Meta for PgMeta {
     }
 
     fn setattr(&self, _ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
-        self.write(|db| {
-            let mut a = lock_node(db, ino)?;
-            let now = now_nanos();
-            let mut changed = false;
-            if let Some(m) = set.mode {
-                a.mode = m & 0o7777;
-                changed = true;
+        let now = now_nanos();
+        let time = |t: Option<SetTime>| {
+            t.map(|t| match t {
+                SetTime::Now => now,
+                SetTime::At(n) => n,
+            })
+        };
+        let (mode, uid, gid) = (
+            set.mode.map(|m| (m & 0o7777) as i64),
+            set.uid.map(|u| u as i64),
+            set.gid.map(|g| g as i64),
+        );
+        let (atime, mtime) = (time(set.atime), time(set.mtime));
+        if mode.is_none() && uid.is_none() && gid.is_none() && atime.is_none() && mtime.is_none() {
+            return self.getattr(ino);
+        }
+        // One statement: atomic on its own, no transaction to open.
+        self.read(|c| {
+            match c.query_opt(
+                concat!(
+                    "UPDATE unkai_node n SET mode = coalesce($2, n.mode),
+                       uid = coalesce($3, n.uid), gid = coalesce($4, n.gid),
+                       atime = coalesce($5, n.atime), mtime = coalesce($6, n.mtime), ctime = $7
+                     WHERE n.ino = $1 RETURNING ",
+                    node_cols!()
+                ),
+                &[&(ino as i64), &mode, &uid, &gid, &atime, &mtime, &now],
+            )? {
+                Some(r) => row_attr(&r, 0),
+                None => fail(libc::ENOENT),
             }
-            if let Some(u) = set.uid {
-                a.uid = u;
-                changed = true;
-            }
-            if let Some(g) = set.gid {
-                a.gid = g;
-                changed = true;
-            }
-            if let Some(t) = set.atime {
-                a.atime = match t {
-                    SetTime::Now => now,
-                    SetTime::At(n) => n,
-                };
-                changed = true;
-            }
-            if let Some(t) = set.mtime {
-                a.mtime = match t {
-                    SetTime::Now => now,
-                    SetTime::At(n) => n,
-                };
-                changed = true;
-            }
-            if changed {
-                a.ctime = now;
-                update_node(db, &a)?;
-            }
-            Ok(a)
         })
     }
 
@@ -1256,10 +1329,8 @@ impl Meta for PgMeta {
         }
         let ino = self.alloc(&self.inos, "nextInode")?;
         self.write(|db| {
+            // The name's check is the unique index (see insert_node_and_edge).
             let mut p = parent_dir(db, parent)?;
-            if get_edge(db, parent, name)?.is_some() {
-                return fail(libc::EEXIST);
-            }
             let now = now_nanos();
             let mut mode = mode & 0o7777;
             let mut gid = ctx.gid;
@@ -1288,8 +1359,7 @@ impl Meta for PgMeta {
                 ctime: now,
                 parent: if kind == Kind::Dir { parent } else { 0 },
             };
-            insert_node(db, &a)?;
-            insert_edge(db, parent, name, ino, kind)?;
+            insert_node_and_edge(db, &a, parent, name)?;
             if let Some(t) = target {
                 db.execute(
                     "INSERT INTO unkai_symlink (ino, target) VALUES ($1, $2)",
@@ -1342,18 +1412,16 @@ impl Meta for PgMeta {
         }
         self.write(|db| {
             let mut p = parent_dir(db, parent)?;
-            let Some((eid, ino, _)) = get_edge(db, parent, name)? else {
+            let Some((eid, mut a)) = lock_entry(db, parent, name)? else {
                 return fail(libc::ENOENT);
             };
-            let mut a = lock_node(db, ino)?;
             if a.kind == Kind::Dir {
                 return fail(libc::EISDIR);
             }
             let now = now_nanos();
-            delete_edge(db, eid)?;
             p.mtime = now;
             p.ctime = now;
-            update_node(db, &p)?;
+            delete_edge_update_dir(db, eid, &p)?;
             a.nlink = a.nlink.saturating_sub(1);
             a.ctime = now;
             if a.nlink == 0 {
@@ -1377,22 +1445,20 @@ impl Meta for PgMeta {
         }
         self.write(|db| {
             let mut p = parent_dir(db, parent)?;
-            let Some((eid, ino, _)) = get_edge(db, parent, name)? else {
+            let Some((eid, mut a)) = lock_entry(db, parent, name)? else {
                 return fail(libc::ENOENT);
             };
-            let mut a = lock_node(db, ino)?;
             if a.kind != Kind::Dir {
                 return fail(libc::ENOTDIR);
             }
-            if !dir_is_empty(db, ino)? {
+            if !dir_is_empty(db, a.ino)? {
                 return fail(libc::ENOTEMPTY);
             }
             let now = now_nanos();
-            delete_edge(db, eid)?;
             p.nlink = p.nlink.saturating_sub(1);
             p.mtime = now;
             p.ctime = now;
-            update_node(db, &p)?;
+            delete_edge_update_dir(db, eid, &p)?;
             a.nlink = 0;
             a.ctime = now;
             self.release_or_sustain(db, &a, now)
@@ -1662,6 +1728,20 @@ impl Meta for PgMeta {
             }
         };
         if !last {
+            return Ok(());
+        }
+        // Most closes are of linked files: one statement says so. It waits for a transaction
+        // holding the inode (an unlink that saw it open) and reads what that committed; an
+        // unlink after it sees the inode closed here and deletes it itself.
+        let linked = self.read(|c| {
+            Ok(c.query_opt(
+                "SELECT nlink FROM unkai_node WHERE ino=$1 FOR UPDATE",
+                &[&(ino as i64)],
+            )?
+            .map(|r| r.try_get::<_, i64>(0))
+            .transpose()?)
+        })?;
+        if linked.is_none_or(|n| n > 0) {
             return Ok(());
         }
         let sid = *self.session.lock();
