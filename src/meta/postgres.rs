@@ -169,6 +169,9 @@ fn backoff(delay: &mut Duration) {
 struct Conn {
     client: Client,
     stmts: HashMap<&'static str, Statement>,
+    /// Inodes locked (and read) by the statement that began the current transaction, not yet
+    /// handed out: [`lock_node`] takes them from here instead of asking again.
+    prelocked: HashMap<Ino, Attr>,
 }
 
 impl Conn {
@@ -252,7 +255,10 @@ impl Drop for Lent<'_> {
         let conn = self.conn.take();
         let mut st = self.pool.state.lock();
         match conn {
-            Some(c) if !self.broken && !c.client.is_closed() => st.idle.push(c),
+            // A panic may have left a transaction open on it: never lend it again.
+            Some(c) if !self.broken && !c.client.is_closed() && !std::thread::panicking() => {
+                st.idle.push(c)
+            }
             _ => st.total -= 1,
         }
         drop(st);
@@ -291,6 +297,7 @@ impl Pool {
         Ok(Conn {
             client,
             stmts: HashMap::new(),
+            prelocked: HashMap::new(),
         })
     }
 
@@ -377,6 +384,29 @@ fn row_attr(r: &Row, base: usize) -> Tx<Attr> {
     })
 }
 
+/// An inode's attributes from a simple-query (text) row of [`node_cols!`].
+fn text_attr(r: &::postgres::SimpleQueryRow) -> Tx<Attr> {
+    let g = |i: usize| -> Tx<i64> {
+        r.get(i)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| corrupt(format!("unreadable inode row (column {i})")))
+    };
+    Ok(Attr {
+        ino: g(0)? as u64,
+        kind: Kind::from_u8(g(1)? as u8).unwrap_or(Kind::File),
+        mode: g(2)? as u32,
+        uid: g(3)? as u32,
+        gid: g(4)? as u32,
+        nlink: g(5)? as u32,
+        length: g(6)? as u64,
+        rdev: g(7)? as u32,
+        atime: g(8)?,
+        mtime: g(9)?,
+        ctime: g(10)?,
+        parent: g(11)? as u64,
+    })
+}
+
 fn get_node(c: &mut Conn, ino: Ino) -> Tx<Attr> {
     match c.query_opt(
         concat!(
@@ -393,6 +423,9 @@ fn get_node(c: &mut Conn, ino: Ino) -> Tx<Attr> {
 
 /// Locks an inode's row for the rest of the transaction and reads it.
 fn lock_node(c: &mut Conn, ino: Ino) -> Tx<Attr> {
+    if let Some(a) = c.prelocked.remove(&ino) {
+        return Ok(a);
+    }
     match c.query_opt(
         concat!(
             "SELECT ",
@@ -411,6 +444,9 @@ fn lock_two(c: &mut Conn, a: Ino, b: Ino) -> Tx<(Attr, Attr)> {
     if a == b {
         let x = lock_node(c, a)?;
         return Ok((x.clone(), x));
+    }
+    if c.prelocked.contains_key(&a) && c.prelocked.contains_key(&b) {
+        return Ok((lock_node(c, a)?, lock_node(c, b)?));
     }
     let rows = c.query(
         concat!(
@@ -973,13 +1009,52 @@ impl PgMeta {
 
     /// Runs `f` in a write transaction (READ COMMITTED; `f` locks what it changes), retrying
     /// conflicts. Counter changes gathered in the [`Db`] are applied last.
-    fn write<T>(&self, mut f: impl FnMut(&mut Db) -> Tx<T>) -> Result<T> {
+    fn write<T>(&self, f: impl FnMut(&mut Db) -> Tx<T>) -> Result<T> {
+        self.write_locking(&[], false, f)
+    }
+
+    /// [`Self::write`], whose first round trip also takes the volume's rename lock (if
+    /// `rename_lock`) and locks and reads `inos` (in inode order), for [`lock_node`] to hand
+    /// out without asking again.
+    fn write_locking<T>(
+        &self,
+        inos: &[Ino],
+        rename_lock: bool,
+        mut f: impl FnMut(&mut Db) -> Tx<T>,
+    ) -> Result<T> {
+        let mut begin = String::from("BEGIN");
+        if rename_lock {
+            begin
+                .push_str("; SELECT value FROM unkai_counter WHERE name = 'renameLock' FOR UPDATE");
+        }
+        if !inos.is_empty() {
+            let mut sorted = inos.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            let list: Vec<String> = sorted.iter().map(|i| (*i as i64).to_string()).collect();
+            begin.push_str(&format!(
+                concat!(
+                    "; SELECT ",
+                    node_cols!(),
+                    " FROM unkai_node n WHERE n.ino IN ({}) ORDER BY n.ino FOR UPDATE"
+                ),
+                list.join(", ")
+            ));
+        }
         let mut delay = Duration::from_millis(1);
         loop {
             let mut lent = self.pool.get()?;
             let attempt = (|| -> Tx<T> {
-                lent.client.batch_execute("BEGIN")?;
+                lent.prelocked.clear();
                 let r = (|| -> Tx<T> {
+                    for m in lent.client.simple_query(&begin)? {
+                        if let ::postgres::SimpleQueryMessage::Row(r) = m {
+                            if r.len() == 12 {
+                                let a = text_attr(&r)?;
+                                lent.prelocked.insert(a.ino, a);
+                            }
+                        }
+                    }
                     let mut db = Db {
                         c: &mut lent,
                         used: 0,
@@ -1000,6 +1075,7 @@ impl PgMeta {
                     lent.client.batch_execute(&end)?;
                     Ok(v)
                 })();
+                lent.prelocked.clear();
                 if r.is_err() && !lent.client.is_closed() {
                     let _ = lent.client.batch_execute("ROLLBACK");
                 }
@@ -1247,25 +1323,29 @@ impl Meta for PgMeta {
                 let p = get_node(c, parent)?;
                 return get_node(c, p.parent.max(ROOT_INO));
             }
+            // The directory and the entry in one round trip (a miss needs the directory's
+            // kind: ENOTDIR or ENOENT).
             let found = c.query_opt(
                 concat!(
-                    "SELECT ",
+                    "SELECT p.kind, ",
                     node_cols!(),
-                    " FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino
-                     WHERE e.parent=$1 AND e.name=$2"
+                    " FROM unkai_node p
+                     LEFT JOIN unkai_edge e ON e.parent = p.ino AND e.name = $2
+                     LEFT JOIN unkai_node n ON n.ino = e.ino
+                     WHERE p.ino = $1"
                 ),
                 &[&(parent as i64), &name],
             )?;
-            match found {
-                Some(r) => row_attr(&r, 0),
-                None => {
-                    let p = get_node(c, parent)?;
-                    if p.kind != Kind::Dir {
-                        return fail(libc::ENOTDIR);
-                    }
-                    fail(libc::ENOENT)
-                }
+            let Some(r) = found else {
+                return fail(libc::ENOENT);
+            };
+            if r.try_get::<_, Option<i64>>(1)?.is_some() {
+                return row_attr(&r, 1);
             }
+            if r.try_get::<_, i64>(0)? != Kind::Dir as i64 {
+                return fail(libc::ENOTDIR);
+            }
+            fail(libc::ENOENT)
         })
     }
 
@@ -1328,7 +1408,7 @@ impl Meta for PgMeta {
             }
         }
         let ino = self.alloc(&self.inos, "nextInode")?;
-        self.write(|db| {
+        self.write_locking(&[parent], false, |db| {
             // The name's check is the unique index (see insert_node_and_edge).
             let mut p = parent_dir(db, parent)?;
             let now = now_nanos();
@@ -1379,7 +1459,7 @@ impl Meta for PgMeta {
 
     fn link(&self, _ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_name(name)?;
-        self.write(|db| {
+        self.write_locking(&[ino, parent], false, |db| {
             let (mut a, mut p) = lock_two(db, ino, parent)?;
             if a.kind == Kind::Dir {
                 return fail(libc::EPERM);
@@ -1410,7 +1490,7 @@ impl Meta for PgMeta {
         if name.len() > MAX_NAME_LEN {
             return sys(libc::ENAMETOOLONG);
         }
-        self.write(|db| {
+        self.write_locking(&[parent], false, |db| {
             let mut p = parent_dir(db, parent)?;
             let Some((eid, mut a)) = lock_entry(db, parent, name)? else {
                 return fail(libc::ENOENT);
@@ -1443,7 +1523,7 @@ impl Meta for PgMeta {
         if name == b".." {
             return sys(libc::ENOTEMPTY);
         }
-        self.write(|db| {
+        self.write_locking(&[parent], false, |db| {
             let mut p = parent_dir(db, parent)?;
             let Some((eid, mut a)) = lock_entry(db, parent, name)? else {
                 return fail(libc::ENOENT);
@@ -1481,16 +1561,10 @@ impl Meta for PgMeta {
         if flags.exchange && flags.noreplace {
             return sys(libc::EINVAL);
         }
-        self.write(|db| {
+        // Moves between directories take the rename lock: one at a time (check_not_below).
+        let cross = parent != new_parent;
+        self.write_locking(&[parent, new_parent], cross, |db| {
             let now = now_nanos();
-            let cross = parent != new_parent;
-            if cross {
-                // Moves between directories, one at a time (see check_not_below).
-                db.query_one(
-                    "SELECT value FROM unkai_counter WHERE name='renameLock' FOR UPDATE",
-                    &[],
-                )?;
-            }
             let (mut p1, mut p2) = lock_two(db, parent, new_parent)?;
             check_parent(&p1)?;
             check_parent(&p2)?;
@@ -1770,7 +1844,7 @@ impl Meta for PgMeta {
         if length > super::shared::MAX_FILE_SIZE {
             return sys(libc::EFBIG);
         }
-        self.write(|db| {
+        self.write_locking(&[ino], false, |db| {
             let mut a = lock_node(db, ino)?;
             match a.kind {
                 Kind::File => {}
@@ -1817,7 +1891,7 @@ impl Meta for PgMeta {
         if len == 0 {
             return sys(libc::EINVAL);
         }
-        self.write(|db| {
+        self.write_locking(&[ino], false, |db| {
             let mut a = lock_node(db, ino)?;
             match a.kind {
                 Kind::File => {}
@@ -1859,7 +1933,7 @@ impl Meta for PgMeta {
     }
 
     fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr> {
-        self.write(|db| {
+        self.write_locking(&[ino], false, |db| {
             let mut a = lock_node(db, ino)?;
             if a.kind != Kind::File {
                 return fail(libc::EBADF);
@@ -1891,7 +1965,7 @@ impl Meta for PgMeta {
         dst_off: u64,
         len: u64,
     ) -> Result<(u64, Attr)> {
-        self.write(|db| {
+        self.write_locking(&[src, dst], false, |db| {
             let (s, mut d) = lock_two(db, src, dst)?;
             if s.kind == Kind::Dir || d.kind == Kind::Dir {
                 return fail(libc::EISDIR);
@@ -1938,7 +2012,7 @@ impl Meta for PgMeta {
         old: &[SliceRec],
         new: &[SliceRec],
     ) -> Result<bool> {
-        self.write(|db| {
+        self.write_locking(&[ino], false, |db| {
             // The inode's lock keeps writers of this chunk out until we are done.
             match lock_node(db, ino) {
                 Ok(_) => {}
@@ -2000,7 +2074,7 @@ impl Meta for PgMeta {
         if value.len() > MAX_XATTR_VALUE {
             return sys(libc::E2BIG);
         }
-        self.write(|db| {
+        self.write_locking(&[ino], false, |db| {
             let mut a = lock_node(db, ino)?;
             let exists = db
                 .query_opt(
@@ -2057,7 +2131,7 @@ impl Meta for PgMeta {
         if name.len() > MAX_XATTR_NAME {
             return sys(libc::ERANGE);
         }
-        self.write(|db| {
+        self.write_locking(&[ino], false, |db| {
             let mut a = lock_node(db, ino)?;
             let n = db.execute(
                 "DELETE FROM unkai_xattr WHERE ino=$1 AND name=$2",
