@@ -233,6 +233,18 @@ fn the_password_never_shows() {
         assert!(ok, "{cmd:?}: {out}{err}");
         seen.push((format!("{cmd:?}"), format!("{out}{err}")));
     }
+    // Formatting again (forced) prints the URL too.
+    let storage = format!("file://{}/bucket", vol.dir.path().display());
+    let (ok, out, err) = run(&[
+        "format",
+        "--force",
+        "--storage",
+        &storage,
+        &vol.meta_url,
+        "testvol",
+    ]);
+    assert!(ok && out.contains("postgres://unkai:***@"), "{out}{err}");
+    seen.push(("format --force".into(), format!("{out}{err}")));
     let status = &seen[0].1;
     assert!(
         status.contains("postgres://unkai:***@127.0.0.1"),

@@ -1044,43 +1044,40 @@ impl PgMeta {
         let mut delay = Duration::from_millis(1);
         loop {
             let mut lent = self.pool.get()?;
+            lent.prelocked.clear();
             let attempt = (|| -> Tx<T> {
-                lent.prelocked.clear();
-                let r = (|| -> Tx<T> {
-                    for m in lent.client.simple_query(&begin)? {
-                        if let ::postgres::SimpleQueryMessage::Row(r) = m {
-                            if r.len() == 12 {
-                                let a = text_attr(&r)?;
-                                lent.prelocked.insert(a.ino, a);
-                            }
+                for m in lent.client.simple_query(&begin)? {
+                    if let ::postgres::SimpleQueryMessage::Row(r) = m {
+                        if r.len() == 12 {
+                            let a = text_attr(&r)?;
+                            lent.prelocked.insert(a.ino, a);
                         }
                     }
-                    let mut db = Db {
-                        c: &mut lent,
-                        used: 0,
-                        inodes: 0,
-                    };
-                    let v = f(&mut db)?;
-                    // The counters and COMMIT in one round trip (integers only: no quoting).
-                    let mut end = String::new();
-                    for (name, delta) in [("usedSpace", db.used), ("totalInodes", db.inodes)] {
-                        if delta != 0 {
-                            end.push_str(&format!(
-                                "UPDATE unkai_counter SET value = value + ({delta}) \
-                                 WHERE name = '{name}'; "
-                            ));
-                        }
-                    }
-                    end.push_str("COMMIT");
-                    lent.client.batch_execute(&end)?;
-                    Ok(v)
-                })();
-                lent.prelocked.clear();
-                if r.is_err() && !lent.client.is_closed() {
-                    let _ = lent.client.batch_execute("ROLLBACK");
                 }
-                r
+                let mut db = Db {
+                    c: &mut lent,
+                    used: 0,
+                    inodes: 0,
+                };
+                let v = f(&mut db)?;
+                // The counters and COMMIT in one round trip (integers only: no quoting).
+                let mut end = String::new();
+                for (name, delta) in [("usedSpace", db.used), ("totalInodes", db.inodes)] {
+                    if delta != 0 {
+                        end.push_str(&format!(
+                            "UPDATE unkai_counter SET value = value + ({delta}) \
+                                 WHERE name = '{name}'; "
+                        ));
+                    }
+                }
+                end.push_str("COMMIT");
+                lent.client.batch_execute(&end)?;
+                Ok(v)
             })();
+            lent.prelocked.clear();
+            if attempt.is_err() && !lent.client.is_closed() {
+                let _ = lent.client.batch_execute("ROLLBACK");
+            }
             match attempt {
                 Ok(v) => return Ok(v),
                 Err(TxError::Sql(e)) if retryable(&e) => {
