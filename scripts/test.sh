@@ -12,6 +12,10 @@ echo "==> building (release)"
 cargo build --release --locked --all-targets
 
 scripts/servers.sh install
+# PostgreSQL engine tests: each test binary starts its own private server (127.0.0.1, a free
+# port, a temporary directory) unless UNKAI_TEST_POSTGRES names one (a postgres:// URL).
+scripts/postgres.sh install
+export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"

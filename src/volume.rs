@@ -129,6 +129,7 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         MetaUrl::Sqlite(path) => {
             meta::sqlite::SqliteMeta::create(path, meta_url, &fmt, spec.force)?
         }
+        MetaUrl::Postgres(pg) => meta::postgres::PgMeta::create(pg, &fmt, spec.force)?,
     }
     Ok(fmt)
 }

@@ -89,6 +89,7 @@ impl Store {
             meta_url,
             name: name.to_string(),
             env: self.env(),
+            db: None,
         }
     }
 
@@ -1424,6 +1425,7 @@ fn format_creates_bucket(kind: Kind) {
         meta_url: meta,
         name: "testvol".into(),
         env: st.env(),
+        db: None,
     };
     for v in [&v1, &v2] {
         let m = v.mount();

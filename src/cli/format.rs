@@ -8,10 +8,11 @@ use crate::volume::{self, FormatSpec};
 /// Create a volume: its settings go into the metadata, so later commands need only META-URL.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh"
+    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  PGPASSWORD=secret unkai format --storage s3://bucket/vols postgres://unkai@db.example:5432/unkai myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh"
 )]
 pub struct Args {
-    /// Where the metadata lives, e.g. sqlite:///var/lib/unkai/vol.db (an absolute path).
+    /// Where the metadata lives: sqlite:///var/lib/unkai/vol.db (an absolute path) or
+    /// postgres://user@host:5432/db (password from PGPASSWORD or a password file).
     meta_url: String,
     /// Name of the volume (a-z, 0-9, '-'); also the key prefix of its objects in the bucket.
     name: String,
@@ -47,6 +48,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 let dir = p.parent().context("the SQLite path has no directory")?;
                 format!("file://{}", dir.join("bucket").display())
             }
+            MetaUrl::Postgres(_) => anyhow::bail!(
+                "--storage is required with a PostgreSQL META-URL (e.g. --storage \
+                 s3://bucket/prefix, or file:///shared/dir for a single machine)"
+            ),
         },
     };
     let block_size = volume::parse_size(&a.block_size)?;
@@ -70,7 +75,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "formatted volume '{}' ({})\n  metadata: {}\n  storage:  {}\n  block size: {}, trash: {} days",
         fmt.name,
         fmt.uuid,
-        a.meta_url,
+        url,
         fmt.storage,
         super::human_bytes(fmt.block_size as u64),
         fmt.trash_days

@@ -76,7 +76,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let leaked_bytes: u64 = report.leaked.iter().map(|o| o.size).sum();
     if !report.leaked.is_empty() {
         println!(
-            "{} leaked objects ({}): harmless; `unkai gc --delete {url}` deletes them",
+            "{} leaked objects ({}): harmless; `unkai gc --delete {}` deletes them",
+            crate::meta::url::redact(&url),
             report.leaked.len(),
             super::human_bytes(leaked_bytes)
         );

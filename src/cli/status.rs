@@ -43,7 +43,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         return Ok(());
     }
     println!("volume '{}' ({})", fmt.name, fmt.uuid);
-    println!("  metadata:   {url}");
+    println!("  metadata:   {}", crate::meta::url::redact(&url));
     println!("  storage:    {}", fmt.storage);
     println!(
         "  block size: {}   trash: {} days   capacity: {}",

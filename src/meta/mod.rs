@@ -9,6 +9,8 @@
 //! file data, talking to the bucket.
 
 pub mod format;
+pub mod postgres;
+pub(crate) mod shared;
 pub mod slice;
 pub mod sqlite;
 pub mod url;

@@ -15,10 +15,16 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+pub use super::shared::MAX_FILE_SIZE;
+
 use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use super::format::SCHEMA_VERSION;
+use super::shared::{
+    FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, session_dead,
+    zero_recs,
+};
 use super::slice::{self, SliceRec};
 use super::*;
 
@@ -68,19 +74,6 @@ const TABLES: &[&str] = &[
     "sustained",
 ];
 
-/// Records a chunk may gather before it is offered to compaction.
-const FRAGMENTED_AT: usize = 16;
-/// How many ids are taken from the counters at once.
-const ID_BATCH: u64 = 1024;
-/// A session whose heartbeat is older than this is dead.
-const SESSION_TIMEOUT: Duration = Duration::from_secs(300);
-/// Largest file: the chunk index must fit in 32 bits.
-pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * CHUNK_SIZE;
-
-fn align4k(n: u64) -> i64 {
-    n.div_ceil(4096) as i64 * 4096
-}
-
 fn is_busy(e: &rusqlite::Error) -> bool {
     matches!(
         e.sqlite_error_code(),
@@ -125,7 +118,7 @@ pub struct SqliteMeta {
     inos: Mutex<IdPool>,
     slices: Mutex<IdPool>,
     /// Open counts of inodes opened through this client.
-    opens: Mutex<HashMap<Ino, u32>>,
+    opens: OpenCounts,
     session: Mutex<u64>,
     fragmented: Mutex<HashMap<(Ino, u32), usize>>,
 }
@@ -347,54 +340,6 @@ fn delete_inode(c: &Connection, a: &Attr, now: Nanos) -> Tx<()> {
     Ok(())
 }
 
-/// Zero records covering `[start, end)` of a file, chunk by chunk.
-fn zero_recs(start: u64, end: u64) -> Vec<(u32, SliceRec)> {
-    let mut out = Vec::new();
-    let mut off = start;
-    while off < end {
-        let index = off / CHUNK_SIZE;
-        let pos = off % CHUNK_SIZE;
-        let n = (CHUNK_SIZE - pos).min(end - off);
-        out.push((index as u32, SliceRec::zero(pos as u32, n as u32)));
-        off += n;
-    }
-    out
-}
-
-fn check_name(name: &[u8]) -> Result<()> {
-    if name.len() > MAX_NAME_LEN {
-        return sys(libc::ENAMETOOLONG);
-    }
-    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
-        return sys(libc::EINVAL);
-    }
-    Ok(())
-}
-
-fn host_name() -> String {
-    nix::unistd::gethostname()
-        .ok()
-        .and_then(|h| h.into_string().ok())
-        .unwrap_or_default()
-}
-
-/// Whether a session's process is known to be gone (same host, pid no longer an unkai).
-fn session_dead(info: &SessionInfo, heartbeat: Nanos, now: Nanos) -> bool {
-    if now - heartbeat > SESSION_TIMEOUT.as_nanos() as i64 {
-        return true;
-    }
-    if info.host != host_name() {
-        return false;
-    }
-    if info.pid == std::process::id() {
-        return false;
-    }
-    match std::fs::read_to_string(format!("/proc/{}/comm", info.pid)) {
-        Ok(comm) => !comm.trim().starts_with("unkai"),
-        Err(_) => true,
-    }
-}
-
 impl SqliteMeta {
     /// Creates (or with `force`, re-creates) a volume.
     pub fn create(path: &Path, url: &str, fmt: &Format, force: bool) -> Result<()> {
@@ -530,7 +475,7 @@ impl SqliteMeta {
             readers: Mutex::new(Vec::new()),
             inos: Mutex::new(IdPool { next: 0, end: 0 }),
             slices: Mutex::new(IdPool { next: 0, end: 0 }),
-            opens: Mutex::new(HashMap::new()),
+            opens: OpenCounts::default(),
             session: Mutex::new(0),
             fragmented: Mutex::new(HashMap::new()),
         })
@@ -613,7 +558,7 @@ impl SqliteMeta {
     }
 
     fn is_open(&self, ino: Ino) -> bool {
-        self.opens.lock().get(&ino).is_some_and(|n| *n > 0)
+        self.opens.is_open(ino)
     }
 
     /// Unlinks to zero: keep the inode if open here, else delete it.
@@ -1285,41 +1230,15 @@ impl Meta for SqliteMeta {
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {
-        // Count the open before looking the inode up: an unlink or a rename over the name that
-        // commits after the lookup then sees the open and keeps the inode (counting after the
-        // lookup left a window where the inode was deleted under a successful open).
-        *self.opens.lock().entry(ino).or_insert(0) += 1;
-        match self.getattr(ino) {
-            Ok(a) => Ok(a),
-            Err(e) => {
-                let mut opens = self.opens.lock();
-                if let Some(n) = opens.get_mut(&ino) {
-                    *n -= 1;
-                    if *n == 0 {
-                        opens.remove(&ino);
-                    }
-                }
-                Err(e)
-            }
-        }
+        // Counted before the lookup: an unlink or a rename over the name committing after the
+        // lookup then sees the open and keeps the inode (counting after the lookup left a
+        // window in which the inode was deleted under a successful open).
+        self.opens.add(ino);
+        self.getattr(ino).inspect_err(|_| self.opens.undo(ino))
     }
 
     fn close(&self, ino: Ino) -> Result<()> {
-        let last = {
-            let mut opens = self.opens.lock();
-            match opens.get_mut(&ino) {
-                Some(n) if *n > 1 => {
-                    *n -= 1;
-                    false
-                }
-                Some(_) => {
-                    opens.remove(&ino);
-                    true
-                }
-                None => false,
-            }
-        };
-        if !last {
+        if !self.opens.remove(ino) {
             return Ok(());
         }
         let sid = *self.session.lock();
@@ -1496,79 +1415,13 @@ impl Meta for SqliteMeta {
                 return fail(libc::EINVAL);
             }
             // Destination records, computed from the source as it is before the copy.
-            let mut out: Vec<(u32, SliceRec)> = Vec::new();
-            let mut push = |dpos: u64, r: SliceRec| {
-                // Split at destination chunk boundaries.
-                let mut done = 0u32;
-                while done < r.len {
-                    let at = dpos + done as u64;
-                    let room = (CHUNK_SIZE - at % CHUNK_SIZE).min((r.len - done) as u64) as u32;
-                    let piece = SliceRec {
-                        pos: (at % CHUNK_SIZE) as u32,
-                        id: r.id,
-                        size: r.size,
-                        off: if r.id == 0 { 0 } else { r.off + done },
-                        len: room,
-                    };
-                    let piece = if r.id == 0 {
-                        SliceRec::zero(piece.pos, room)
-                    } else {
-                        piece
-                    };
-                    out.push(((at / CHUNK_SIZE) as u32, piece));
-                    done += room;
-                }
-            };
-            let mut off = src_off;
-            let end = src_off + len;
-            while off < end {
-                let index = (off / CHUNK_SIZE) as u32;
-                let base = index as u64 * CHUNK_SIZE;
-                let (a, b) = (off - base, (end - base).min(CHUNK_SIZE));
-                let view = slice::build_view(&read_recs(c, src, index)?);
-                let mut cur = a;
-                for p in view.iter().filter(|p| p.end() > a && (p.pos as u64) < b) {
-                    let ps = (p.pos as u64).max(a);
-                    let pe = p.end().min(b);
-                    if ps > cur {
-                        push(
-                            dst_off + (base + cur - src_off),
-                            SliceRec::zero(0, (ps - cur) as u32),
-                        );
-                    }
-                    let skip = (ps - p.pos as u64) as u32;
-                    let piece = SliceRec {
-                        pos: 0,
-                        id: p.id,
-                        size: p.size,
-                        off: if p.id == 0 { 0 } else { p.off + skip },
-                        len: (pe - ps) as u32,
-                    };
-                    push(dst_off + (base + ps - src_off), piece);
-                    cur = pe;
-                }
-                if cur < b {
-                    push(
-                        dst_off + (base + cur - src_off),
-                        SliceRec::zero(0, (b - cur) as u32),
-                    );
-                }
-                off = base + b;
-            }
-            let mut i = 0;
-            while i < out.len() {
-                let index = out[i].0;
-                let mut j = i;
-                while j < out.len() && out[j].0 == index {
-                    j += 1;
-                }
-                let recs: Vec<SliceRec> = out[i..j].iter().map(|(_, r)| *r).collect();
+            let out = plan_copy(src_off, dst_off, len, |index| read_recs(c, src, index))?;
+            for (index, recs) in by_chunk(&out) {
                 for r in &recs {
                     incref(c, r)?;
                 }
                 let n = append_recs(c, dst, index, &recs)?;
                 self.note_fragmented(dst, index, n);
-                i = j;
             }
             let now = now_nanos();
             let old = d.length;

@@ -1,42 +1,142 @@
 //! Tests of the metadata layer, written against the [`Meta`] trait so that every engine runs
-//! the same suite: add an engine to [`engines`] (and [`backends`] for format/open) and all
-//! tests below run against it too.
+//! the same suite: each test is a function of an [`Engine`], instantiated once per engine by
+//! [`engine_tests!`] (`on_sqlite::NAME`, `on_postgres::NAME`). The PostgreSQL variants are
+//! skipped, saying so, only when `UNKAI_TEST_POSTGRES` is unset (see
+//! tests/common/postgres.rs for its values).
 
+use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::format::SCHEMA_VERSION;
+use super::postgres::PgMeta;
 use super::slice::{self, SliceRec};
 use super::sqlite::SqliteMeta;
+use super::url::{MetaUrl, PgUrl};
 use super::*;
+
+#[path = "../../tests/common/postgres.rs"]
+mod pg_server;
 
 // ---------------------------------------------------------------------------------------------
 // Engines
 // ---------------------------------------------------------------------------------------------
 
-type Factory = Box<dyn Fn() -> (tempfile::TempDir, Arc<dyn Meta>)>;
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Engine {
+    Sqlite,
+    Postgres,
+}
 
-/// Every engine, as a factory of a freshly formatted volume with a session registered.
-fn engines() -> Vec<(&'static str, Factory)> {
-    vec![(
-        "sqlite",
-        Box::new(|| {
-            let dir = tempfile::tempdir().expect("tempdir");
-            let path = dir.path().join("meta.db");
-            let url = format!("sqlite://{}", path.display());
-            SqliteMeta::create(&path, &url, &test_format("vol"), false).expect("create");
-            let m = SqliteMeta::open(&path, &url).expect("open");
-            m.new_session(session_info("/mnt/test"))
-                .expect("new_session");
-            (dir, Arc::new(m) as Arc<dyn Meta>)
-        }),
-    )]
+/// Instantiates each test function (of an [`Engine`]) once per engine.
+macro_rules! engine_tests {
+    ($($name:ident),* $(,)?) => {
+        mod on_sqlite {
+            $( #[test] fn $name() { super::$name(super::Engine::Sqlite) } )*
+        }
+        mod on_postgres {
+            $(
+                #[test]
+                fn $name() {
+                    if super::pg_server::skip() {
+                        return;
+                    }
+                    super::$name(super::Engine::Postgres)
+                }
+            )*
+        }
+    };
+}
+
+engine_tests!(
+    open_missing_or_unformatted_is_not_formatted,
+    create_then_open_has_root,
+    open_refuses_a_newer_schema,
+    create_over_existing_refused_unless_forced,
+    mknod_every_kind,
+    mknod_errors,
+    mknod_setgid_directory,
+    mknod_updates_parent,
+    link_and_unlink,
+    rmdir_rules,
+    unlinked_open_file_lives_until_close,
+    rename_plain,
+    rename_across_directories,
+    rename_over_file,
+    rename_over_directory,
+    rename_kind_mismatch_and_loops,
+    rename_exchange,
+    rename_between_hard_links_is_a_noop,
+    readdir_lists_everything_with_kinds,
+    readdir_paging,
+    readdir_respects_small_limits,
+    readdir_paging_with_concurrent_changes,
+    setattr_fields,
+    write_slices_and_read_chunk,
+    truncate_shrink_then_grow_reads_zeros,
+    truncate_across_chunks_frees_slices,
+    fallocate_modes,
+    copy_range_references_source_slices,
+    copy_range_across_chunk_boundaries,
+    copy_range_same_file_and_errors,
+    replace_slices_compaction,
+    all_slices_refcounts,
+    xattrs,
+    sessions_register_and_close,
+    close_session_reclaims_unlinked_open_inodes,
+    new_session_reclaims_dead_sessions,
+    trash_days_delay_dead_slices,
+    usage_counters,
+    concurrent_clients_on_one_volume,
+    concurrent_mknod_unlink,
+);
+
+/// Keeps a volume's storage alive (a temporary directory, a test database).
+type Guard = Box<dyn Any>;
+type Factory = Box<dyn Fn() -> (Guard, Arc<dyn Meta>)>;
+
+fn pg_url(url: &str) -> PgUrl {
+    match MetaUrl::parse(url).expect("test URL parses") {
+        MetaUrl::Postgres(u) => u,
+        other => panic!("not a PostgreSQL URL: {other}"),
+    }
+}
+
+/// The engine, as a factory of a freshly formatted volume with a session registered.
+fn engines(e: Engine) -> Vec<(&'static str, Factory)> {
+    match e {
+        Engine::Sqlite => vec![(
+            "sqlite",
+            Box::new(|| {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let path = dir.path().join("meta.db");
+                let url = format!("sqlite://{}", path.display());
+                SqliteMeta::create(&path, &url, &test_format("vol"), false).expect("create");
+                let m = SqliteMeta::open(&path, &url).expect("open");
+                m.new_session(session_info("/mnt/test"))
+                    .expect("new_session");
+                (Box::new(dir) as Guard, Arc::new(m) as Arc<dyn Meta>)
+            }),
+        )],
+        Engine::Postgres => vec![(
+            "postgres",
+            Box::new(|| {
+                let db = pg_server::database().expect("UNKAI_TEST_POSTGRES is set");
+                let u = pg_url(&db.url);
+                PgMeta::create(&u, &test_format("vol"), false).expect("create");
+                let m = PgMeta::open(&u).expect("open");
+                m.new_session(session_info("/mnt/test"))
+                    .expect("new_session");
+                (Box::new(db) as Guard, Arc::new(m) as Arc<dyn Meta>)
+            }),
+        )],
+    }
 }
 
 /// A place where a volume may be created and opened (for the format/open tests).
 struct Place {
-    _dir: tempfile::TempDir,
+    _guard: Guard,
     create: Box<dyn Fn(&Format, bool) -> Result<()>>,
     open: Box<dyn Fn() -> Result<Arc<dyn Meta>>>,
 }
@@ -58,42 +158,80 @@ fn sqlite_place(prepare: fn(&std::path::Path)) -> Place {
     let (p1, u1) = (path.clone(), url.clone());
     let (p2, u2) = (path, url);
     Place {
-        _dir: dir,
+        _guard: Box::new(dir),
         create: Box::new(move |f, force| SqliteMeta::create(&p1, &u1, f, force)),
         open: Box::new(move || Ok(Arc::new(SqliteMeta::open(&p2, &u2)?) as Arc<dyn Meta>)),
     }
 }
 
-fn backends() -> Vec<Backend> {
-    vec![Backend {
-        name: "sqlite",
-        missing: Box::new(|| sqlite_place(|_| {})),
-        unformatted: vec![
-            (
-                "empty file",
-                Box::new(|| sqlite_place(|p| std::fs::write(p, b"").unwrap())),
-            ),
-            (
-                "database without a volume",
-                Box::new(|| {
-                    sqlite_place(|p| {
-                        let c = rusqlite::Connection::open(p).unwrap();
-                        c.execute_batch(
-                            "CREATE TABLE other (x INTEGER); INSERT INTO other VALUES (1);",
-                        )
-                        .unwrap();
-                    })
-                }),
-            ),
-        ],
-    }]
+/// A PostgreSQL place: a database that does not exist yet (`prepare` = None), or one
+/// created and then given `prepare`'s SQL.
+fn pg_place(prepare: Option<&str>) -> Place {
+    let db = match prepare {
+        None => pg_server::name_only(),
+        Some(_) => pg_server::database(),
+    }
+    .expect("UNKAI_TEST_POSTGRES is set");
+    if let Some(sql) = prepare {
+        let mut c = ::postgres::Client::connect(&db.url, ::postgres::NoTls).unwrap();
+        c.batch_execute(sql).unwrap();
+    }
+    let u = pg_url(&db.url);
+    let u2 = u.clone();
+    Place {
+        _guard: Box::new(db),
+        create: Box::new(move |f, force| PgMeta::create(&u, f, force)),
+        open: Box::new(move || Ok(Arc::new(PgMeta::open(&u2)?) as Arc<dyn Meta>)),
+    }
 }
 
-/// Runs `f` against a fresh volume of every engine.
-fn each(f: impl Fn(&dyn Meta)) {
-    for (name, make) in engines() {
+fn backends(e: Engine) -> Vec<Backend> {
+    match e {
+        Engine::Sqlite => vec![Backend {
+            name: "sqlite",
+            missing: Box::new(|| sqlite_place(|_| {})),
+            unformatted: vec![
+                (
+                    "empty file",
+                    Box::new(|| sqlite_place(|p| std::fs::write(p, b"").unwrap())),
+                ),
+                (
+                    "database without a volume",
+                    Box::new(|| {
+                        sqlite_place(|p| {
+                            let c = rusqlite::Connection::open(p).unwrap();
+                            c.execute_batch(
+                                "CREATE TABLE other (x INTEGER); INSERT INTO other VALUES (1);",
+                            )
+                            .unwrap();
+                        })
+                    }),
+                ),
+            ],
+        }],
+        Engine::Postgres => vec![Backend {
+            name: "postgres",
+            missing: Box::new(|| pg_place(None)),
+            unformatted: vec![
+                ("empty database", Box::new(|| pg_place(Some("")))),
+                (
+                    "database without a volume",
+                    Box::new(|| {
+                        pg_place(Some(
+                            "CREATE TABLE other (x INTEGER); INSERT INTO other VALUES (1);",
+                        ))
+                    }),
+                ),
+            ],
+        }],
+    }
+}
+
+/// Runs `f` against a fresh volume of the engine.
+fn each(e: Engine, f: impl Fn(&dyn Meta)) {
+    for (name, make) in engines(e) {
         eprintln!("--- engine {name}");
-        let (_dir, m) = make();
+        let (_guard, m) = make();
         f(&*m);
     }
 }
@@ -328,9 +466,8 @@ fn assert_not_formatted(r: Result<Arc<dyn Meta>>) {
     }
 }
 
-#[test]
-fn open_missing_or_unformatted_is_not_formatted() {
-    for b in backends() {
+fn open_missing_or_unformatted_is_not_formatted(e: Engine) {
+    for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         assert_not_formatted((place.open)());
@@ -347,9 +484,8 @@ fn open_missing_or_unformatted_is_not_formatted() {
     }
 }
 
-#[test]
-fn create_then_open_has_root() {
-    for b in backends() {
+fn create_then_open_has_root(e: Engine) {
+    for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         let fmt = test_format("first");
@@ -372,9 +508,8 @@ fn create_then_open_has_root() {
     }
 }
 
-#[test]
-fn open_refuses_a_newer_schema() {
-    for b in backends() {
+fn open_refuses_a_newer_schema(e: Engine) {
+    for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         let mut fmt = test_format("future");
@@ -388,9 +523,8 @@ fn open_refuses_a_newer_schema() {
     }
 }
 
-#[test]
-fn create_over_existing_refused_unless_forced() {
-    for b in backends() {
+fn create_over_existing_refused_unless_forced(e: Engine) {
+    for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         let old = test_format("precious");
@@ -443,9 +577,8 @@ fn create_over_existing_refused_unless_forced() {
 // mknod / lookup / getattr
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn mknod_every_kind() {
-    each(|m| {
+fn mknod_every_kind(e: Engine) {
+    each(e, |m| {
         let t0 = tick();
         let rdev_c = libc::makedev(1, 3) as u32;
         let rdev_b = libc::makedev(8, 1) as u32;
@@ -504,9 +637,8 @@ fn mknod_every_kind() {
     });
 }
 
-#[test]
-fn mknod_errors() {
-    each(|m| {
+fn mknod_errors(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let d = mkdir(m, ROOT_INO, "d");
         let before = m.getattr(ROOT_INO).unwrap();
@@ -606,9 +738,8 @@ fn mknod_errors() {
     });
 }
 
-#[test]
-fn mknod_setgid_directory() {
-    each(|m| {
+fn mknod_setgid_directory(e: Engine) {
+    each(e, |m| {
         let sg = m
             .mknod(&Ctx::ROOT, ROOT_INO, b"sg", Kind::Dir, 0o2777, 0, None)
             .unwrap();
@@ -654,9 +785,8 @@ fn mknod_setgid_directory() {
     });
 }
 
-#[test]
-fn mknod_updates_parent() {
-    each(|m| {
+fn mknod_updates_parent(e: Engine) {
+    each(e, |m| {
         assert_eq!(nlink(m, ROOT_INO), 2);
         let p = mkdir(m, ROOT_INO, "p");
         assert_eq!(nlink(m, ROOT_INO), 3);
@@ -722,9 +852,8 @@ fn mknod_updates_parent() {
 // link / unlink / rmdir
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn link_and_unlink() {
-    each(|m| {
+fn link_and_unlink(e: Engine) {
+    each(e, |m| {
         let d = mkdir(m, ROOT_INO, "d");
         let f = mkfile(m, ROOT_INO, "f");
         let t0 = tick();
@@ -795,9 +924,8 @@ fn link_and_unlink() {
     });
 }
 
-#[test]
-fn rmdir_rules() {
-    each(|m| {
+fn rmdir_rules(e: Engine) {
+    each(e, |m| {
         let d = mkdir(m, ROOT_INO, "d");
         let sub = mkdir(m, d.ino, "sub");
         mkfile(m, ROOT_INO, "f");
@@ -827,9 +955,8 @@ fn rmdir_rules() {
     });
 }
 
-#[test]
-fn unlinked_open_file_lives_until_close() {
-    each(|m| {
+fn unlinked_open_file_lives_until_close(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let s = write(m, f.ino, 0, 10_000);
         let inodes = m.usage().unwrap().inodes;
@@ -890,9 +1017,8 @@ fn unlinked_open_file_lives_until_close() {
 // rename
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn rename_plain() {
-    each(|m| {
+fn rename_plain(e: Engine) {
+    each(e, |m| {
         let a = mkfile(m, ROOT_INO, "a");
         let t0 = tick();
         assert!(rename(m, ROOT_INO, "a", ROOT_INO, "b").unwrap().is_none());
@@ -929,9 +1055,8 @@ fn rename_plain() {
     });
 }
 
-#[test]
-fn rename_across_directories() {
-    each(|m| {
+fn rename_across_directories(e: Engine) {
+    each(e, |m| {
         let p1 = mkdir(m, ROOT_INO, "p1");
         let p2 = mkdir(m, ROOT_INO, "p2");
         let f = mkfile(m, p1.ino, "f");
@@ -967,9 +1092,8 @@ fn rename_across_directories() {
     });
 }
 
-#[test]
-fn rename_over_file() {
-    each(|m| {
+fn rename_over_file(e: Engine) {
+    each(e, |m| {
         let a = mkfile(m, ROOT_INO, "a");
         let b = mkfile(m, ROOT_INO, "b");
         let s = write(m, b.ino, 0, 5000);
@@ -1006,9 +1130,8 @@ fn rename_over_file() {
     });
 }
 
-#[test]
-fn rename_over_directory() {
-    each(|m| {
+fn rename_over_directory(e: Engine) {
+    each(e, |m| {
         let x = mkdir(m, ROOT_INO, "x");
         let y = mkdir(m, ROOT_INO, "y");
         mkfile(m, x.ino, "content");
@@ -1047,9 +1170,8 @@ fn rename_over_directory() {
     });
 }
 
-#[test]
-fn rename_kind_mismatch_and_loops() {
-    each(|m| {
+fn rename_kind_mismatch_and_loops(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let d = mkdir(m, ROOT_INO, "d");
         assert_errno(rename(m, ROOT_INO, "f", ROOT_INO, "d"), libc::EISDIR);
@@ -1095,9 +1217,8 @@ fn rename_kind_mismatch_and_loops() {
     });
 }
 
-#[test]
-fn rename_exchange() {
-    each(|m| {
+fn rename_exchange(e: Engine) {
+    each(e, |m| {
         // Same directory, file <-> directory.
         let f = mkfile(m, ROOT_INO, "f");
         let d = mkdir(m, ROOT_INO, "d");
@@ -1175,9 +1296,8 @@ fn rename_exchange() {
     });
 }
 
-#[test]
-fn rename_between_hard_links_is_a_noop() {
-    each(|m| {
+fn rename_between_hard_links_is_a_noop(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let d = mkdir(m, ROOT_INO, "d");
         m.link(&CTX, f.ino, ROOT_INO, b"g").unwrap();
@@ -1196,9 +1316,8 @@ fn rename_between_hard_links_is_a_noop() {
 // readdir
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn readdir_lists_everything_with_kinds() {
-    each(|m| {
+fn readdir_lists_everything_with_kinds(e: Engine) {
+    each(e, |m| {
         let d = mkdir(m, ROOT_INO, "d");
         let mut want: HashMap<Vec<u8>, (Ino, Kind)> = HashMap::new();
         for (name, kind) in [
@@ -1283,9 +1402,8 @@ fn paged(m: &dyn Meta, dir: Ino, limit: usize, plus: bool) -> Vec<DirEntry> {
     panic!("listing never ends");
 }
 
-#[test]
-fn readdir_paging() {
-    each(|m| {
+fn readdir_paging(e: Engine) {
+    each(e, |m| {
         let d = mkdir(m, ROOT_INO, "d");
         let mut want: HashSet<Vec<u8>> = [b".".to_vec(), b"..".to_vec()].into();
         for i in 0..1000 {
@@ -1318,9 +1436,8 @@ fn readdir_paging() {
     });
 }
 
-#[test]
-fn readdir_respects_small_limits() {
-    each(|m| {
+fn readdir_respects_small_limits(e: Engine) {
+    each(e, |m| {
         let d = mkdir(m, ROOT_INO, "d");
         for i in 0..5 {
             mkfile(m, d.ino, &format!("f{i}"));
@@ -1334,9 +1451,8 @@ fn readdir_respects_small_limits() {
     });
 }
 
-#[test]
-fn readdir_paging_with_concurrent_changes() {
-    each(|m| {
+fn readdir_paging_with_concurrent_changes(e: Engine) {
+    each(e, |m| {
         let d = mkdir(m, ROOT_INO, "d");
         for i in 0..100 {
             mkfile(m, d.ino, &format!("old-{i:03}"));
@@ -1411,9 +1527,8 @@ fn readdir_paging_with_concurrent_changes() {
 // setattr
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn setattr_fields() {
-    each(|m| {
+fn setattr_fields(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let set = |s: SetAttr| m.setattr(&CTX, f.ino, &s).unwrap();
         // Nothing to change: nothing changes, ctime included.
@@ -1502,9 +1617,8 @@ fn setattr_fields() {
 // File data
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn write_slices_and_read_chunk() {
-    each(|m| {
+fn write_slices_and_read_chunk(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         // Fresh slice ids are distinct and never 0.
         let ids: HashSet<u64> = (0..2000).map(|_| m.new_slice_id().unwrap()).collect();
@@ -1585,9 +1699,8 @@ fn write_slices_and_read_chunk() {
     });
 }
 
-#[test]
-fn truncate_shrink_then_grow_reads_zeros() {
-    each(|m| {
+fn truncate_shrink_then_grow_reads_zeros(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let s = write(m, f.ino, 0, MIB as u32);
         let t0 = tick();
@@ -1640,9 +1753,8 @@ fn truncate_shrink_then_grow_reads_zeros() {
     });
 }
 
-#[test]
-fn truncate_across_chunks_frees_slices() {
-    each(|m| {
+fn truncate_across_chunks_frees_slices(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let a = write(m, f.ino, 0, 4096);
         // One slice across the first chunk boundary (two records).
@@ -1703,9 +1815,8 @@ fn truncate_across_chunks_frees_slices() {
     });
 }
 
-#[test]
-fn fallocate_modes() {
-    each(|m| {
+fn fallocate_modes(e: Engine) {
+    each(e, |m| {
         let plain = FallocMode::default();
         let keep = FallocMode {
             keep_size: true,
@@ -1806,9 +1917,8 @@ fn fallocate_modes() {
     });
 }
 
-#[test]
-fn copy_range_references_source_slices() {
-    each(|m| {
+fn copy_range_references_source_slices(e: Engine) {
+    each(e, |m| {
         let src = mkfile(m, ROOT_INO, "src");
         let s1 = write(m, src.ino, 0, 4096);
         let s2 = write(m, src.ino, 8192, 4096);
@@ -1910,9 +2020,8 @@ fn copy_range_references_source_slices() {
     });
 }
 
-#[test]
-fn copy_range_across_chunk_boundaries() {
-    each(|m| {
+fn copy_range_across_chunk_boundaries(e: Engine) {
+    each(e, |m| {
         let src = mkfile(m, ROOT_INO, "src");
         // A 3 MiB slice across the first chunk boundary of the source.
         let s = write(m, src.ino, CHUNK_SIZE - MIB, 3 * MIB as u32);
@@ -1966,9 +2075,8 @@ fn copy_range_across_chunk_boundaries() {
     });
 }
 
-#[test]
-fn copy_range_same_file_and_errors() {
-    each(|m| {
+fn copy_range_same_file_and_errors(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let s = write(m, f.ino, 0, 8192);
         // Overlapping ranges of one file (after clamping at the end of the source).
@@ -2003,9 +2111,8 @@ fn copy_range_same_file_and_errors() {
     });
 }
 
-#[test]
-fn replace_slices_compaction() {
-    each(|m| {
+fn replace_slices_compaction(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let a = write(m, f.ino, 0, 1000);
         let b = write(m, f.ino, 1000, 1000);
@@ -2104,9 +2211,8 @@ fn replace_slices_compaction() {
     });
 }
 
-#[test]
-fn all_slices_refcounts() {
-    each(|m| {
+fn all_slices_refcounts(e: Engine) {
+    each(e, |m| {
         assert!(m.all_slices().unwrap().is_empty());
         let f = mkfile(m, ROOT_INO, "f");
         let s = m.new_slice_id().unwrap();
@@ -2167,9 +2273,8 @@ fn all_slices_refcounts() {
 // xattrs
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn xattrs() {
-    each(|m| {
+fn xattrs(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         assert!(m.list_xattr(f.ino).unwrap().is_empty());
         assert_errno(m.get_xattr(f.ino, b"user.a"), libc::ENODATA);
@@ -2279,9 +2384,8 @@ fn xattrs() {
 // Sessions
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn sessions_register_and_close() {
-    each(|m| {
+fn sessions_register_and_close(e: Engine) {
+    each(e, |m| {
         let s = m.sessions().unwrap();
         assert_eq!(s.len(), 1, "{s:?}");
         assert_eq!(s[0].pid, std::process::id());
@@ -2308,9 +2412,8 @@ fn sessions_register_and_close() {
     });
 }
 
-#[test]
-fn close_session_reclaims_unlinked_open_inodes() {
-    each(|m| {
+fn close_session_reclaims_unlinked_open_inodes(e: Engine) {
+    each(e, |m| {
         let f = mkfile(m, ROOT_INO, "f");
         let s = write(m, f.ino, 0, 4096);
         let keep = mkfile(m, ROOT_INO, "keep");
@@ -2333,9 +2436,8 @@ fn close_session_reclaims_unlinked_open_inodes() {
     });
 }
 
-#[test]
-fn new_session_reclaims_dead_sessions() {
-    for b in backends() {
+fn new_session_reclaims_dead_sessions(e: Engine) {
+    for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         (place.create)(&test_format("vol"), false).unwrap();
@@ -2377,9 +2479,8 @@ fn new_session_reclaims_dead_sessions() {
     }
 }
 
-#[test]
-fn trash_days_delay_dead_slices() {
-    for b in backends() {
+fn trash_days_delay_dead_slices(e: Engine) {
+    for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         let mut fmt = test_format("trash");
@@ -2403,9 +2504,8 @@ fn trash_days_delay_dead_slices() {
 // Counters
 // ---------------------------------------------------------------------------------------------
 
-#[test]
-fn usage_counters() {
-    each(|m| {
+fn usage_counters(e: Engine) {
+    each(e, |m| {
         let u = |m: &dyn Meta| {
             let u = m.usage().unwrap();
             (u.inodes, u.used_bytes)
@@ -2475,9 +2575,8 @@ fn usage_counters() {
 
 /// Two clients of one volume (two engine instances, as two mounts or a mount and fsck would
 /// be) writing at once: no "database is locked", no inode number given twice.
-#[test]
-fn concurrent_clients_on_one_volume() {
-    for b in backends() {
+fn concurrent_clients_on_one_volume(e: Engine) {
+    for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         (place.create)(&test_format("vol"), false).unwrap();
@@ -2535,9 +2634,8 @@ fn concurrent_clients_on_one_volume() {
     }
 }
 
-#[test]
-fn concurrent_mknod_unlink() {
-    for (name, make) in engines() {
+fn concurrent_mknod_unlink(e: Engine) {
+    for (name, make) in engines(e) {
         eprintln!("--- engine {name}");
         let (_dir, m) = make();
         let d = mkdir(&*m, ROOT_INO, "d");
@@ -2618,5 +2716,120 @@ fn concurrent_mknod_unlink() {
         );
         assert_eq!(nlink(&*m, d.ino), 2);
         assert_eq!(m.usage().unwrap().inodes, inodes);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// PostgreSQL only
+// ---------------------------------------------------------------------------------------------
+
+mod postgres_only {
+    use super::*;
+
+    /// A volume shares its database with other applications' tables: format (even --force)
+    /// touches only its own `unkai_*` tables.
+    #[test]
+    fn keeps_other_tables() {
+        if pg_server::skip() {
+            return;
+        }
+        let db = pg_server::database().unwrap();
+        let mut c = ::postgres::Client::connect(&db.url, ::postgres::NoTls).unwrap();
+        c.batch_execute(
+            "CREATE TABLE session (x TEXT); INSERT INTO session VALUES ('theirs');
+             CREATE TABLE node (y BIGINT); INSERT INTO node VALUES (42);",
+        )
+        .unwrap();
+        let u = pg_url(&db.url);
+        PgMeta::create(&u, &test_format("a"), false).unwrap();
+        {
+            let m = PgMeta::open(&u).unwrap();
+            mkfile(&m, ROOT_INO, "f");
+        }
+        PgMeta::create(&u, &test_format("b"), true).unwrap();
+        let m = PgMeta::open(&u).unwrap();
+        assert_eq!(m.format().name, "b");
+        assert_errno(lookup(&m, ROOT_INO, "f"), libc::ENOENT);
+        let x: String = c.query_one("SELECT x FROM session", &[]).unwrap().get(0);
+        let y: i64 = c.query_one("SELECT y FROM node", &[]).unwrap().get(0);
+        assert_eq!((x.as_str(), y), ("theirs", 42));
+    }
+
+    /// The password comes from the URL or a password file; a wrong one is refused with a
+    /// message that does not show it; URLs print without it.
+    #[test]
+    fn password_sources() {
+        if pg_server::skip() {
+            return;
+        }
+        let db = pg_server::database().unwrap();
+        let u = pg_url(&db.url);
+        PgMeta::create(&u, &test_format("pw"), false).unwrap();
+        let (bare, pw) = pg_server::split_password(&db.url);
+        assert!(!u.to_string().contains(&pw), "{u}");
+        assert!(!format!("{u:?}").contains(&pw));
+        // From a password file (libpq's format, with wildcards).
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("pgpass");
+        std::fs::write(
+            &file,
+            format!("# comment\nother:1:x:y:nope\n*:*:{}:*:{pw}\n", db.name),
+        )
+        .unwrap();
+        let with_file = format!("{bare}&passfile={}", file.display());
+        let m = PgMeta::open(&pg_url(&with_file)).unwrap();
+        assert_eq!(m.format().name, "pw");
+        // A wrong password: refused, and the message does not carry it.
+        let (scheme, rest) = bare.split_once("://").unwrap();
+        let (user, host) = rest.split_once('@').unwrap();
+        let wrong = format!("{scheme}://{user}:Wr0ngSecret@{host}");
+        match PgMeta::open(&pg_url(&wrong)) {
+            Err(Error::Engine(msg)) => {
+                assert!(msg.contains("password"), "{msg}");
+                assert!(!msg.contains("Wr0ngSecret"), "{msg}");
+            }
+            Err(e) => panic!("expected an engine error, got {e:?}"),
+            Ok(_) => panic!("a wrong password was accepted"),
+        }
+        // No password at all (none in the environment either): refused.
+        if std::env::var_os("PGPASSWORD").is_none() && std::env::var_os("PGPASSFILE").is_none() {
+            let none = format!("{bare}&passfile={}", dir.path().join("missing").display());
+            assert!(PgMeta::open(&pg_url(&none)).is_err());
+        }
+    }
+
+    /// Many clients (pools of their own) creating in one directory at once: all succeed,
+    /// none waits forever, counters agree.
+    #[test]
+    fn many_clients_one_directory() {
+        if pg_server::skip() {
+            return;
+        }
+        let db = pg_server::database().unwrap();
+        let u = pg_url(&db.url);
+        PgMeta::create(&u, &test_format("many"), false).unwrap();
+        let clients: Vec<PgMeta> = (0..4).map(|_| PgMeta::open(&u).unwrap()).collect();
+        let d = mkdir(&clients[0], ROOT_INO, "d");
+        std::thread::scope(|sc| {
+            for (ci, m) in clients.iter().enumerate() {
+                for t in 0..4 {
+                    sc.spawn(move || {
+                        for i in 0..50 {
+                            let n = format!("c{ci}-t{t}-{i}");
+                            mkfile(m, d.ino, &n);
+                            // Cross-directory renames take the volume's rename lock.
+                            if i % 5 == 0 {
+                                rename(m, d.ino, &n, ROOT_INO, &n).unwrap();
+                            }
+                        }
+                    });
+                }
+            }
+        });
+        let m = &clients[3];
+        assert_eq!(listing(m, d.ino).len(), 2 + 16 * 40);
+        assert_eq!(listing(m, ROOT_INO).len(), 2 + 1 + 16 * 10);
+        assert_eq!(m.usage().unwrap().inodes, 2 + 16 * 50);
+        assert_eq!(m.getattr(d.ino).unwrap().nlink, 2);
     }
 }

@@ -2,6 +2,7 @@
 //! with the real binary, and always unmounted (a guard unmounts on drop, failure included).
 #![allow(dead_code)]
 
+pub mod postgres;
 pub mod servers;
 
 use std::path::{Path, PathBuf};
@@ -39,6 +40,8 @@ pub struct Volume {
     pub name: String,
     /// Environment of every command and mount of this volume (credentials, endpoints).
     pub env: Vec<(String, String)>,
+    /// The PostgreSQL database holding the metadata, if any (dropped after the volume).
+    pub db: Option<postgres::TestDb>,
 }
 
 impl Volume {
@@ -72,7 +75,39 @@ impl Volume {
             meta_url,
             name,
             env,
+            db: None,
         }
+    }
+
+    /// Formats a volume whose metadata lives in a fresh PostgreSQL database (None when
+    /// PostgreSQL tests are off) and whose data lives in `bucket/` of a temporary directory.
+    /// The URL given to every command is `meta_url(db URL)`; `env` goes with them too.
+    pub fn postgres(
+        extra: &[&str],
+        meta_url: impl Fn(&str) -> String,
+        env: Vec<(String, String)>,
+    ) -> Option<Volume> {
+        let db = postgres::database()?;
+        let dir = tempfile::Builder::new()
+            .prefix("unkai-test-")
+            .tempdir()
+            .expect("tempdir");
+        let meta_url = meta_url(&db.url);
+        let name = "testvol".to_string();
+        let storage = format!("file://{}/bucket", dir.path().display());
+        let mut args = vec!["format", "--storage", &storage];
+        args.extend_from_slice(extra);
+        args.push(&meta_url);
+        args.push(&name);
+        let (ok, out, err) = run_env(&args, &env);
+        assert!(ok, "format failed: {out}{err}");
+        Some(Volume {
+            dir,
+            meta_url,
+            name,
+            env,
+            db: Some(db),
+        })
     }
 
     pub fn bucket(&self) -> PathBuf {

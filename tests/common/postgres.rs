@@ -1,0 +1,189 @@
+//! PostgreSQL for the tests, chosen by `UNKAI_TEST_POSTGRES`:
+//! - unset: the PostgreSQL variants of the tests are skipped (they say so);
+//! - `local`: a private server is started with `scripts/postgres.sh start` in a temporary
+//!   directory, on a free port of 127.0.0.1, shared by the tests of one binary while any of
+//!   them runs, and stopped (`scripts/postgres.sh stop`) when the last one is done;
+//! - a `postgres://` URL: that server (its user must be allowed to create databases).
+//!
+//! Every test gets a database of its own, dropped when its guard drops.
+//!
+//! Also compiled into the crate's unit tests (src/meta/tests.rs includes this file).
+#![allow(dead_code)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+pub const ENV: &str = "UNKAI_TEST_POSTGRES";
+
+/// Whether PostgreSQL tests run (else they are skipped).
+pub fn enabled() -> bool {
+    std::env::var(ENV).is_ok_and(|v| !v.is_empty())
+}
+
+/// Prints why a test is skipped; true if it must be.
+pub fn skip() -> bool {
+    if enabled() {
+        return false;
+    }
+    eprintln!("skipped: {ENV} is unset (set it to `local` or a postgres:// admin URL)");
+    true
+}
+
+fn script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres.sh")
+}
+
+/// A private server; stopped (and its directory removed) on drop.
+pub struct Server {
+    dir: tempfile::TempDir,
+    /// The URL of its `postgres` database, as superuser `unkai`.
+    pub admin: String,
+}
+
+impl Server {
+    fn start() -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("unkai-pg-")
+            .tempdir()
+            .expect("tempdir");
+        let out = Command::new(script())
+            .arg("start")
+            .arg(dir.path())
+            .output()
+            .expect("run scripts/postgres.sh");
+        assert!(
+            out.status.success(),
+            "scripts/postgres.sh start failed (install PostgreSQL with `scripts/postgres.sh \
+             install`): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let admin = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(
+            admin.starts_with("postgres://"),
+            "unexpected output: {admin}"
+        );
+        Server { dir, admin }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new(script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output();
+    }
+}
+
+fn shared_server() -> Arc<Server> {
+    static SERVER: Mutex<Weak<Server>> = Mutex::new(Weak::new());
+    let mut s = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(srv) = s.upgrade() {
+        return srv;
+    }
+    let srv = Arc::new(Server::start());
+    *s = Arc::downgrade(&srv);
+    srv
+}
+
+/// `url` with its database replaced by `db`.
+pub fn with_db(url: &str, db: &str) -> String {
+    let (base, query) = match url.split_once('?') {
+        Some((b, q)) => (b, format!("?{q}")),
+        None => (url, String::new()),
+    };
+    let auth_start = base.find("://").map_or(0, |i| i + 3);
+    let slash = base[auth_start..]
+        .find('/')
+        .map_or(base.len(), |i| auth_start + i);
+    format!("{}/{db}{query}", &base[..slash])
+}
+
+/// `url` without its password, and the password.
+pub fn split_password(url: &str) -> (String, String) {
+    let (scheme, rest) = url.split_once("://").expect("scheme");
+    let at = rest.find('@').expect("user@");
+    let (user, pw) = rest[..at].split_once(':').expect("user:password");
+    (format!("{scheme}://{user}{}", &rest[at..]), pw.to_string())
+}
+
+/// A database of one test; dropped (connections and all) on drop.
+pub struct TestDb {
+    /// Its URL (with the password).
+    pub url: String,
+    pub name: String,
+    admin: String,
+    _server: Option<Arc<Server>>,
+}
+
+impl TestDb {
+    fn admin_client(admin: &str) -> postgres::Client {
+        postgres::Client::connect(admin, postgres::NoTls)
+            .unwrap_or_else(|e| panic!("cannot connect to the test server: {e:?}"))
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if let Ok(mut c) = postgres::Client::connect(&self.admin, postgres::NoTls) {
+            let _ = c.batch_execute(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
+    }
+}
+
+fn admin_url() -> (String, Option<Arc<Server>>) {
+    let v = std::env::var(ENV).unwrap_or_default();
+    if v.starts_with("postgres://") || v.starts_with("postgresql://") {
+        (v, None)
+    } else {
+        let srv = shared_server();
+        (srv.admin.clone(), Some(srv))
+    }
+}
+
+fn fresh_name() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "unkai_t{}_{}_{:04x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed),
+        rand_u16()
+    )
+}
+
+fn rand_u16() -> u16 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    (t.subsec_nanos() ^ (t.as_secs() as u32)) as u16
+}
+
+/// A new, empty database (None when PostgreSQL tests are off).
+pub fn database() -> Option<TestDb> {
+    let db = name_only()?;
+    TestDb::admin_client(&db.admin)
+        .batch_execute(&format!("CREATE DATABASE {}", db.name))
+        .expect("create database");
+    Some(db)
+}
+
+/// The URL of a database that does not exist yet (dropped on drop if something created it).
+pub fn name_only() -> Option<TestDb> {
+    if !enabled() {
+        return None;
+    }
+    let (admin, server) = admin_url();
+    let name = fresh_name();
+    Some(TestDb {
+        url: with_db(&admin, &name),
+        name,
+        admin,
+        _server: server,
+    })
+}

@@ -1,0 +1,437 @@
+//! Volumes whose metadata lives in PostgreSQL, through real mounts: every kind of change
+//! survives a remount, the password never shows, and two mounts (two processes) of one volume
+//! see each other's changes. Skipped, saying so, when UNKAI_TEST_POSTGRES is unset (see
+//! tests/common/postgres.rs).
+
+mod common;
+
+use common::*;
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, symlink};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// What a tree holds, as a person would compare it: kind, size, content digest, link target,
+/// link count, mode and xattrs of every path.
+fn snapshot(root: &Path) -> BTreeMap<String, String> {
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, String>) {
+        let mut entries: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap()).collect();
+        entries.sort_by_key(|e| e.file_name());
+        for e in entries {
+            let p = e.path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            let md = fs::symlink_metadata(&p).unwrap();
+            let mut xattrs: Vec<String> = xattr_list(&p)
+                .into_iter()
+                .map(|n| {
+                    let v = xattr_get(&p, &n).unwrap_or_default();
+                    format!("{n}={}", String::from_utf8_lossy(&v))
+                })
+                .collect();
+            xattrs.sort();
+            let what = if md.file_type().is_symlink() {
+                format!("symlink -> {}", fs::read_link(&p).unwrap().display())
+            } else if md.is_dir() {
+                format!("dir mode {:o} nlink {}", md.mode() & 0o7777, md.nlink())
+            } else {
+                let data = fs::read(&p).unwrap();
+                format!(
+                    "file {} bytes, digest {:016x}, nlink {}, mode {:o}, ino-group {}",
+                    data.len(),
+                    digest(&data),
+                    md.nlink(),
+                    md.mode() & 0o7777,
+                    md.nlink() > 1
+                )
+            };
+            out.insert(rel, format!("{what} xattrs {xattrs:?}"));
+            if md.is_dir() {
+                walk(root, &p, out);
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+fn digest(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf29ce484222325u64, |h, b| {
+        (h ^ *b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+fn cpath(p: &Path) -> std::ffi::CString {
+    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
+}
+
+fn xattr_set(p: &Path, name: &str, value: &[u8]) {
+    let n = std::ffi::CString::new(name).unwrap();
+    let r = unsafe {
+        libc::lsetxattr(
+            cpath(p).as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
+}
+
+fn xattr_get(p: &Path, name: &str) -> Option<Vec<u8>> {
+    let n = std::ffi::CString::new(name).unwrap();
+    let mut buf = vec![0u8; 65536];
+    let r = unsafe {
+        libc::lgetxattr(
+            cpath(p).as_ptr(),
+            n.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    if r < 0 {
+        return None;
+    }
+    buf.truncate(r as usize);
+    Some(buf)
+}
+
+fn xattr_list(p: &Path) -> Vec<String> {
+    let mut buf = vec![0u8; 65536];
+    let r = unsafe { libc::llistxattr(cpath(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if r <= 0 {
+        return Vec::new();
+    }
+    buf[..r as usize]
+        .split(|b| *b == 0)
+        .filter(|n| !n.is_empty())
+        .map(|n| String::from_utf8_lossy(n).into_owned())
+        .filter(|n| n.starts_with("user."))
+        .collect()
+}
+
+/// Waits (at most `limit`) until `f` holds; returns whether it did. For what another mount
+/// may show only once its kernel cache expires (the attr/entry TTLs, 1 s by default).
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Five times the default TTL: enough for any kernel cache of the other mount to expire.
+const SETTLE: Duration = Duration::from_secs(5);
+
+/// Every kind of change on a PostgreSQL volume (password in PGPASSWORD, not the URL)
+/// survives an unmount and a remount; fsck finds it consistent; formatting over it is
+/// refused without --force.
+#[test]
+fn changes_survive_a_remount() {
+    if postgres::skip() {
+        return;
+    }
+    let split = |url: &str| postgres::split_password(url);
+    let Some(probe) = postgres::name_only() else {
+        return;
+    };
+    let (_, pw) = split(&probe.url);
+    drop(probe);
+    let env = vec![("PGPASSWORD".to_string(), pw)];
+    let vol = Volume::postgres(&["--block-size", "64K"], |u| split(u).0, env).unwrap();
+    assert!(vol.meta_url.starts_with("postgres://"));
+    let m = vol.mount();
+    fs::create_dir_all(m.p("a/b/c")).unwrap();
+    fs::write(m.p("a/small"), b"hello postgres").unwrap();
+    let big = pattern(1_000_000, 7);
+    fs::write(m.p("a/b/big"), &big).unwrap();
+    fs::write(m.p("gone"), b"x").unwrap();
+    fs::remove_file(m.p("gone")).unwrap();
+    fs::write(m.p("old-name"), b"renamed").unwrap();
+    fs::rename(m.p("old-name"), m.p("a/b/c/new-name")).unwrap();
+    fs::hard_link(m.p("a/small"), m.p("a/b/hard")).unwrap();
+    symlink("../small", m.p("a/b/link")).unwrap();
+    xattr_set(&m.p("a/small"), "user.color", b"blue");
+    xattr_set(&m.p("a/b"), "user.dir", b"yes");
+    fs::set_permissions(
+        m.p("a/b/big"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    fs::create_dir(m.p("empty")).unwrap();
+    fs::create_dir(m.p("removed")).unwrap();
+    fs::remove_dir(m.p("removed")).unwrap();
+    // Overwrite the middle of the big file.
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("a/b/big"))
+            .unwrap();
+        f.seek(SeekFrom::Start(300_000)).unwrap();
+        f.write_all(&pattern(70_000, 8)).unwrap();
+    }
+    let before = snapshot(&m.path);
+    assert_eq!(fs::read(m.p("a/b/hard")).unwrap(), b"hello postgres");
+    assert_eq!(fs::read(m.p("a/b/link")).unwrap(), b"hello postgres");
+    assert!(!m.p("gone").exists() && !m.p("removed").exists());
+    assert!(before.contains_key("a/b/c/new-name"), "{before:?}");
+    m.unmount();
+
+    let m = vol.mount();
+    let after = snapshot(&m.path);
+    assert_eq!(before, after);
+    let mut want = big.clone();
+    want[300_000..370_000].copy_from_slice(&pattern(70_000, 8));
+    assert_eq!(fs::read(m.p("a/b/big")).unwrap(), want);
+    assert_eq!(
+        xattr_get(&m.p("a/b/hard"), "user.color").as_deref(),
+        Some(&b"blue"[..])
+    );
+    m.unmount();
+
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok, "fsck: {out}{err}");
+    assert!(out.contains("volume is consistent"), "{out}");
+    let storage = format!("file://{}/bucket", vol.dir.path().display());
+    let (ok, out, err) = run_env(
+        &["format", "--storage", &storage, &vol.meta_url, "other"],
+        &vol.env,
+    );
+    assert!(!ok, "format over an existing volume succeeded: {out}");
+    assert!(err.contains("already exists"), "{err}");
+}
+
+/// The password (in the URL here) shows in no output: format, status (text and JSON),
+/// fsck, gc, a mount's log, nor the errors of a bad URL or a wrong password.
+#[test]
+fn the_password_never_shows() {
+    if postgres::skip() {
+        return;
+    }
+    let vol = Volume::postgres(&[], |u| u.to_string(), Vec::new()).unwrap();
+    let (_, pw) = postgres::split_password(&vol.meta_url);
+    assert!(
+        pw.len() >= 16,
+        "the test server's password is long enough to spot"
+    );
+    let mut seen = Vec::new();
+    for cmd in [
+        vec!["status"],
+        vec!["status", "--json"],
+        vec!["fsck"],
+        vec!["gc"],
+    ] {
+        let (ok, out, err) = vol.cmd(cmd[0], &cmd[1..]);
+        assert!(ok, "{cmd:?}: {out}{err}");
+        seen.push((format!("{cmd:?}"), format!("{out}{err}")));
+    }
+    // Formatting again (forced) prints the URL too.
+    let storage = format!("file://{}/bucket", vol.dir.path().display());
+    let (ok, out, err) = run(&[
+        "format",
+        "--force",
+        "--storage",
+        &storage,
+        &vol.meta_url,
+        "testvol",
+    ]);
+    assert!(ok && out.contains("postgres://unkai:***@"), "{out}{err}");
+    seen.push(("format --force".into(), format!("{out}{err}")));
+    let status = &seen[0].1;
+    assert!(
+        status.contains("postgres://unkai:***@127.0.0.1"),
+        "{status}"
+    );
+    assert!(status.contains("volume 'testvol'"), "{status}");
+    let m = vol.mount();
+    fs::write(m.p("f"), b"x").unwrap();
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(
+        ok && out.contains(&m.path.display().to_string()),
+        "{out}{err}"
+    );
+    seen.push(("status while mounted".into(), format!("{out}{err}")));
+    m.unmount();
+    seen.push((
+        "mount log".into(),
+        fs::read_to_string(vol.dir.path().join("mount.log")).unwrap_or_default(),
+    ));
+    // A malformed URL, an unknown database, a wrong password: errors, without the secret.
+    let (base, _) = postgres::split_password(&vol.meta_url);
+    let (scheme, rest) = base.split_once("://").unwrap();
+    let (user, host) = rest.split_once('@').unwrap();
+    for (url, why) in [
+        (
+            format!("{scheme}://{user}:{pw}@{host}&sslmode=bogus"),
+            "sslmode",
+        ),
+        (
+            postgres::with_db(&vol.meta_url, "no_such_db"),
+            "not formatted",
+        ),
+        (format!("{scheme}://{user}:Wr0ng{pw}@{host}"), "password"),
+    ] {
+        let (ok, out, err) = run(&["status", &url]);
+        assert!(!ok, "status {url} succeeded: {out}");
+        assert!(err.contains(why), "{why}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        seen.push((format!("status with a bad URL ({why})"), err));
+    }
+    for (what, text) in seen {
+        assert!(!text.contains(&pw), "{what} shows the password: {text}");
+    }
+}
+
+/// A rewrites `shared` (which B has read) with new bytes of the same size; returns whether B
+/// read the new bytes within [`SETTLE`], and how many stale reads it made before.
+fn overwrite_reaches(a: &Mount, b: &Mount) -> (bool, usize) {
+    let v1 = pattern(3_000_000, 21);
+    fs::write(a.p("shared"), &v1).unwrap();
+    assert!(
+        eventually(SETTLE, || fs::read(b.p("shared")).unwrap() == v1),
+        "B never read the first version"
+    );
+    let v2 = pattern(3_000_000, 22);
+    fs::write(a.p("shared"), &v2).unwrap();
+    let mut stale_reads = 0;
+    let fresh = eventually(SETTLE, || {
+        let ok = fs::read(b.p("shared")).unwrap() == v2;
+        if !ok {
+            stale_reads += 1;
+        }
+        ok
+    });
+    (fresh, stale_reads)
+}
+
+/// Known problem (src/fuse): with the default mount options, a mount keeps a file's page
+/// cache across opens (FOPEN_KEEP_CACHE) even when another mount rewrote the file, so it
+/// reads the old bytes long after its attribute TTL — close-to-open fails between two
+/// default mounts. Run with `--ignored` to see it.
+#[test]
+#[ignore = "known problem: FOPEN_KEEP_CACHE serves stale pages after another mount's overwrite"]
+fn default_mounts_read_each_others_overwrites() {
+    if postgres::skip() {
+        return;
+    }
+    let vol = Volume::postgres(&[], |u| u.to_string(), Vec::new()).unwrap();
+    let a = vol.mount();
+    let b = vol.mount();
+    let (fresh, stale_reads) = overwrite_reaches(&a, &b);
+    a.unmount();
+    b.unmount();
+    assert!(
+        fresh,
+        "B still reads the old content {SETTLE:?} after A's overwrite ({stale_reads} stale reads)"
+    );
+}
+
+/// Two mounts of one volume, two processes: what A writes and closes, B reads whole after
+/// opening (close-to-open); A's unlink, rename, mkdir and overwrite reach B once B's kernel
+/// caches expire (TTL 1 s); and the same the other way round.
+#[test]
+fn two_mounts_see_each_other() {
+    if postgres::skip() {
+        return;
+    }
+    let vol = Volume::postgres(&["--block-size", "64K"], |u| u.to_string(), Vec::new()).unwrap();
+    let a = vol.mount();
+    // The default FOPEN_KEEP_CACHE is for a mount that is its volume's only writer.
+    let b = vol.mount_with(&["--no-keep-cache"]);
+    assert_ne!(a.path, b.path);
+    assert_ne!(a.pid(), b.pid());
+
+    // Close-to-open: written and closed in A, read whole in B.
+    let data = pattern(3_000_000, 11);
+    fs::write(a.p("shared"), &data).unwrap();
+    assert_eq!(fs::read(b.p("shared")).unwrap(), data, "B reads A's file");
+
+    // And back: B writes, A reads.
+    let back = pattern(200_000, 12);
+    fs::write(b.p("from-b"), &back).unwrap();
+    assert_eq!(fs::read(a.p("from-b")).unwrap(), back, "A reads B's file");
+
+    // A new directory and entries in it, seen by B.
+    fs::create_dir(a.p("d")).unwrap();
+    fs::write(a.p("d/inner"), b"inner").unwrap();
+    assert!(
+        eventually(SETTLE, || fs::read(b.p("d/inner")).ok().as_deref()
+            == Some(b"inner")),
+        "B never saw d/inner"
+    );
+
+    // An overwrite of a file B has read: same size, new bytes. B (no page cache kept across
+    // opens) reads the new bytes once its attribute cache expires.
+    let (fresh, stale_reads) = overwrite_reaches(&a, &b);
+    assert!(
+        fresh,
+        "B still reads the old content of a file A overwrote, {SETTLE:?} later \
+         ({stale_reads} stale reads)"
+    );
+
+    // Unlink and rename in A reach B.
+    fs::remove_file(a.p("from-b")).unwrap();
+    fs::rename(a.p("d/inner"), a.p("moved")).unwrap();
+    assert!(
+        eventually(SETTLE, || !b.p("from-b").exists()),
+        "B still sees an unlinked file"
+    );
+    assert!(
+        eventually(SETTLE, || !b.p("d/inner").exists()
+            && fs::read(b.p("moved")).ok().as_deref() == Some(b"inner")),
+        "B does not see the rename"
+    );
+    let mut names: Vec<String> = fs::read_dir(&b.path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["d", "moved", "shared"]);
+
+    // Both mounts are registered.
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains(&a.path.display().to_string()) && out.contains(&b.path.display().to_string()),
+        "{out}"
+    );
+    a.unmount();
+    b.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok && out.contains("volume is consistent"), "{out}{err}");
+}
+
+/// Known problem (src/meta, both engines): an unlinked file stays alive only while the mount
+/// that unlinks it has it open (`sustained` records this session's opens only). A file open
+/// on another mount is deleted at once, and that mount's reads through its open descriptor
+/// fail (ENOENT). POSIX keeps it readable until the last close anywhere.
+#[test]
+#[ignore = "known problem: unlink on one mount destroys a file open on another"]
+fn a_file_open_on_one_mount_survives_an_unlink_on_another() {
+    use std::io::Read;
+    if postgres::skip() {
+        return;
+    }
+    let vol = Volume::postgres(&[], |u| u.to_string(), Vec::new()).unwrap();
+    let a = vol.mount();
+    let b = vol.mount_with(&["--no-keep-cache"]);
+    let data = pattern(1_000_000, 31);
+    fs::write(a.p("f"), &data).unwrap();
+    let mut held = fs::File::open(b.p("f")).unwrap();
+    fs::remove_file(a.p("f")).unwrap();
+    let mut got = Vec::new();
+    let r = held.read_to_end(&mut got);
+    drop(held);
+    a.unmount();
+    b.unmount();
+    r.unwrap();
+    assert_eq!(got, data);
+}
