@@ -253,6 +253,7 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         vfs::Config {
             buffer_limit: buffer_bytes,
             background: true,
+            append_at_end: !cache.writeback,
         },
     ));
     let opts = MountOptions {

@@ -8,17 +8,18 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
+    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 
-use crate::meta::{Attr, Ctx, Kind, Nanos, RenameFlags, SetAttr, SetTime};
+use crate::meta::{Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime};
 use crate::vfs::{self, Vfs};
 
 /// Kernel cache settings of a mount.
@@ -55,11 +56,17 @@ const MAX_REQUEST: u32 = 1 << 20;
 pub struct Adapter {
     vfs: Arc<Vfs>,
     cache: CacheConfig,
+    /// Talks to the kernel unasked (cache invalidation); set once the session exists.
+    notifier: Arc<OnceLock<Notifier>>,
 }
 
 impl Adapter {
-    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig) -> Adapter {
-        Adapter { vfs, cache }
+    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig, notifier: Arc<OnceLock<Notifier>>) -> Adapter {
+        Adapter {
+            vfs,
+            cache,
+            notifier,
+        }
     }
 }
 
@@ -69,6 +76,40 @@ fn ctx(req: &Request) -> Ctx {
         gid: req.gid(),
         pid: req.pid(),
     }
+}
+
+fn lock_kind(typ: i32) -> Option<LockKind> {
+    match typ {
+        libc::F_RDLCK => Some(LockKind::Read),
+        libc::F_WRLCK => Some(LockKind::Write),
+        _ => None,
+    }
+}
+
+fn lock_type(kind: LockKind) -> i32 {
+    match kind {
+        LockKind::Read => libc::F_RDLCK,
+        LockKind::Write => libc::F_WRLCK,
+    }
+}
+
+/// Whether the thread `tid` has a signal pending that it does not block. fuser does not pass
+/// the kernel's interrupts on, so a process waiting for a lock (F_SETLKW, flock) would never
+/// see its signal (Ctrl-C, an alarm set to time the wait out, SIGKILL); the wait ends with
+/// EINTR when this turns true.
+fn signal_pending(tid: u32) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{tid}/status")) else {
+        return true; // gone
+    };
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    let pending = field("SigPnd:") | field("ShdPnd:");
+    pending & !field("SigBlk:") != 0
 }
 
 fn errno(e: &vfs::Error) -> Errno {
@@ -148,12 +189,38 @@ impl Adapter {
     fn reply_entry(&self, reply: ReplyEntry, res: vfs::Result<Attr>) {
         match res {
             Ok(a) => reply.entry_with_ttls(
-                &self.cache.attr_ttl,
-                &self.cache.entry_ttl,
+                &self.attr_ttl(&a),
+                &self.entry_ttl(a.parent),
                 &file_attr(&a),
                 Generation(0),
             ),
             Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// How long the kernel may keep names of directory `dir`: not at all where programs
+    /// coordinate with locks (a name another client adds or removes must show at once).
+    fn entry_ttl(&self, dir: u64) -> Duration {
+        if self.vfs.coordinates_in(dir) {
+            Duration::ZERO
+        } else {
+            self.cache.entry_ttl
+        }
+    }
+
+    fn negative_ttl(&self, dir: u64) -> Duration {
+        if self.vfs.coordinates_in(dir) {
+            Duration::ZERO
+        } else {
+            self.cache.negative_ttl
+        }
+    }
+
+    fn attr_ttl(&self, a: &Attr) -> Duration {
+        if self.vfs.coordinates_in(a.parent) {
+            Duration::ZERO
+        } else {
+            self.cache.attr_ttl
         }
     }
 }
@@ -170,6 +237,14 @@ impl Filesystem for Adapter {
                 .is_err()
         {
             tracing::warn!("the kernel lacks the FUSE writeback cache; writes go through");
+        }
+        // Locks go to the volume (shared by every client) instead of staying in this kernel.
+        for cap in [InitFlags::FUSE_POSIX_LOCKS, InitFlags::FUSE_FLOCK_LOCKS] {
+            if config.add_capabilities(cap).is_err() {
+                tracing::warn!(
+                    "the kernel lacks FUSE {cap:?}: those locks stay local to this machine"
+                );
+            }
         }
         for cap in [
             InitFlags::FUSE_DO_READDIRPLUS,
@@ -188,7 +263,7 @@ impl Filesystem for Adapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.vfs.lookup(&ctx(req), parent.0, name.as_bytes()) {
-            Err(e) if e.errno() == libc::ENOENT && !self.cache.negative_ttl.is_zero() => {
+            Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent.0).is_zero() => {
                 // A negative entry: the kernel remembers the name is absent.
                 let mut attr = file_attr(&Attr {
                     ino: 0,
@@ -207,7 +282,7 @@ impl Filesystem for Adapter {
                 attr.ino = INodeNo(0);
                 reply.entry_with_ttls(
                     &Duration::ZERO,
-                    &self.cache.negative_ttl,
+                    &self.negative_ttl(parent.0),
                     &attr,
                     Generation(0),
                 );
@@ -218,7 +293,7 @@ impl Filesystem for Adapter {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.vfs.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -249,7 +324,7 @@ impl Filesystem for Adapter {
             mtime: mtime.map(set_time),
         };
         match self.vfs.setattr(&ctx(req), ino.0, &set, size) {
-            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -421,15 +496,102 @@ impl Filesystem for Adapter {
         }
     }
 
+    fn getlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        _pid: u32,
+        reply: ReplyLock,
+    ) {
+        let Some(kind) = lock_kind(typ) else {
+            return reply.error(Errno::EINVAL);
+        };
+        match self.vfs.getlk(ino.0, lock_owner.0, kind, start, end) {
+            Ok(Some(l)) => reply.locked(l.start, l.end, lock_type(l.kind), l.pid),
+            Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setlk(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        lock_owner: LockOwner,
+        start: u64,
+        end: u64,
+        typ: i32,
+        pid: u32,
+        sleep: bool,
+        reply: ReplyEmpty,
+    ) {
+        let kind = match typ {
+            libc::F_UNLCK => None,
+            t => match lock_kind(t) {
+                Some(k) => Some(k),
+                None => return reply.error(Errno::EINVAL),
+            },
+        };
+        let req = LockRequest {
+            kind,
+            start,
+            end,
+            pid,
+        };
+        let vfs = self.vfs.clone();
+        let notifier = self.notifier.clone();
+        let set = move || match vfs.setlk(ino.0, fh.0, lock_owner.0, req, sleep, &|| {
+            signal_pending(pid)
+        }) {
+            Ok(()) => {
+                if kind.is_some()
+                    && let Some(n) = notifier.get()
+                {
+                    // As NFS does: a lock taken means the pages and attributes this kernel
+                    // cached may predate another client's writes under that lock.
+                    if let Err(e) = n.inval_inode(ino, 0, 0) {
+                        tracing::debug!("inode {}: cannot invalidate its cache: {e}", ino.0);
+                    }
+                }
+                reply.ok()
+            }
+            Err(e) => reply.error(errno(&e)),
+        };
+        if sleep {
+            // A wait may be long: not on a FUSE worker thread, which other requests need
+            // (among them the unlock that ends the wait).
+            if let Err(e) = std::thread::Builder::new()
+                .name("unkai-lockwait".into())
+                .spawn(set)
+            {
+                tracing::error!("cannot start a thread to wait for a lock: {e}");
+            }
+        } else {
+            set();
+        }
+    }
+
     fn flush(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
-        _lock_owner: LockOwner,
+        lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        match self.vfs.flush(fh.0) {
+        // A close by a process drops its fcntl locks on the file (the kernel leaves that to
+        // a file system that keeps the locks).
+        let res = self
+            .vfs
+            .flush(fh.0)
+            .and(self.vfs.locks_closed_by(ino.0, lock_owner.0));
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -438,14 +600,22 @@ impl Filesystem for Adapter {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
+        lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        match self.vfs.release(fh.0) {
+        // Stored first (release flushes), then the locks go.
+        let res = self.vfs.release(fh.0);
+        if let Err(e) = self
+            .vfs
+            .locks_released(ino.0, fh.0, lock_owner.map(|o| o.0))
+        {
+            tracing::error!("inode {}: locks of a released file: {e}", ino.0);
+        }
+        match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -527,7 +697,7 @@ impl Filesystem for Adapter {
                     INodeNo(e.ino),
                     e.cookie,
                     OsStr::from_bytes(&e.name),
-                    &self.cache.entry_ttl,
+                    &self.entry_ttl(ino.0),
                     &file_attr(a),
                     Generation(0),
                 ) {
@@ -678,7 +848,7 @@ impl Filesystem for Adapter {
                     FopenFlags::empty()
                 };
                 reply.created(
-                    &self.cache.attr_ttl,
+                    &self.attr_ttl(&a).min(self.entry_ttl(parent.0)),
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh),

@@ -8,7 +8,7 @@ pub mod mounts;
 
 use std::io;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use fuser::{Config, MountOption, SessionACL};
 
@@ -61,5 +61,12 @@ pub fn mount(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    fuser::Session::new(Adapter::new(vfs, opts.cache.clone()), mountpoint, &cfg)
+    let notifier = Arc::new(OnceLock::new());
+    let session = fuser::Session::new(
+        Adapter::new(vfs, opts.cache.clone(), notifier.clone()),
+        mountpoint,
+        &cfg,
+    )?;
+    let _ = notifier.set(session.notifier());
+    Ok(session)
 }

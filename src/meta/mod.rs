@@ -9,6 +9,7 @@
 //! file data, talking to the bucket.
 
 pub mod format;
+pub mod lock;
 pub mod postgres;
 pub(crate) mod shared;
 pub mod slice;
@@ -18,6 +19,7 @@ pub mod url;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 pub use format::Format;
+pub use lock::{LockKind, LockRange, LockRequest};
 pub use slice::SliceRec;
 
 /// Inode number. The root directory is [`ROOT_INO`].
@@ -321,6 +323,21 @@ pub trait Meta: Send + Sync {
     fn open(&self, ino: Ino) -> Result<Attr>;
     /// Notes a close; the last close of an unlinked inode reclaims it.
     fn close(&self, ino: Ino) -> Result<()>;
+
+    // ---- file locks, shared by every client of the volume (see [`lock`]) ----
+    /// The first lock of another owner that conflicts with `kind` over `start..=end`.
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: u64,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<LockRange>>;
+    /// Locks or unlocks a range for `owner` of this session. A conflicting lock of another
+    /// owner is returned (and nothing changes); a conflicting lock whose session is dead is
+    /// reclaimed first.
+    fn setlk(&self, ino: Ino, owner: u64, req: LockRequest) -> Result<Option<LockRange>>;
 
     // ---- file data ----
     fn truncate(&self, ctx: &Ctx, ino: Ino, length: u64) -> Result<Attr>;

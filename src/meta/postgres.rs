@@ -31,6 +31,7 @@ use ::postgres::{Client, NoTls, Row, Statement};
 use parking_lot::{Condvar, Mutex};
 
 use super::format::SCHEMA_VERSION;
+use super::lock;
 use super::shared::{
     FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, session_dead,
     zero_recs,
@@ -70,11 +71,15 @@ CREATE TABLE IF NOT EXISTS unkai_session (
 CREATE TABLE IF NOT EXISTS unkai_sustained (
   session BIGINT NOT NULL, ino BIGINT NOT NULL,
   PRIMARY KEY (session, ino));
+CREATE TABLE IF NOT EXISTS unkai_plock (
+  ino BIGINT NOT NULL, session BIGINT NOT NULL, owner BIGINT NOT NULL,
+  kind BIGINT NOT NULL, start BIGINT NOT NULL, last BIGINT NOT NULL, pid BIGINT NOT NULL);
+CREATE INDEX IF NOT EXISTS unkai_plock_ino ON unkai_plock (ino);
 ";
 
 const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unkai_symlink, \
                       unkai_chunk, unkai_slice_ref, unkai_dead_slice, unkai_xattr, \
-                      unkai_session, unkai_sustained";
+                      unkai_session, unkai_sustained, unkai_plock";
 
 /// Connections one client keeps at most.
 const POOL_SIZE: usize = 8;
@@ -696,6 +701,31 @@ fn drop_chunks(c: &mut Conn, ino: Ino, from: u64, now: Nanos) -> Tx<()> {
 }
 
 /// Deletes an inode whose last link and last open are gone (its rows in one round trip).
+/// Every lock held on an inode, by every owner of every live session.
+fn load_locks(c: &mut Conn, ino: Ino) -> Tx<Vec<(lock::LockOwner, LockRange)>> {
+    let rows = c.query(
+        "SELECT session, owner, kind, start, last, pid FROM unkai_plock \
+         WHERE ino=$1 AND session IN (SELECT id FROM unkai_session)",
+        &[&(ino as i64)],
+    )?;
+    let mut out = Vec::with_capacity(rows.len());
+    for r in rows {
+        out.push((
+            lock::LockOwner {
+                session: r.try_get::<_, i64>(0)? as u64,
+                owner: r.try_get::<_, i64>(1)? as u64,
+            },
+            LockRange {
+                kind: LockKind::from_code(r.try_get(2)?),
+                start: r.try_get::<_, i64>(3)? as u64,
+                end: r.try_get::<_, i64>(4)? as u64,
+                pid: r.try_get::<_, i64>(5)? as u32,
+            },
+        ));
+    }
+    Ok(out)
+}
+
 fn delete_inode(db: &mut Db, a: &Attr, now: Nanos) -> Tx<()> {
     let rows = db.query(
         "WITH n AS (DELETE FROM unkai_node WHERE ino = $1),
@@ -986,6 +1016,13 @@ impl PgMeta {
                 format.schema, SCHEMA_VERSION
             )));
         }
+        // Tables added since the volume was formatted (every statement is IF NOT EXISTS; one
+        // client at a time, as in format).
+        c.client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('unkai-format')); {SCHEMA} COMMIT"
+            ))
+            .map_err(pg_err)?;
         {
             let mut st = pool.state.lock();
             st.idle.push(c);
@@ -1196,6 +1233,32 @@ impl PgMeta {
             )?;
             db.execute("DELETE FROM unkai_session WHERE id=$1", &[&(sid as i64)])?;
             Ok(())
+        })
+    }
+
+    fn lock_owner(&self, owner: u64) -> lock::LockOwner {
+        lock::LockOwner {
+            session: *self.session.lock(),
+            owner,
+        }
+    }
+
+    /// Whether a session stopped: its row is gone, or its client is known dead.
+    fn session_is_dead(&self, id: u64) -> Result<bool> {
+        let row = self.read(|c| {
+            c.query_opt(
+                "SELECT info, heartbeat FROM unkai_session WHERE id=$1",
+                &[&(id as i64)],
+            )?
+            .map(|r| Ok((r.try_get::<_, String>(0)?, r.try_get::<_, i64>(1)?)))
+            .transpose()
+        })?;
+        Ok(match row {
+            None => true,
+            Some((info, hb)) => match serde_json::from_str::<SessionInfo>(&info) {
+                Ok(info) => session_dead(&info, hb, now_nanos()),
+                Err(_) => true,
+            },
         })
     }
 
@@ -1776,6 +1839,70 @@ impl Meta for PgMeta {
                 }
             }
         })
+    }
+
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: u64,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<LockRange>> {
+        let me = self.lock_owner(owner);
+        let held = self.read(|c| load_locks(c, ino))?;
+        Ok(lock::conflict(&held, me, kind, start, end).map(|(_, r)| r))
+    }
+
+    fn setlk(&self, ino: Ino, owner: u64, req: LockRequest) -> Result<Option<LockRange>> {
+        let me = self.lock_owner(owner);
+        for attempt in 0..2 {
+            // The inode's row lock orders the lockers of one inode across clients.
+            let decision = self.write_locking(&[ino], false, |db| {
+                lock_node(db, ino)?;
+                db.execute(
+                    "DELETE FROM unkai_plock WHERE ino=$1 \
+                     AND session NOT IN (SELECT id FROM unkai_session)",
+                    &[&(ino as i64)],
+                )?;
+                let held = load_locks(db, ino)?;
+                let d = lock::decide(&held, me, req);
+                if let lock::Decision::Store(ranges) = &d {
+                    db.execute(
+                        "DELETE FROM unkai_plock WHERE ino=$1 AND session=$2 AND owner=$3",
+                        &[&(ino as i64), &(me.session as i64), &(me.owner as i64)],
+                    )?;
+                    for r in ranges {
+                        db.execute(
+                            "INSERT INTO unkai_plock (ino, session, owner, kind, start, last, pid) \
+                             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                            &[
+                                &(ino as i64),
+                                &(me.session as i64),
+                                &(me.owner as i64),
+                                &r.kind.code(),
+                                &(r.start as i64),
+                                &(r.end as i64),
+                                &(r.pid as i64),
+                            ],
+                        )?;
+                    }
+                }
+                Ok(d)
+            })?;
+            match decision {
+                lock::Decision::Store(_) => return Ok(None),
+                lock::Decision::Conflict(holder, r) => {
+                    // A holder whose client died leaves its locks behind: reclaim them once.
+                    if attempt == 0 && self.session_is_dead(holder.session)? {
+                        self.clean_dead_sessions()?;
+                        continue;
+                    }
+                    return Ok(Some(r));
+                }
+            }
+        }
+        unreachable!("the second attempt returns")
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {

@@ -21,6 +21,7 @@ use parking_lot::Mutex;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 
 use super::format::SCHEMA_VERSION;
+use super::lock;
 use super::shared::{
     FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, session_dead,
     zero_recs,
@@ -58,6 +59,10 @@ CREATE TABLE IF NOT EXISTS session (
 CREATE TABLE IF NOT EXISTS sustained (
   session INTEGER NOT NULL, ino INTEGER NOT NULL,
   PRIMARY KEY (session, ino)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS plock (
+  ino INTEGER NOT NULL, session INTEGER NOT NULL, owner INTEGER NOT NULL,
+  kind INTEGER NOT NULL, start INTEGER NOT NULL, last INTEGER NOT NULL, pid INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS plock_ino ON plock(ino);
 ";
 
 const TABLES: &[&str] = &[
@@ -72,6 +77,7 @@ const TABLES: &[&str] = &[
     "xattr",
     "session",
     "sustained",
+    "plock",
 ];
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -324,6 +330,31 @@ fn drop_chunks(c: &Connection, ino: Ino, from: u64, now: Nanos) -> Tx<()> {
 }
 
 /// Deletes an inode whose last link and last open are gone.
+/// Every lock held on an inode, by every owner of every live session.
+fn load_locks(c: &Connection, ino: Ino) -> Tx<Vec<(lock::LockOwner, LockRange)>> {
+    let mut st = c.prepare_cached(
+        "SELECT session, owner, kind, start, last, pid FROM plock \
+         WHERE ino=?1 AND session IN (SELECT id FROM session)",
+    )?;
+    let rows = st
+        .query_map([ino as i64], |r| {
+            Ok((
+                lock::LockOwner {
+                    session: r.get::<_, i64>(0)? as u64,
+                    owner: r.get::<_, i64>(1)? as u64,
+                },
+                LockRange {
+                    kind: LockKind::from_code(r.get(2)?),
+                    start: r.get::<_, i64>(3)? as u64,
+                    end: r.get::<_, i64>(4)? as u64,
+                    pid: r.get::<_, i64>(5)? as u32,
+                },
+            ))
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
 fn delete_inode(c: &Connection, a: &Attr, now: Nanos) -> Tx<()> {
     drop_chunks(c, a.ino, 0, now)?;
     let ino = a.ino as i64;
@@ -577,6 +608,31 @@ impl SqliteMeta {
         if count >= FRAGMENTED_AT {
             self.fragmented.lock().insert((ino, index), count);
         }
+    }
+
+    fn lock_owner(&self, owner: u64) -> lock::LockOwner {
+        lock::LockOwner {
+            session: *self.session.lock(),
+            owner,
+        }
+    }
+
+    /// Whether a session stopped: its row is gone, or its client is known dead.
+    fn session_is_dead(&self, id: u64) -> Result<bool> {
+        let row: Option<(String, i64)> = self.read(|c| {
+            Ok(
+                c.prepare_cached("SELECT info, heartbeat FROM session WHERE id=?1")?
+                    .query_row([id as i64], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?,
+            )
+        })?;
+        Ok(match row {
+            None => true,
+            Some((info, hb)) => match serde_json::from_str::<SessionInfo>(&info) {
+                Ok(info) => session_dead(&info, hb, now_nanos()),
+                Err(_) => true,
+            },
+        })
     }
 
     /// Cleans up after sessions whose process is gone: their unlinked-but-open inodes.
@@ -1227,6 +1283,66 @@ impl Meta for SqliteMeta {
                 }
             }
         })
+    }
+
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: u64,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<LockRange>> {
+        let me = self.lock_owner(owner);
+        let held = self.read(|c| load_locks(c, ino))?;
+        Ok(lock::conflict(&held, me, kind, start, end).map(|(_, r)| r))
+    }
+
+    fn setlk(&self, ino: Ino, owner: u64, req: LockRequest) -> Result<Option<LockRange>> {
+        let me = self.lock_owner(owner);
+        for attempt in 0..2 {
+            let decision = self.write(|c| {
+                // Locks of sessions that ended are void.
+                c.prepare_cached(
+                    "DELETE FROM plock WHERE ino=?1 AND session NOT IN (SELECT id FROM session)",
+                )?
+                .execute([ino as i64])?;
+                let held = load_locks(c, ino)?;
+                let d = lock::decide(&held, me, req);
+                if let lock::Decision::Store(ranges) = &d {
+                    c.prepare_cached("DELETE FROM plock WHERE ino=?1 AND session=?2 AND owner=?3")?
+                        .execute(params![ino as i64, me.session as i64, me.owner as i64])?;
+                    let mut ins = c.prepare_cached(
+                        "INSERT INTO plock (ino, session, owner, kind, start, last, pid) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                    )?;
+                    for r in ranges {
+                        ins.execute(params![
+                            ino as i64,
+                            me.session as i64,
+                            me.owner as i64,
+                            r.kind.code(),
+                            r.start as i64,
+                            r.end as i64,
+                            r.pid as i64
+                        ])?;
+                    }
+                }
+                Ok(d)
+            })?;
+            match decision {
+                lock::Decision::Store(_) => return Ok(None),
+                lock::Decision::Conflict(holder, r) => {
+                    // A holder whose client died leaves its locks behind: reclaim them once.
+                    if attempt == 0 && self.session_is_dead(holder.session)? {
+                        self.clean_dead_sessions()?;
+                        continue;
+                    }
+                    return Ok(Some(r));
+                }
+            }
+        }
+        unreachable!("the second attempt returns")
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {

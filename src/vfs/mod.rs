@@ -8,6 +8,7 @@
 
 pub mod background;
 pub mod handle;
+pub mod locks;
 pub mod reader;
 pub mod writer;
 
@@ -19,8 +20,8 @@ use parking_lot::Mutex;
 
 use crate::data::{self, DataStore};
 use crate::meta::{
-    self, Attr, CHUNK_SIZE, Ctx, DirEntry, FallocMode, Ino, Kind, Meta, RenameFlags, SetAttr,
-    XattrSet, now_nanos, slice,
+    self, Attr, CHUNK_SIZE, Ctx, DirEntry, FallocMode, Ino, Kind, LockKind, LockRange, LockRequest,
+    Meta, RenameFlags, SetAttr, XattrSet, now_nanos, slice,
 };
 
 use handle::Handles;
@@ -60,6 +61,10 @@ pub struct Config {
     pub buffer_limit: usize,
     /// Run compaction and reclaiming in the background.
     pub background: bool,
+    /// Writes through O_APPEND handles go to the end of the file as the volume knows it, not
+    /// where this kernel believes the end is (another client may have appended meanwhile).
+    /// Off under the kernel's writeback cache, which handles O_APPEND itself.
+    pub append_at_end: bool,
 }
 
 impl Default for Config {
@@ -67,6 +72,7 @@ impl Default for Config {
         Config {
             buffer_limit: 256 << 20,
             background: true,
+            append_at_end: true,
         }
     }
 }
@@ -91,6 +97,7 @@ pub struct Vfs {
     buffered: AtomicUsize,
     retired: Mutex<Retired>,
     background: Mutex<Option<background::Background>>,
+    locks: locks::Locks,
 }
 
 /// Writers removed from the map, newest last. Attributes read before such a removal may
@@ -143,6 +150,7 @@ impl Vfs {
             buffered: AtomicUsize::new(0),
             retired: Mutex::new(Retired::default()),
             background: Mutex::new(bg),
+            locks: locks::Locks::default(),
         }
     }
 
@@ -426,18 +434,27 @@ impl Vfs {
 
     pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
         let h = self.handle(fh)?;
-        if off
-            .checked_add(data.len() as u64)
-            .is_none_or(|e| e > meta::sqlite::MAX_FILE_SIZE)
-        {
-            return sys(libc::EFBIG);
-        }
-        tracing::trace!("write inode {} at {off} len {}", h.ino, data.len());
+        let append = self.cfg.append_at_end && h.flags & libc::O_APPEND != 0;
         let w = self.writer_or_new(h.ino);
         let total = {
             // The counter moves only under the writer's lock, as in flush: so it can never be
             // taken below zero by a flush that already counts bytes not yet added.
             let mut w = w.lock();
+            let off = if append {
+                // The end as the volume knows it (another client may have appended since
+                // this kernel last heard the size), or of this mount's pending writes.
+                let committed = self.meta.getattr(h.ino)?.length;
+                committed.max(w.pending_end().unwrap_or(0))
+            } else {
+                off
+            };
+            if off
+                .checked_add(data.len() as u64)
+                .is_none_or(|e| e > meta::sqlite::MAX_FILE_SIZE)
+            {
+                return sys(libc::EFBIG);
+            }
+            tracing::trace!("write inode {} at {off} len {}", h.ino, data.len());
             let before = w.buffered();
             let res = w.write(&*self.meta, &self.store, off, data, now_nanos());
             let grew = w.buffered() - before;
@@ -492,6 +509,57 @@ impl Vfs {
         }
         self.meta.close(h.ino)?;
         res
+    }
+
+    // ---- file locks (shared by every client of the volume; see [`locks`]) ----
+
+    /// The lock of another owner that conflicts with `kind` over `start..=end`, if any.
+    pub fn getlk(
+        &self,
+        ino: Ino,
+        owner: u64,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<LockRange>> {
+        self.locks
+            .test(self.meta.as_ref(), ino, owner, kind, start, end)
+    }
+
+    /// Sets or clears a lock; EAGAIN on a conflict unless `wait` (then until granted, or
+    /// EINTR once `cancelled()`).
+    pub fn setlk(
+        &self,
+        ino: Ino,
+        fh: u64,
+        owner: u64,
+        req: LockRequest,
+        wait: bool,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<()> {
+        if req.kind.is_none() {
+            // As NFS does: what was written under a lock is stored before the lock goes, so
+            // the next holder (on any client) reads it.
+            self.flush_ino(ino)?;
+        }
+        self.locks
+            .set(self.meta.as_ref(), ino, fh, owner, req, wait, cancelled)
+    }
+
+    /// Whether programs coordinate through directory `dir` with locks (its entries and
+    /// attributes should not be cached by the kernel; see [`locks::Locks::coordinates_in`]).
+    pub fn coordinates_in(&self, dir: Ino) -> bool {
+        self.locks.coordinates_in(dir)
+    }
+
+    /// A process closed a descriptor of the file: its fcntl locks on it are gone.
+    pub fn locks_closed_by(&self, ino: Ino, owner: u64) -> Result<()> {
+        self.locks.closed_by(self.meta.as_ref(), ino, owner)
+    }
+
+    /// An open file description ended: its flock and OFD locks are gone.
+    pub fn locks_released(&self, ino: Ino, fh: u64, owner: Option<u64>) -> Result<()> {
+        self.locks.released(self.meta.as_ref(), ino, fh, owner)
     }
 
     pub fn releasedir(&self, fh: u64) -> Result<()> {
