@@ -312,12 +312,9 @@ fn overwrite_reaches(a: &Mount, b: &Mount) -> (bool, usize) {
     (fresh, stale_reads)
 }
 
-/// Known problem (src/fuse): with the default mount options, a mount keeps a file's page
-/// cache across opens (FOPEN_KEEP_CACHE) even when another mount rewrote the file, so it
-/// reads the old bytes long after its attribute TTL — close-to-open fails between two
-/// default mounts. Run with `--ignored` to see it.
+/// Two default mounts (FOPEN_KEEP_CACHE on): B keeps a file's pages across opens only while
+/// the file is unchanged, so it reads A's overwrite (once made it kept the old pages for good).
 #[test]
-#[ignore = "known problem: FOPEN_KEEP_CACHE serves stale pages after another mount's overwrite"]
 fn default_mounts_read_each_others_overwrites() {
     if postgres::skip() {
         return;

@@ -18,6 +18,7 @@ use fuser::{
     ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
+use super::Coherence;
 use crate::meta::{Attr, Ctx, Kind, Nanos, RenameFlags, SetAttr, SetTime};
 use crate::vfs::{self, Vfs};
 
@@ -35,6 +36,11 @@ pub struct CacheConfig {
     /// large batches (on close, fsync, memory pressure or after ~30 s); the kernel owns the
     /// size and times of a cached file. Only for a mount that is the volume's only writer.
     pub writeback: bool,
+    /// Whether other clients may change the volume (false: this mount is its only client).
+    pub shared: bool,
+    /// With change notification (the TTLs above assume it): the TTLs used while
+    /// notifications do not flow (connection lost).
+    pub fallback_ttl: Option<Duration>,
 }
 
 impl Default for CacheConfig {
@@ -45,6 +51,8 @@ impl Default for CacheConfig {
             negative_ttl: Duration::from_secs(1),
             keep_cache: true,
             writeback: false,
+            shared: true,
+            fallback_ttl: None,
         }
     }
 }
@@ -55,11 +63,57 @@ const MAX_REQUEST: u32 = 1 << 20;
 pub struct Adapter {
     vfs: Arc<Vfs>,
     cache: CacheConfig,
+    coherence: Arc<Coherence>,
 }
 
 impl Adapter {
-    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig) -> Adapter {
-        Adapter { vfs, cache }
+    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig, coherence: Arc<Coherence>) -> Adapter {
+        Adapter {
+            vfs,
+            cache,
+            coherence,
+        }
+    }
+
+    /// A TTL to hand out: as configured, or the fallback while pushed changes do not flow.
+    fn ttl(&self, t: Duration) -> Duration {
+        match self.cache.fallback_ttl {
+            Some(f) if !self.coherence.pushed() => t.min(f),
+            _ => t,
+        }
+    }
+
+    fn attr_ttl(&self) -> Duration {
+        self.ttl(self.cache.attr_ttl)
+    }
+
+    fn entry_ttl(&self) -> Duration {
+        self.ttl(self.cache.entry_ttl)
+    }
+
+    fn negative_ttl(&self) -> Duration {
+        self.ttl(self.cache.negative_ttl)
+    }
+
+    /// Whether the kernel's attributes can be trusted without asking: nobody else changes
+    /// the volume, or their changes are pushed.
+    fn attrs_trusted(&self) -> bool {
+        !self.cache.shared || (self.cache.fallback_ttl.is_some() && self.coherence.pushed())
+    }
+
+    /// FOPEN flags of an open: the kernel keeps the file's pages only if the file has not
+    /// changed elsewhere since this mount last saw it (`keep`); otherwise its cached size
+    /// and times go too, so the open sees what the last close elsewhere left (close-to-open).
+    fn open_flags(&self, ino: u64, keep: bool) -> FopenFlags {
+        if !keep && !self.attrs_trusted() {
+            // Attributes only: safe within a request (no page or inode lock is taken).
+            self.coherence.forget_attr(ino);
+        }
+        if self.cache.keep_cache && keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
+        }
     }
 }
 
@@ -148,8 +202,8 @@ impl Adapter {
     fn reply_entry(&self, reply: ReplyEntry, res: vfs::Result<Attr>) {
         match res {
             Ok(a) => reply.entry_with_ttls(
-                &self.cache.attr_ttl,
-                &self.cache.entry_ttl,
+                &self.attr_ttl(),
+                &self.entry_ttl(),
                 &file_attr(&a),
                 Generation(0),
             ),
@@ -207,7 +261,7 @@ impl Filesystem for Adapter {
                 attr.ino = INodeNo(0);
                 reply.entry_with_ttls(
                     &Duration::ZERO,
-                    &self.cache.negative_ttl,
+                    &self.negative_ttl(),
                     &attr,
                     Generation(0),
                 );
@@ -218,7 +272,7 @@ impl Filesystem for Adapter {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.vfs.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -249,7 +303,7 @@ impl Filesystem for Adapter {
             mtime: mtime.map(set_time),
         };
         match self.vfs.setattr(&ctx(req), ino.0, &set, size) {
-            Ok(a) => reply.attr(&self.cache.attr_ttl, &file_attr(&a)),
+            Ok(a) => reply.attr(&self.attr_ttl(), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -374,14 +428,7 @@ impl Filesystem for Adapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.vfs.open(ino.0, flags.0) {
-            Ok((fh, _)) => {
-                let f = if self.cache.keep_cache {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(fh), f)
-            }
+            Ok((fh, _, keep)) => reply.opened(FileHandle(fh), self.open_flags(ino.0, keep)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -527,7 +574,7 @@ impl Filesystem for Adapter {
                     INodeNo(e.ino),
                     e.cookie,
                     OsStr::from_bytes(&e.name),
-                    &self.cache.entry_ttl,
+                    &self.entry_ttl(),
                     &file_attr(a),
                     Generation(0),
                 ) {
@@ -671,14 +718,15 @@ impl Filesystem for Adapter {
             .vfs
             .create(&ctx(req), parent.0, name.as_bytes(), perm, flags)
         {
-            Ok((fh, a)) => {
+            Ok((fh, a, _)) => {
+                // A new file: the kernel has no pages of it to keep or drop.
                 let f = if self.cache.keep_cache {
                     FopenFlags::FOPEN_KEEP_CACHE
                 } else {
                     FopenFlags::empty()
                 };
                 reply.created(
-                    &self.cache.attr_ttl,
+                    &self.attr_ttl(),
                     &file_attr(&a),
                     Generation(0),
                     FileHandle(fh),

@@ -4,6 +4,7 @@
 //! Not for: file-system logic (vfs), volume setup (cli).
 
 pub mod adapter;
+pub mod coherence;
 pub mod mounts;
 
 use std::io;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use fuser::{Config, MountOption, SessionACL};
 
 pub use adapter::{Adapter, CacheConfig};
+pub use coherence::Coherence;
 
 use crate::vfs::Vfs;
 
@@ -30,6 +32,8 @@ pub struct MountOptions {
     /// Volume name, shown in the mount table as `unkai:<name>`.
     pub volume: String,
     pub cache: CacheConfig,
+    /// Where other clients' changes come in (see `Meta::watch`).
+    pub coherence: Arc<Coherence>,
 }
 
 /// Mounts `vfs` at `mountpoint`. The mount is ready (the kernel handshake done) on return;
@@ -61,5 +65,8 @@ pub fn mount(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    fuser::Session::new(Adapter::new(vfs, opts.cache.clone()), mountpoint, &cfg)
+    let adapter = Adapter::new(vfs, opts.cache.clone(), opts.coherence.clone());
+    let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
+    opts.coherence.set_notifier(session.notifier());
+    Ok(session)
 }
