@@ -259,12 +259,7 @@ impl Filesystem for Adapter {
                     parent: 0,
                 });
                 attr.ino = INodeNo(0);
-                reply.entry_with_ttls(
-                    &Duration::ZERO,
-                    &self.negative_ttl(),
-                    &attr,
-                    Generation(0),
-                );
+                reply.entry_with_ttls(&Duration::ZERO, &self.negative_ttl(), &attr, Generation(0));
             }
             res => self.reply_entry(reply, res),
         }
