@@ -683,3 +683,66 @@ fn sqlite_mounts_read_each_others_overwrites_at_open() {
     a.unmount();
     b.unmount();
 }
+
+/// The server ends both mounts' listening connections: each reconnects within a moment
+/// (short TTLs meanwhile), and changes are pushed again after.
+#[test]
+fn pushed_changes_resume_after_the_channel_breaks() {
+    use std::os::unix::fs::PermissionsExt;
+    if postgres::skip() {
+        return;
+    }
+    let vol = Volume::postgres(&[], |u| u.to_string(), Vec::new()).unwrap();
+    let long = ["--attr-ttl", "60", "--entry-ttl", "60"];
+    let a = vol.mount_with(&long);
+    let b = vol.mount_with(&long);
+    let listeners = |admin: &mut ::postgres::Client| -> i64 {
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'unkai-listen' AND datname = current_database()",
+                &[],
+            )
+            .unwrap()
+            .get(0)
+    };
+    let mut admin = ::postgres::Client::connect(&vol.meta_url, ::postgres::NoTls).unwrap();
+    assert!(
+        eventually(SETTLE, || listeners(&mut admin) == 2),
+        "two mounts, two listeners"
+    );
+    fs::write(a.p("f"), b"x").unwrap();
+    let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
+    assert_eq!(mode(&b.p("f")), 0o644);
+    let killed = admin
+        .query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+             WHERE application_name = 'unkai-listen' AND datname = current_database()",
+            &[],
+        )
+        .unwrap()
+        .len();
+    assert_eq!(killed, 2);
+    assert!(
+        eventually(SETTLE, || listeners(&mut admin) == 2),
+        "the mounts listen again"
+    );
+    // Until the mount's listener says it is up again, the kernel may hold on for 1 s.
+    std::thread::sleep(Duration::from_millis(1200));
+    assert_eq!(mode(&b.p("f")), 0o644);
+    fs::set_permissions(a.p("f"), fs::Permissions::from_mode(0o600)).unwrap();
+    let start = Instant::now();
+    assert!(
+        eventually(Duration::from_secs(2), || mode(&b.p("f")) == 0o600),
+        "B does not see A's chmod after the reconnection"
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        start.elapsed()
+    );
+    let log = a.log_text();
+    assert!(log.contains("lost the channel"), "{log}");
+    a.unmount();
+    b.unmount();
+}

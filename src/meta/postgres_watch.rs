@@ -50,7 +50,9 @@ impl Watch {
         // A peer that vanished without closing is noticed within seconds.
         config.tcp_user_timeout(Duration::from_secs(10));
         let (tx, rx) = mpsc::channel();
-        let cfg = config.clone();
+        let mut cfg = config.clone();
+        cfg.application_name("unkai-notify");
+        config.application_name("unkai-listen");
         let sender = std::thread::Builder::new()
             .name("unkai-notify".into())
             .spawn(move || send_loop(cfg, sid, rx))
