@@ -47,7 +47,8 @@ pub struct Args {
     #[arg(long, default_value_t = 8, env = "UNKAI_THREADS")]
     threads: usize,
     /// Seconds the kernel caches attributes [default: 30 when this mount has the volume to
-    /// itself (an SQLite volume mounted nowhere else), 1 otherwise].
+    /// itself (an SQLite volume mounted nowhere else), 5 on a PostgreSQL volume (other mounts'
+    /// changes are pushed; 1 while they cannot be), 1 otherwise].
     #[arg(long)]
     attr_ttl: Option<f64>,
     /// Seconds the kernel caches directory entries [default: as --attr-ttl].
@@ -87,6 +88,9 @@ pub enum Toggle {
 const EXCLUSIVE_TTL: f64 = 30.0;
 /// ... and when others may write: how late another client's change may show.
 const SHARED_TTL: f64 = 1.0;
+/// ... and when others' changes are pushed (PostgreSQL): how late one may show if its
+/// notification is lost (the channel breaks, a client dies between commit and notify).
+const PUSHED_TTL: f64 = 5.0;
 
 /// Set in the environment of the daemon: the fd to report readiness on.
 const READY_FD_ENV: &str = "UNKAI_READY_FD";
@@ -223,7 +227,16 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         .filter(|s| s.pid != std::process::id())
         .count();
     let exclusive = meta_url.starts_with("sqlite:") && others == 0;
-    let default_ttl = if exclusive { EXCLUSIVE_TTL } else { SHARED_TTL };
+    // Other clients' changes pushed into the kernel's caches as they happen (PostgreSQL).
+    let coherence = Arc::new(fuse::Coherence::default());
+    let pushed = !exclusive && meta.watch(coherence.sink())?;
+    let default_ttl = if exclusive {
+        EXCLUSIVE_TTL
+    } else if pushed {
+        PUSHED_TTL
+    } else {
+        SHARED_TTL
+    };
     let attr_ttl = a.attr_ttl.unwrap_or(default_ttl);
     let cache = CacheConfig {
         attr_ttl: ttl(attr_ttl, "attr-ttl")?,
@@ -235,11 +248,15 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
             Toggle::On => true,
             Toggle::Off => false,
         },
+        shared: !exclusive,
+        fallback_ttl: pushed.then(|| Duration::from_secs_f64(SHARED_TTL)),
     };
     tracing::info!(
         "{}: kernel caches attributes {:?}, entries {:?}, writeback cache {}",
         if exclusive {
             "this mount has the volume to itself"
+        } else if pushed {
+            "the volume may be shared; other mounts' changes are pushed"
         } else {
             "the volume may be shared"
         },
@@ -262,6 +279,7 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         threads: a.threads,
         volume: fmt.name.clone(),
         cache,
+        coherence,
     };
     let mut session = match fuse::mount(vfs.clone(), &mountpoint, &opts) {
         Ok(s) => s,

@@ -8,17 +8,18 @@
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, Notifier,
-    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
-    ReplyEntry, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
+    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
+    ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
+    WriteFlags,
 };
 
+use super::Coherence;
 use crate::meta::{Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime};
 use crate::vfs::{self, Vfs};
 
@@ -36,6 +37,11 @@ pub struct CacheConfig {
     /// large batches (on close, fsync, memory pressure or after ~30 s); the kernel owns the
     /// size and times of a cached file. Only for a mount that is the volume's only writer.
     pub writeback: bool,
+    /// Whether other clients may change the volume (false: this mount is its only client).
+    pub shared: bool,
+    /// With change notification (the TTLs above assume it): the TTLs used while
+    /// notifications do not flow (connection lost).
+    pub fallback_ttl: Option<Duration>,
 }
 
 impl Default for CacheConfig {
@@ -46,6 +52,8 @@ impl Default for CacheConfig {
             negative_ttl: Duration::from_secs(1),
             keep_cache: true,
             writeback: false,
+            shared: true,
+            fallback_ttl: None,
         }
     }
 }
@@ -56,16 +64,72 @@ const MAX_REQUEST: u32 = 1 << 20;
 pub struct Adapter {
     vfs: Arc<Vfs>,
     cache: CacheConfig,
-    /// Talks to the kernel unasked (cache invalidation); set once the session exists.
-    notifier: Arc<OnceLock<Notifier>>,
+    coherence: Arc<Coherence>,
 }
 
 impl Adapter {
-    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig, notifier: Arc<OnceLock<Notifier>>) -> Adapter {
+    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig, coherence: Arc<Coherence>) -> Adapter {
         Adapter {
             vfs,
             cache,
-            notifier,
+            coherence,
+        }
+    }
+
+    /// A TTL to hand out: as configured, or the fallback while pushed changes do not flow.
+    fn ttl(&self, t: Duration) -> Duration {
+        match self.cache.fallback_ttl {
+            Some(f) if !self.coherence.pushed() => t.min(f),
+            _ => t,
+        }
+    }
+
+    /// How long the kernel may keep an inode's attributes: not at all in a directory where
+    /// programs coordinate with locks (see [`Vfs::coordinates_in`]).
+    fn attr_ttl(&self, a: &Attr) -> Duration {
+        if self.vfs.coordinates_in(a.parent) {
+            Duration::ZERO
+        } else {
+            self.ttl(self.cache.attr_ttl)
+        }
+    }
+
+    /// How long the kernel may keep names of directory `dir`: not at all where programs
+    /// coordinate with locks (a name another client adds or removes must show at once).
+    fn entry_ttl(&self, dir: u64) -> Duration {
+        if self.vfs.coordinates_in(dir) {
+            Duration::ZERO
+        } else {
+            self.ttl(self.cache.entry_ttl)
+        }
+    }
+
+    fn negative_ttl(&self, dir: u64) -> Duration {
+        if self.vfs.coordinates_in(dir) {
+            Duration::ZERO
+        } else {
+            self.ttl(self.cache.negative_ttl)
+        }
+    }
+
+    /// Whether the kernel's attributes can be trusted without asking: nobody else changes
+    /// the volume, or their changes are pushed.
+    fn attrs_trusted(&self) -> bool {
+        !self.cache.shared || (self.cache.fallback_ttl.is_some() && self.coherence.pushed())
+    }
+
+    /// FOPEN flags of an open: the kernel keeps the file's pages only if the file has not
+    /// changed elsewhere since this mount last saw it (`keep`); otherwise its cached size
+    /// and times go too, so the open sees what the last close elsewhere left (close-to-open).
+    fn open_flags(&self, ino: u64, keep: bool) -> FopenFlags {
+        if !keep && !self.attrs_trusted() {
+            // Attributes only: safe within a request (no page or inode lock is taken).
+            self.coherence.forget_attr(ino);
+        }
+        if self.cache.keep_cache && keep {
+            FopenFlags::FOPEN_KEEP_CACHE
+        } else {
+            FopenFlags::empty()
         }
     }
 }
@@ -195,32 +259,6 @@ impl Adapter {
                 Generation(0),
             ),
             Err(e) => reply.error(errno(&e)),
-        }
-    }
-
-    /// How long the kernel may keep names of directory `dir`: not at all where programs
-    /// coordinate with locks (a name another client adds or removes must show at once).
-    fn entry_ttl(&self, dir: u64) -> Duration {
-        if self.vfs.coordinates_in(dir) {
-            Duration::ZERO
-        } else {
-            self.cache.entry_ttl
-        }
-    }
-
-    fn negative_ttl(&self, dir: u64) -> Duration {
-        if self.vfs.coordinates_in(dir) {
-            Duration::ZERO
-        } else {
-            self.cache.negative_ttl
-        }
-    }
-
-    fn attr_ttl(&self, a: &Attr) -> Duration {
-        if self.vfs.coordinates_in(a.parent) {
-            Duration::ZERO
-        } else {
-            self.cache.attr_ttl
         }
     }
 }
@@ -449,14 +487,7 @@ impl Filesystem for Adapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.vfs.open(ino.0, flags.0) {
-            Ok((fh, _)) => {
-                let f = if self.cache.keep_cache {
-                    FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(fh), f)
-            }
+            Ok((fh, _, keep)) => reply.opened(FileHandle(fh), self.open_flags(ino.0, keep)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -545,19 +576,15 @@ impl Filesystem for Adapter {
             pid,
         };
         let vfs = self.vfs.clone();
-        let notifier = self.notifier.clone();
+        let coherence = self.coherence.clone();
         let set = move || match vfs.setlk(ino.0, fh.0, lock_owner.0, req, sleep, &|| {
             signal_pending(pid)
         }) {
             Ok(()) => {
-                if kind.is_some()
-                    && let Some(n) = notifier.get()
-                {
+                if kind.is_some() {
                     // As NFS does: a lock taken means the pages and attributes this kernel
                     // cached may predate another client's writes under that lock.
-                    if let Err(e) = n.inval_inode(ino, 0, 0) {
-                        tracing::debug!("inode {}: cannot invalidate its cache: {e}", ino.0);
-                    }
+                    coherence.forget_file(ino.0);
                 }
                 reply.ok()
             }
@@ -841,7 +868,8 @@ impl Filesystem for Adapter {
             .vfs
             .create(&ctx(req), parent.0, name.as_bytes(), perm, flags)
         {
-            Ok((fh, a)) => {
+            Ok((fh, a, _)) => {
+                // A new file: the kernel has no pages of it to keep or drop.
                 let f = if self.cache.keep_cache {
                     FopenFlags::FOPEN_KEEP_CACHE
                 } else {

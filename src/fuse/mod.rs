@@ -4,15 +4,17 @@
 //! Not for: file-system logic (vfs), volume setup (cli).
 
 pub mod adapter;
+pub mod coherence;
 pub mod mounts;
 
 use std::io;
 use std::path::Path;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
 
 pub use adapter::{Adapter, CacheConfig};
+pub use coherence::Coherence;
 
 use crate::vfs::Vfs;
 
@@ -30,6 +32,8 @@ pub struct MountOptions {
     /// Volume name, shown in the mount table as `unkai:<name>`.
     pub volume: String,
     pub cache: CacheConfig,
+    /// Where other clients' changes come in (see `Meta::watch`).
+    pub coherence: Arc<Coherence>,
 }
 
 /// Mounts `vfs` at `mountpoint`. The mount is ready (the kernel handshake done) on return;
@@ -61,12 +65,8 @@ pub fn mount(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    let notifier = Arc::new(OnceLock::new());
-    let session = fuser::Session::new(
-        Adapter::new(vfs, opts.cache.clone(), notifier.clone()),
-        mountpoint,
-        &cfg,
-    )?;
-    let _ = notifier.set(session.notifier());
+    let adapter = Adapter::new(vfs, opts.cache.clone(), opts.coherence.clone());
+    let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
+    opts.coherence.set_notifier(session.notifier());
     Ok(session)
 }

@@ -11,6 +11,7 @@
 pub mod format;
 pub mod lock;
 pub mod postgres;
+mod postgres_watch;
 pub(crate) mod shared;
 pub mod slice;
 pub mod sqlite;
@@ -271,10 +272,37 @@ pub struct DeadSlice {
     pub size: u32,
 }
 
+/// A change another client made to the volume, or news about the flow of such changes (see
+/// [`Meta::watch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Change {
+    /// The attributes of an inode changed; with `data`, its contents (or size) too.
+    Inode { ino: Ino, data: bool },
+    /// The entry `name` of directory `parent` appeared, went away or now names another inode.
+    Entry { parent: Ino, name: Vec<u8> },
+    /// Changes are reported from now on (the engine is listening, again). Changes made while
+    /// it was not may have been missed.
+    Up,
+    /// Changes are no longer reported (the engine lost its channel) until the next `Up`.
+    Down,
+}
+
+/// Receives the [`Change`]s of [`Meta::watch`], on a thread of the engine.
+pub type ChangeSink = Box<dyn Fn(Change) + Send + Sync>;
+
 /// The contract every metadata engine implements. Each call is one transaction.
 pub trait Meta: Send + Sync {
     /// The volume's settings, as recorded by `format`.
     fn format(&self) -> &Format;
+
+    /// Starts reporting, to `sink`, the changes other clients (other sessions) make to the
+    /// volume, and publishing this client's changes to them. Call once, after
+    /// [`new_session`](Meta::new_session). Returns false if the engine cannot (then `sink` is
+    /// never called and other clients' changes show only when re-read).
+    fn watch(&self, sink: ChangeSink) -> Result<bool> {
+        let _ = sink;
+        Ok(false)
+    }
 
     // ---- sessions ----
     /// Registers this client; also reclaims what dead sessions left behind.

@@ -32,6 +32,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::format::SCHEMA_VERSION;
 use super::lock;
+use super::postgres_watch::Watch;
 use super::shared::{
     FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, session_dead,
     zero_recs,
@@ -809,6 +810,21 @@ fn check_not_below(c: &mut Conn, dir: Ino, ancestor: Ino) -> Tx<()> {
     Err(corrupt("directory tree has a cycle".into()))
 }
 
+fn attr_changed(ino: Ino) -> Change {
+    Change::Inode { ino, data: false }
+}
+
+fn data_changed(ino: Ino) -> Change {
+    Change::Inode { ino, data: true }
+}
+
+fn entry_changed(parent: Ino, name: &[u8]) -> Change {
+    Change::Entry {
+        parent,
+        name: name.to_vec(),
+    }
+}
+
 fn bytes_list(rows: &[Row]) -> Tx<Vec<Vec<u8>>> {
     let mut out = Vec::with_capacity(rows.len());
     for r in rows {
@@ -847,6 +863,8 @@ pub struct PgMeta {
     opens: OpenCounts,
     session: Mutex<u64>,
     fragmented: Mutex<HashMap<(Ino, u32), usize>>,
+    /// Change notification to and from the other clients (started by `watch`).
+    watch: Watch,
 }
 
 /// Connects to the database of `u`, creating the database first if it does not exist (and
@@ -1037,6 +1055,7 @@ impl PgMeta {
             opens: OpenCounts::default(),
             session: Mutex::new(0),
             fragmented: Mutex::new(HashMap::new()),
+            watch: Watch::default(),
         })
     }
 
@@ -1205,6 +1224,11 @@ impl PgMeta {
         }
     }
 
+    /// Tells the other clients what a committed change touched (`f` runs only if they listen).
+    fn publish(&self, f: impl FnOnce() -> Vec<Change>) {
+        self.watch.publish(f)
+    }
+
     fn note_fragmented(&self, ino: Ino, index: u32, count: usize) {
         if count >= FRAGMENTED_AT {
             self.fragmented.lock().insert((ino, index), count);
@@ -1295,6 +1319,12 @@ impl Meta for PgMeta {
         &self.format
     }
 
+    fn watch(&self, sink: ChangeSink) -> Result<bool> {
+        let sid = *self.session.lock();
+        self.watch.start(&self.pool.config, sid, sink);
+        Ok(true)
+    }
+
     fn new_session(&self, mut info: SessionInfo) -> Result<u64> {
         self.clean_dead_sessions()?;
         let now = now_nanos();
@@ -1324,6 +1354,7 @@ impl Meta for PgMeta {
     }
 
     fn close_session(&self) -> Result<()> {
+        self.watch.stop();
         let sid = *self.session.lock();
         if sid == 0 {
             return Ok(());
@@ -1447,6 +1478,7 @@ impl Meta for PgMeta {
                 None => fail(libc::ENOENT),
             }
         })
+        .inspect(|_| self.publish(|| vec![attr_changed(ino)]))
     }
 
     fn mknod(
@@ -1516,6 +1548,7 @@ impl Meta for PgMeta {
             db.inodes += 1;
             Ok(a)
         })
+        .inspect(|_| self.publish(|| vec![entry_changed(parent, name), attr_changed(parent)]))
     }
 
     fn link(&self, _ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
@@ -1545,6 +1578,15 @@ impl Meta for PgMeta {
             update_node(db, &p)?;
             Ok(a)
         })
+        .inspect(|r| {
+            self.publish(|| {
+                vec![
+                    entry_changed(parent, name),
+                    attr_changed(parent),
+                    attr_changed(r.ino),
+                ]
+            })
+        })
     }
 
     fn unlink(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
@@ -1571,6 +1613,15 @@ impl Meta for PgMeta {
                 update_node(db, &a)?;
             }
             Ok(a)
+        })
+        .inspect(|r| {
+            self.publish(|| {
+                vec![
+                    entry_changed(parent, name),
+                    attr_changed(parent),
+                    attr_changed(r.ino),
+                ]
+            })
         })
     }
 
@@ -1604,6 +1655,7 @@ impl Meta for PgMeta {
             a.ctime = now;
             self.release_or_sustain(db, &a, now)
         })
+        .inspect(|_| self.publish(|| vec![entry_changed(parent, name), attr_changed(parent)]))
     }
 
     fn rename(
@@ -1749,6 +1801,18 @@ impl Meta for PgMeta {
             p2.ctime = now;
             update_node(db, &p2)?;
             Ok(victim)
+        })
+        .inspect(|r| {
+            self.publish(|| {
+                let mut v = vec![
+                    entry_changed(parent, name),
+                    entry_changed(new_parent, new_name),
+                    attr_changed(parent),
+                    attr_changed(new_parent),
+                ];
+                v.extend(r.iter().map(|a| attr_changed(a.ino)));
+                v
+            })
         })
     }
 
@@ -1985,6 +2049,7 @@ impl Meta for PgMeta {
             update_node(db, &a)?;
             Ok(a)
         })
+        .inspect(|_| self.publish(|| vec![data_changed(ino)]))
     }
 
     fn fallocate(
@@ -2035,6 +2100,7 @@ impl Meta for PgMeta {
             update_node(db, &a)?;
             Ok(a)
         })
+        .inspect(|_| self.publish(|| vec![data_changed(ino)]))
     }
 
     fn read_chunk(&self, ino: Ino, index: u32) -> Result<Vec<SliceRec>> {
@@ -2067,6 +2133,7 @@ impl Meta for PgMeta {
             update_node(db, &a)?;
             Ok(a)
         })
+        .inspect(|_| self.publish(|| vec![data_changed(ino)]))
     }
 
     fn copy_range(
@@ -2116,6 +2183,7 @@ impl Meta for PgMeta {
             update_node(db, &d)?;
             Ok((len, d))
         })
+        .inspect(|_| self.publish(|| vec![data_changed(dst)]))
     }
 
     fn replace_slices(
@@ -2209,6 +2277,7 @@ impl Meta for PgMeta {
             update_node(db, &a)?;
             Ok(())
         })
+        .inspect(|_| self.publish(|| vec![attr_changed(ino)]))
     }
 
     fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
@@ -2257,6 +2326,7 @@ impl Meta for PgMeta {
             update_node(db, &a)?;
             Ok(())
         })
+        .inspect(|_| self.publish(|| vec![attr_changed(ino)]))
     }
 
     fn sync(&self) -> Result<()> {

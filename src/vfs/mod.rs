@@ -98,6 +98,30 @@ pub struct Vfs {
     retired: Mutex<Retired>,
     background: Mutex<Option<background::Background>>,
     locks: locks::Locks,
+    stamps: Mutex<HashMap<Ino, Stamp>>,
+}
+
+/// What a file was (size and times) when this mount last opened or changed it: the kernel's
+/// page cache of the file is what this version held. Another client's change shows as a
+/// different stamp at the next open, which then drops the pages (close-to-open).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Stamp {
+    length: u64,
+    mtime: meta::Nanos,
+    ctime: meta::Nanos,
+}
+
+impl Stamp {
+    /// Files remembered at most (beyond, all are forgotten: each then loses its pages once).
+    const KEEP: usize = 100_000;
+
+    fn of(a: &Attr) -> Stamp {
+        Stamp {
+            length: a.length,
+            mtime: a.mtime,
+            ctime: a.ctime,
+        }
+    }
 }
 
 /// Writers removed from the map, newest last. Attributes read before such a removal may
@@ -151,6 +175,7 @@ impl Vfs {
             retired: Mutex::new(Retired::default()),
             background: Mutex::new(bg),
             locks: locks::Locks::default(),
+            stamps: Mutex::new(HashMap::new()),
         }
     }
 
@@ -184,9 +209,31 @@ impl Vfs {
             let res = w.flush(&*self.meta, &self.store);
             self.buffered
                 .fetch_sub(before - w.buffered(), Ordering::Relaxed);
+            if let Some(a) = w.take_committed() {
+                self.restamp(&a);
+            }
             res?;
         }
         Ok(())
+    }
+
+    /// Notes the file as opened now, as `a` (just read from the engine): whether the kernel's
+    /// pages of it are still good (the file has not changed since this mount last saw it).
+    fn stamp_open(&self, a: &Attr) -> bool {
+        let mut stamps = self.stamps.lock();
+        if stamps.len() >= Stamp::KEEP && !stamps.contains_key(&a.ino) {
+            stamps.clear();
+        }
+        stamps.insert(a.ino, Stamp::of(a)) == Some(Stamp::of(a))
+    }
+
+    /// A change of this mount committed, leaving the file as `a`: the kernel's pages follow
+    /// this mount's own changes, so they stay good. (A change another client committed just
+    /// before ours is not told apart; PostgreSQL's change notification covers that one.)
+    fn restamp(&self, a: &Attr) {
+        if let Some(s) = self.stamps.lock().get_mut(&a.ino) {
+            *s = Stamp::of(a);
+        }
     }
 
     /// Marks the attributes about to be read: pass the mark to `overlay_attr`.
@@ -260,7 +307,10 @@ impl Vfs {
             attr = Some(self.meta.setattr(ctx, ino, set)?);
         }
         let a = match attr {
-            Some(a) => a,
+            Some(a) => {
+                self.restamp(&a);
+                a
+            }
             None => self.meta.getattr(ino)?,
         };
         Ok(self.overlay_attr(mark, a))
@@ -290,11 +340,14 @@ impl Vfs {
 
     pub fn link(&self, ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
         let mark = self.attr_mark();
-        Ok(self.overlay_attr(mark, self.meta.link(ctx, ino, parent, name)?))
+        let a = self.meta.link(ctx, ino, parent, name)?;
+        self.restamp(&a);
+        Ok(self.overlay_attr(mark, a))
     }
 
     pub fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
         let a = self.meta.unlink(ctx, parent, name)?;
+        self.restamp(&a);
         if a.nlink == 0 {
             self.drop_writer_if_closed(a.ino);
         }
@@ -370,11 +423,14 @@ impl Vfs {
 
     // ---- handles ----
 
-    pub fn open(&self, ino: Ino, flags: i32) -> Result<(u64, Attr)> {
+    /// Opens a file: its handle, attributes, and whether the kernel may keep the pages it
+    /// has of the file (false if the file changed elsewhere since this mount last saw it).
+    pub fn open(&self, ino: Ino, flags: i32) -> Result<(u64, Attr, bool)> {
         let mark = self.attr_mark();
         let a = self.meta.open(ino)?;
+        let keep = self.stamp_open(&a);
         let fh = self.handles.insert(ino, flags);
-        Ok((fh, self.overlay_attr(mark, a)))
+        Ok((fh, self.overlay_attr(mark, a), keep))
     }
 
     pub fn create(
@@ -384,7 +440,7 @@ impl Vfs {
         name: &[u8],
         mode: u32,
         flags: i32,
-    ) -> Result<(u64, Attr)> {
+    ) -> Result<(u64, Attr, bool)> {
         let a = self
             .meta
             .mknod(ctx, parent, name, Kind::File, mode, 0, None)?;
@@ -602,7 +658,9 @@ impl Vfs {
             return sys(libc::EOPNOTSUPP);
         }
         self.flush_ino(h.ino)?;
-        Ok(self.meta.fallocate(ctx, h.ino, m, off, len)?)
+        let a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
+        self.restamp(&a);
+        Ok(a)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -618,9 +676,10 @@ impl Vfs {
         let (hi, ho) = (self.handle(fh_in)?, self.handle(fh_out)?);
         self.flush_ino(hi.ino)?;
         self.flush_ino(ho.ino)?;
-        let (n, _) = self
+        let (n, a) = self
             .meta
             .copy_range(ctx, hi.ino, off_in, ho.ino, off_out, len)?;
+        self.restamp(&a);
         Ok(n)
     }
 

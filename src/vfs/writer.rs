@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::data::{DataStore, SliceUpload};
-use crate::meta::{CHUNK_SIZE, Ino, Meta, Nanos, SliceRec};
+use crate::meta::{Attr, CHUNK_SIZE, Ino, Meta, Nanos, SliceRec};
 
 use super::{Error, Result};
 
@@ -47,6 +47,8 @@ pub struct FileWriter {
     bytes: usize,
     /// Keys uploaded since the last fsync (to make durable on fsync, for local buckets).
     unsynced: Vec<String>,
+    /// The file's attributes as the last commit left them (until taken).
+    committed: Option<Attr>,
 }
 
 impl FileWriter {
@@ -58,7 +60,13 @@ impl FileWriter {
             end: 0,
             bytes: 0,
             unsynced: Vec::new(),
+            committed: None,
         }
+    }
+
+    /// The attributes the last commit returned, if not taken yet.
+    pub fn take_committed(&mut self) -> Option<Attr> {
+        self.committed.take()
     }
 
     pub fn is_dirty(&self) -> bool {
@@ -232,7 +240,7 @@ impl FileWriter {
                 ));
             }
         }
-        meta.write_slices(self.ino, &recs, self.mtime)?;
+        self.committed = Some(meta.write_slices(self.ino, &recs, self.mtime)?);
         if store.storage().local_root().is_some() {
             for slices in self.chunks.values() {
                 for s in slices {

@@ -1,0 +1,88 @@
+//! Other clients' changes, pushed into this kernel's caches.
+//!
+//! The metadata engine reports what other clients changed ([`Change`], PostgreSQL volumes);
+//! each change becomes a FUSE notification: `inval_inode` drops the kernel's attributes of an
+//! inode (and its pages, if its contents changed), `inval_entry` a cached name. Called on the
+//! engine's listening thread, never inside a request: the kernel may make a notification wait
+//! for a request in progress on the same inode or directory, which our request threads finish
+//! without waiting for this thread.
+//!
+//! While changes flow, the kernel may cache for long; when they stop (connection lost), the
+//! adapter hands out short TTLs until they flow again ([`Coherence::pushed`]).
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+use fuser::{INodeNo, Notifier};
+
+use crate::meta::{Change, ChangeSink};
+
+#[derive(Debug, Default)]
+pub struct Coherence {
+    notifier: OnceLock<Notifier>,
+    pushed: AtomicBool,
+}
+
+impl Coherence {
+    /// Whether other clients' changes reach this kernel as they happen.
+    pub fn pushed(&self) -> bool {
+        self.pushed.load(Ordering::Acquire)
+    }
+
+    /// The session's notifier, once mounted (changes before that have nothing to invalidate).
+    pub fn set_notifier(&self, n: Notifier) {
+        let _ = self.notifier.set(n);
+    }
+
+    /// Drops the kernel's cached attributes of `ino` (not its pages).
+    pub fn forget_attr(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+                tracing::debug!("invalidating attributes of inode {ino}: {e}");
+            }
+        }
+    }
+
+    /// Drops the kernel's cached attributes and pages of `ino`.
+    pub fn forget_file(&self, ino: u64) {
+        if let Some(n) = self.notifier.get() {
+            if let Err(e) = n.inval_inode(INodeNo(ino), 0, 0) {
+                tracing::debug!("invalidating inode {ino}: {e}");
+            }
+        }
+    }
+
+    /// Where the engine reports changes.
+    pub fn sink(self: &Arc<Self>) -> ChangeSink {
+        let me = self.clone();
+        Box::new(move |c| me.apply(c))
+    }
+
+    fn apply(&self, c: Change) {
+        let res = match &c {
+            Change::Up => {
+                self.pushed.store(true, Ordering::Release);
+                Ok(())
+            }
+            Change::Down => {
+                self.pushed.store(false, Ordering::Release);
+                Ok(())
+            }
+            Change::Inode { ino, data } => match self.notifier.get() {
+                // Offset -1: attributes only; 0 with length 0: attributes and every page.
+                Some(n) => n.inval_inode(INodeNo(*ino), if *data { 0 } else { -1 }, 0),
+                None => Ok(()),
+            },
+            Change::Entry { parent, name } => match self.notifier.get() {
+                Some(n) => n.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
+                None => Ok(()),
+            },
+        };
+        tracing::trace!("pushed {c:?}");
+        if let Err(e) = res {
+            tracing::debug!("invalidating after {c:?}: {e}");
+        }
+    }
+}
