@@ -639,8 +639,8 @@ impl SqliteMeta {
         Ok(())
     }
 
-    /// Deletes a session's open records (and with `end`, the session); the unlinked inodes no
-    /// other client has open any more are deleted.
+    /// Deletes a session and its open records; the unlinked inodes no other client has open
+    /// any more are deleted.
     fn release_session(&self, c: &Connection, sid: i64, now: Nanos) -> Tx<()> {
         let inos: Vec<i64> = c
             .prepare(
