@@ -406,31 +406,135 @@ fn two_mounts_see_each_other() {
     assert!(ok && out.contains("volume is consistent"), "{out}{err}");
 }
 
-/// Known problem (src/meta, both engines): an unlinked file stays alive only while the mount
-/// that unlinks it has it open (`sustained` records this session's opens only). A file open
-/// on another mount is deleted at once, and that mount's reads through its open descriptor
-/// fail (ENOENT). POSIX keeps it readable until the last close anywhere.
+/// A short session timeout for the mounts of a test (heartbeats and dead-session checks then
+/// run every background tick).
+fn short_timeout() -> Vec<(String, String)> {
+    vec![("UNKAI_SESSION_TIMEOUT".to_string(), "3".to_string())]
+}
+
+/// POSIX: a file open on mount B stays readable and writable through B's descriptor after
+/// mount A unlinks its last name; B's last close deletes it, and its objects go.
 #[test]
-#[ignore = "known problem: unlink on one mount destroys a file open on another"]
 fn a_file_open_on_one_mount_survives_an_unlink_on_another() {
-    use std::io::Read;
+    use std::io::{Read, Seek, SeekFrom, Write};
     if postgres::skip() {
         return;
     }
-    let vol = Volume::postgres(&[], |u| u.to_string(), Vec::new()).unwrap();
+    let vol = Volume::postgres(&["--block-size", "64K"], |u| u.to_string(), Vec::new()).unwrap();
     let a = vol.mount();
     let b = vol.mount_with(&["--no-keep-cache"]);
     let data = pattern(1_000_000, 31);
     fs::write(a.p("f"), &data).unwrap();
-    let mut held = fs::File::open(b.p("f")).unwrap();
+    fs::write(a.p("keep"), b"kept").unwrap();
+    let objects = vol.objects().len();
+    assert!(objects > 1, "{objects} objects");
+    let mut held = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(b.p("f"))
+        .unwrap();
     fs::remove_file(a.p("f")).unwrap();
+    assert!(!a.p("f").exists());
     let mut got = Vec::new();
     let r = held.read_to_end(&mut got);
+    // Writes through B's descriptor still land, and read back.
+    let w = held
+        .seek(SeekFrom::Start(10))
+        .and_then(|_| held.write_all(b"written after the unlink"))
+        .and_then(|_| held.sync_all());
+    let mut back = vec![0u8; 24];
+    let rb = held
+        .seek(SeekFrom::Start(10))
+        .and_then(|_| held.read_exact(&mut back));
+    let nlink = held.metadata().map(|m| m.nlink());
+    let during = vol.objects().len();
     drop(held);
+    // B's close was the last: the inode and its data go (the objects once a background round
+    // of either mount deletes them).
+    let gone = eventually(SETTLE, || vol.objects().len() == 1);
+    let left = vol.objects().len();
+    let (ok, out, err) = vol.cmd("fsck", &[]);
     a.unmount();
     b.unmount();
     r.unwrap();
-    assert_eq!(got, data);
+    assert_eq!(got, data, "B read the unlinked file");
+    w.unwrap();
+    rb.unwrap();
+    assert_eq!(&back, b"written after the unlink");
+    assert_eq!(nlink.unwrap(), 0);
+    assert!(
+        during >= objects,
+        "objects deleted while open: {during} < {objects}"
+    );
+    assert!(
+        gone,
+        "{left} objects left after B's last close (want 1: the other file's)"
+    );
+    assert!(ok && out.contains("volume is consistent"), "{out}{err}");
+}
+
+/// The same for a rename over the file on the other mount.
+#[test]
+fn a_file_open_on_one_mount_survives_a_rename_over_it_on_another() {
+    use std::io::Read;
+    if postgres::skip() {
+        return;
+    }
+    let vol = Volume::postgres(&["--block-size", "64K"], |u| u.to_string(), Vec::new()).unwrap();
+    let a = vol.mount();
+    let b = vol.mount_with(&["--no-keep-cache"]);
+    let old = pattern(500_000, 41);
+    fs::write(a.p("target"), &old).unwrap();
+    let mut held = fs::File::open(b.p("target")).unwrap();
+    fs::write(a.p("new"), b"the new content").unwrap();
+    let objects = vol.objects().len();
+    fs::rename(a.p("new"), a.p("target")).unwrap();
+    let mut got = Vec::new();
+    let r = held.read_to_end(&mut got);
+    let via_name = eventually(SETTLE, || {
+        fs::read(b.p("target")).ok().as_deref() == Some(&b"the new content"[..])
+    });
+    drop(held);
+    let gone = eventually(SETTLE, || vol.objects().len() == 1);
+    let left = vol.objects().len();
+    a.unmount();
+    b.unmount();
+    r.unwrap();
+    assert_eq!(got, old, "B read the replaced file through its descriptor");
+    assert!(via_name, "B never saw the new file under the name");
+    assert!(objects > 1);
+    assert!(gone, "{left} objects left after the last close (want 1)");
+}
+
+/// Mount B dies (kill -9) holding an unlinked file open: once B's session is found dead (its
+/// process is gone, or its heartbeat is older than the session timeout), mount A reclaims
+/// the file and its objects.
+#[test]
+fn a_dead_mount_s_unlinked_open_file_is_reclaimed() {
+    if postgres::skip() {
+        return;
+    }
+    let vol =
+        Volume::postgres(&["--block-size", "64K"], |u| u.to_string(), short_timeout()).unwrap();
+    let a = vol.mount();
+    let b = vol.mount_with(&["--no-keep-cache"]);
+    let data = pattern(300_000, 51);
+    fs::write(a.p("f"), &data).unwrap();
+    let objects = vol.objects().len();
+    let held = fs::File::open(b.p("f")).unwrap();
+    fs::remove_file(a.p("f")).unwrap();
+    // Kept while B lives (several heartbeats of A).
+    std::thread::sleep(Duration::from_secs(2));
+    let kept = vol.objects().len();
+    b.kill9();
+    drop(held);
+    let gone = eventually(Duration::from_secs(20), || vol.objects().is_empty());
+    let left = vol.objects().len();
+    a.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert_eq!(kept, objects, "objects deleted while B had the file open");
+    assert!(gone, "{left} objects left after B died");
+    assert!(ok && out.contains("volume is consistent"), "{out}{err}");
 }
 
 /// How many pages of the file at `p` are in the page cache: (resident, total). Opening the

@@ -216,17 +216,20 @@ pub fn check(
         }
     }
 
-    // Sessions and the inodes they hold open.
+    // Sessions and the inodes they hold open (an unlinked inode open in a live session is
+    // alive; one only sessions that no longer exist held is reclaimed).
     let live: HashSet<u64> = meta.sessions()?.iter().map(|s| s.id).collect();
-    let mut held: HashSet<Ino> = HashSet::new();
-    for (session, ino) in meta.sustained()? {
-        if live.contains(&session) {
-            held.insert(ino);
-        } else {
-            let mut fixes = vec![Fix::RemoveSustained { session, ino }];
-            if nodes.get(&ino).is_some_and(|a| a.nlink == 0) {
-                fixes.push(Fix::DeleteInode { ino });
-            }
+    let opens = meta.sustained()?;
+    let held: HashSet<Ino> = opens
+        .iter()
+        .filter(|(session, _)| live.contains(session))
+        .map(|(_, ino)| *ino)
+        .collect();
+    for (session, ino) in opens {
+        if !live.contains(&session) {
+            // An unlinked inode nothing else holds is reclaimed below (once, however many
+            // dead sessions had it open).
+            let fixes = vec![Fix::RemoveSustained { session, ino }];
             err(
                 &mut r,
                 format!("inode {ino} is held open by session {session}, which no longer exists"),

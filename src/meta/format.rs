@@ -32,8 +32,10 @@ pub struct Format {
     pub hash_prefix: bool,
 }
 
-/// The metadata schema this binary writes and understands.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The metadata schema this binary writes and understands. 2: opens are recorded in the
+/// volume (table `open`/`unkai_open`), so that a file open on one client survives an unlink
+/// on another; volumes of schema 1 are upgraded when opened.
+pub const SCHEMA_VERSION: u32 = 2;
 
 impl Format {
     /// The key of block `index` (of length `len`) of slice `id`.

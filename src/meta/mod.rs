@@ -307,7 +307,13 @@ pub trait Meta: Send + Sync {
     // ---- sessions ----
     /// Registers this client; also reclaims what dead sessions left behind.
     fn new_session(&self, info: SessionInfo) -> Result<u64>;
+    /// Marks this client alive; also reclaims what sessions found dead left behind.
     fn heartbeat(&self) -> Result<()>;
+    /// Called often (every background tick): notices another client joining the volume, for
+    /// an engine that records opens only when shared (SQLite).
+    fn watch_sessions(&self) -> Result<()> {
+        Ok(())
+    }
     fn close_session(&self) -> Result<()>;
     fn sessions(&self) -> Result<Vec<SessionInfo>>;
 
@@ -432,7 +438,8 @@ pub trait Meta: Send + Sync {
     fn scan_chunks(&self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> Result<()>;
     /// Every slice queued for deletion, trash period or not.
     fn all_dead_slices(&self) -> Result<Vec<DeadSlice>>;
-    /// Inodes kept alive by open handles of a session: (session id, inode).
+    /// Inodes open in a session, as recorded in the volume (unlinked ones stay alive until
+    /// their last close anywhere): (session id, inode).
     fn sustained(&self) -> Result<Vec<(u64, Ino)>>;
     /// Applies one repair found by fsck. Raw and unchecked: for fsck only.
     fn repair(&self, fix: &Fix) -> Result<()>;

@@ -76,11 +76,14 @@ CREATE TABLE IF NOT EXISTS unkai_plock (
   ino BIGINT NOT NULL, session BIGINT NOT NULL, owner BIGINT NOT NULL,
   kind BIGINT NOT NULL, start BIGINT NOT NULL, last BIGINT NOT NULL, pid BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS unkai_plock_ino ON unkai_plock (ino);
+CREATE TABLE IF NOT EXISTS unkai_open (
+  ino BIGINT NOT NULL, session BIGINT NOT NULL,
+  PRIMARY KEY (ino, session));
 ";
 
 const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unkai_symlink, \
                       unkai_chunk, unkai_slice_ref, unkai_dead_slice, unkai_xattr, \
-                      unkai_session, unkai_sustained, unkai_plock";
+                      unkai_session, unkai_sustained, unkai_plock, unkai_open";
 
 /// Connections one client keeps at most.
 const POOL_SIZE: usize = 8;
@@ -554,12 +557,16 @@ fn lock_entry(c: &mut Conn, parent: Ino, name: &[u8]) -> Tx<Option<(i64, Attr)>>
     }
 }
 
-/// Removes an entry and writes its directory's new attributes (one round trip).
-fn delete_edge_update_dir(c: &mut Conn, id: i64, p: &Attr) -> Tx<()> {
-    c.execute(
+/// Removes an entry and writes its directory's new attributes (one round trip). Returns
+/// whether the entry's inode `ino` is open in any client: the caller holds the inode's lock
+/// (so an open, which takes a share lock on it, cannot slip in) and this statement starts
+/// after that lock was granted (so it sees every open committed before).
+fn delete_edge_update_dir(c: &mut Conn, id: i64, p: &Attr, ino: Ino) -> Tx<bool> {
+    let r = c.query_one(
         "WITH e AS (DELETE FROM unkai_edge WHERE id = $12)
          UPDATE unkai_node SET mode=$2, uid=$3, gid=$4, nlink=$5, length=$6, rdev=$7, atime=$8,
-           mtime=$9, ctime=$10, parent=$11 WHERE ino=$1",
+           mtime=$9, ctime=$10, parent=$11 WHERE ino=$1
+         RETURNING EXISTS (SELECT 1 FROM unkai_open WHERE ino = $13)",
         &[
             &(p.ino as i64),
             &(p.mode as i64),
@@ -573,9 +580,19 @@ fn delete_edge_update_dir(c: &mut Conn, id: i64, p: &Attr) -> Tx<()> {
             &p.ctime,
             &(p.parent as i64),
             &id,
+            &(ino as i64),
         ],
     )?;
-    Ok(())
+    Ok(r.try_get(0)?)
+}
+
+/// Whether any client has the inode open (call with the inode locked).
+fn open_anywhere(c: &mut Conn, ino: Ino) -> Tx<bool> {
+    Ok(c.query_opt(
+        "SELECT 1 FROM unkai_open WHERE ino=$1 LIMIT 1",
+        &[&(ino as i64)],
+    )?
+    .is_some())
 }
 
 fn delete_edge(c: &mut Conn, id: i64) -> Tx<()> {
@@ -859,7 +876,8 @@ pub struct PgMeta {
     pool: Pool,
     inos: Mutex<IdPool>,
     slices: Mutex<IdPool>,
-    /// Open counts of inodes opened through this client.
+    /// Open counts of inodes opened through this client (each open inode also has a row in
+    /// `unkai_open`, for every client to see).
     opens: OpenCounts,
     session: Mutex<u64>,
     fragmented: Mutex<HashMap<(Ino, u32), usize>>,
@@ -904,6 +922,35 @@ fn connect_creating(u: &PgUrl, pool: &Pool) -> Result<Conn> {
         }
         Err(e) => Err(pool.connect_err(e)),
     }
+}
+
+/// Brings a volume of an older schema up to [`SCHEMA_VERSION`]: creates the tables it lacks
+/// (schema 2 added `unkai_open`) and records the new version, so that binaries which do not
+/// record opens refuse it from then on.
+fn migrate(c: &mut Conn, url: &str, mut format: Format) -> Tx<Format> {
+    if format.schema >= SCHEMA_VERSION {
+        return Ok(format);
+    }
+    c.client.batch_execute("BEGIN")?;
+    let r = (|| -> Tx<()> {
+        c.client
+            .batch_execute("SELECT pg_advisory_xact_lock(hashtext('unkai-format'))")?;
+        c.client.batch_execute(SCHEMA)?;
+        format.schema = SCHEMA_VERSION;
+        let json = serde_json::to_string(&format).expect("format serializes");
+        c.client.execute(
+            "UPDATE unkai_setting SET value=$1 WHERE name='format'",
+            &[&json],
+        )?;
+        c.client.batch_execute("COMMIT")?;
+        Ok(())
+    })();
+    if r.is_err() {
+        let _ = c.client.batch_execute("ROLLBACK");
+    }
+    r?;
+    tracing::info!("volume at {url}: metadata schema upgraded to {SCHEMA_VERSION}");
+    Ok(format)
 }
 
 impl PgMeta {
@@ -1034,13 +1081,7 @@ impl PgMeta {
                 format.schema, SCHEMA_VERSION
             )));
         }
-        // Tables added since the volume was formatted (every statement is IF NOT EXISTS; one
-        // client at a time, as in format).
-        c.client
-            .batch_execute(&format!(
-                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('unkai-format')); {SCHEMA} COMMIT"
-            ))
-            .map_err(pg_err)?;
+        let format = migrate(&mut c, &url, format).map_err(tx_err)?;
         {
             let mut st = pool.state.lock();
             st.idle.push(c);
@@ -1052,7 +1093,7 @@ impl PgMeta {
             pool,
             inos: Mutex::new(IdPool { next: 0, end: 0 }),
             slices: Mutex::new(IdPool { next: 0, end: 0 }),
-            opens: OpenCounts::default(),
+            opens: OpenCounts::new(true),
             session: Mutex::new(0),
             fragmented: Mutex::new(HashMap::new()),
             watch: Watch::default(),
@@ -1205,19 +1246,15 @@ impl PgMeta {
         Ok(id)
     }
 
-    fn is_open(&self, ino: Ino) -> bool {
-        self.opens.is_open(ino)
+    fn sid(&self) -> i64 {
+        *self.session.lock() as i64
     }
 
-    /// Unlinks to zero: keep the inode if open here, else delete it.
-    fn release_or_sustain(&self, db: &mut Db, a: &Attr, now: Nanos) -> Tx<()> {
-        if self.is_open(a.ino) {
-            let sid = *self.session.lock();
-            db.execute(
-                "INSERT INTO unkai_sustained (session, ino) VALUES ($1, $2)
-                 ON CONFLICT DO NOTHING",
-                &[&(sid as i64), &(a.ino as i64)],
-            )?;
+    /// Unlinked to zero links: keep the inode (nlink 0) if any client has it open (`open`,
+    /// from [`open_anywhere`] or [`delete_edge_update_dir`]), else delete it. The last close
+    /// anywhere deletes a kept one.
+    fn release_unless_open(&self, db: &mut Db, a: &Attr, open: bool, now: Nanos) -> Tx<()> {
+        if open {
             update_node(db, a)
         } else {
             delete_inode(db, a, now)
@@ -1235,26 +1272,25 @@ impl PgMeta {
         }
     }
 
-    /// Deletes a session and the unlinked inodes it kept open.
+    /// Deletes a session and its open records; the unlinked inodes no other client has open
+    /// any more are deleted. (`unkai_sustained` is what binaries of schema 1 recorded.)
     fn end_session(&self, sid: u64) -> Result<()> {
         let now = now_nanos();
         self.write(|db| {
             let rows = db.query(
-                "SELECT ino FROM unkai_sustained WHERE session=$1 ORDER BY ino",
+                "WITH o AS (DELETE FROM unkai_open WHERE session=$1 RETURNING ino),
+                      s AS (DELETE FROM unkai_sustained WHERE session=$1 RETURNING ino)
+                 SELECT ino FROM o UNION SELECT ino FROM s ORDER BY 1",
                 &[&(sid as i64)],
             )?;
             for r in rows {
-                let ino: i64 = r.try_get(0)?;
-                match lock_node(db, ino as u64) {
-                    Ok(a) if a.nlink == 0 => delete_inode(db, &a, now)?,
+                let ino = r.try_get::<_, i64>(0)? as u64;
+                match lock_node(db, ino) {
+                    Ok(a) if a.nlink == 0 && !open_anywhere(db, ino)? => delete_inode(db, &a, now)?,
                     Ok(_) | Err(TxError::Meta(Error::Sys(libc::ENOENT))) => {}
                     Err(e) => return Err(e),
                 }
             }
-            db.execute(
-                "DELETE FROM unkai_sustained WHERE session=$1",
-                &[&(sid as i64)],
-            )?;
             db.execute("DELETE FROM unkai_session WHERE id=$1", &[&(sid as i64)])?;
             Ok(())
         })
@@ -1286,7 +1322,8 @@ impl PgMeta {
         })
     }
 
-    /// Cleans up after sessions whose process is gone: their unlinked-but-open inodes.
+    /// Cleans up after sessions whose process is gone (or that stopped heartbeating): their
+    /// open records, and the unlinked inodes only they had open.
     fn clean_dead_sessions(&self) -> Result<usize> {
         let now = now_nanos();
         let sessions: Vec<(i64, String, i64)> = self.read(|c| {
@@ -1303,7 +1340,7 @@ impl PgMeta {
                 Ok(info) => session_dead(&info, hb, now),
                 Err(_) => true,
             };
-            if !dead {
+            if !dead || id == self.sid() {
                 continue;
             }
             self.end_session(id as u64)?;
@@ -1344,13 +1381,20 @@ impl Meta for PgMeta {
 
     fn heartbeat(&self) -> Result<()> {
         let sid = *self.session.lock();
-        self.read(|c| {
+        let n = self.read(|c| {
             c.execute(
                 "UPDATE unkai_session SET heartbeat=$2 WHERE id=$1",
                 &[&(sid as i64), &now_nanos()],
-            )?;
-            Ok(())
-        })
+            )
+        })?;
+        if n == 0 && sid != 0 {
+            tracing::warn!(
+                "session {sid} was ended by another client (heartbeat too late?): files open \
+                 here are no longer protected from unlinks elsewhere"
+            );
+        }
+        self.clean_dead_sessions()?;
+        Ok(())
     }
 
     fn close_session(&self) -> Result<()> {
@@ -1604,11 +1648,11 @@ impl Meta for PgMeta {
             let now = now_nanos();
             p.mtime = now;
             p.ctime = now;
-            delete_edge_update_dir(db, eid, &p)?;
+            let open = delete_edge_update_dir(db, eid, &p, a.ino)?;
             a.nlink = a.nlink.saturating_sub(1);
             a.ctime = now;
             if a.nlink == 0 {
-                self.release_or_sustain(db, &a, now)?;
+                self.release_unless_open(db, &a, open, now)?;
             } else {
                 update_node(db, &a)?;
             }
@@ -1650,10 +1694,10 @@ impl Meta for PgMeta {
             p.nlink = p.nlink.saturating_sub(1);
             p.mtime = now;
             p.ctime = now;
-            delete_edge_update_dir(db, eid, &p)?;
+            let open = delete_edge_update_dir(db, eid, &p, a.ino)?;
             a.nlink = 0;
             a.ctime = now;
-            self.release_or_sustain(db, &a, now)
+            self.release_unless_open(db, &a, open, now)
         })
         .inspect(|_| self.publish(|| vec![entry_changed(parent, name), attr_changed(parent)]))
     }
@@ -1774,7 +1818,8 @@ impl Meta for PgMeta {
                     dst.nlink = dst.nlink.saturating_sub(1);
                 }
                 if dst.nlink == 0 {
-                    self.release_or_sustain(db, &dst, now)?;
+                    let open = open_anywhere(db, dst.ino)?;
+                    self.release_unless_open(db, &dst, open, now)?;
                 } else {
                     update_node(db, &dst)?;
                 }
@@ -1970,24 +2015,57 @@ impl Meta for PgMeta {
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {
-        // Counted before the lookup: an unlink or a rename over the name committing after the
-        // lookup then sees the open and keeps the inode (counting after the lookup left a
-        // window in which the inode was deleted under a successful open).
-        self.opens.add(ino);
-        self.getattr(ino).inspect_err(|_| self.opens.undo(ino))
+        let t = self.opens.transition(ino);
+        if !self.opens.add(ino).0 {
+            // Already open here: the inode has its row.
+            drop(t);
+            return self.getattr(ino).inspect_err(|_| {
+                let _ = self.close(ino);
+            });
+        }
+        // The first open here: read the inode and record the open in one statement (not for
+        // a directory: an `ls` should not write, and an emptied directory has nothing to
+        // keep alive but its handle, which then lists nothing). Its share
+        // lock on the inode orders it with an unlink (which locks the inode for update): an
+        // unlink committed first leaves nothing to open (ENOENT) or an inode another client
+        // keeps; an unlink after sees this row and keeps the inode.
+        let sid = self.sid();
+        self.read(|c| {
+            match c.query_opt(
+                concat!(
+                    "WITH n AS (SELECT ",
+                    node_cols!(),
+                    " FROM unkai_node n WHERE n.ino = $1 FOR KEY SHARE),
+                     o AS (INSERT INTO unkai_open (ino, session) SELECT ino, $2 FROM n
+                           WHERE n.kind <> 2 ON CONFLICT DO NOTHING)
+                     SELECT * FROM n"
+                ),
+                &[&(ino as i64), &sid],
+            )? {
+                Some(r) => row_attr(&r, 0),
+                None => fail(libc::ENOENT),
+            }
+        })
+        .inspect_err(|_| {
+            self.opens.remove(ino);
+        })
     }
 
     fn close(&self, ino: Ino) -> Result<()> {
-        if !self.opens.remove(ino) {
+        let _t = self.opens.transition(ino);
+        if !self.opens.remove(ino).0 {
             return Ok(());
         }
-        // Most closes are of linked files: one statement says so. It waits for a transaction
-        // holding the inode (an unlink that saw it open) and reads what that committed; an
-        // unlink after it sees the inode closed here and deletes it itself.
+        // The last close here. Most are of linked files: one statement removes the open's
+        // row and says so. Its lock on the inode waits for a transaction holding it (an
+        // unlink that saw the row) and reads what that committed; an unlink after it sees no
+        // row of ours.
+        let sid = self.sid();
         let linked = self.read(|c| {
             Ok(c.query_opt(
-                "SELECT nlink FROM unkai_node WHERE ino=$1 FOR UPDATE",
-                &[&(ino as i64)],
+                "WITH d AS (DELETE FROM unkai_open WHERE ino=$1 AND session=$2)
+                 SELECT nlink FROM unkai_node WHERE ino=$1 FOR UPDATE",
+                &[&(ino as i64), &sid],
             )?
             .map(|r| r.try_get::<_, i64>(0))
             .transpose()?)
@@ -1995,22 +2073,16 @@ impl Meta for PgMeta {
         if linked.is_none_or(|n| n > 0) {
             return Ok(());
         }
-        let sid = *self.session.lock();
+        // Unlinked: the last close anywhere deletes it. Another client closing at the same
+        // time waits for this lock, and the one that finds no row left deletes.
         self.write(|db| {
-            // Opened again meanwhile: keep it.
-            if self.is_open(ino) {
-                return Ok(());
-            }
             let a = match lock_node(db, ino) {
                 Ok(a) => a,
                 Err(TxError::Meta(Error::Sys(libc::ENOENT))) => return Ok(()),
                 Err(e) => return Err(e),
             };
-            if a.nlink == 0 {
-                db.execute(
-                    "DELETE FROM unkai_sustained WHERE session=$1 AND ino=$2",
-                    &[&(sid as i64), &(ino as i64)],
-                )?;
+            if a.nlink == 0 && !open_anywhere(db, ino)? {
+                db.execute("DELETE FROM unkai_sustained WHERE ino=$1", &[&(ino as i64)])?;
                 delete_inode(db, &a, now_nanos())?;
             }
             Ok(())
@@ -2429,7 +2501,8 @@ impl Meta for PgMeta {
     fn sustained(&self) -> Result<Vec<(u64, Ino)>> {
         self.read(|c| {
             let rows = c.query(
-                "SELECT session, ino FROM unkai_sustained ORDER BY session, ino",
+                "SELECT session, ino FROM unkai_sustained
+                 UNION SELECT session, ino FROM unkai_open ORDER BY 1, 2",
                 &[],
             )?;
             let mut out = Vec::with_capacity(rows.len());
@@ -2478,6 +2551,7 @@ impl Meta for PgMeta {
                         "DELETE FROM unkai_sustained WHERE ino=$1",
                         &[&(*ino as i64)],
                     )?;
+                    db.execute("DELETE FROM unkai_open WHERE ino=$1", &[&(*ino as i64)])?;
                 }
                 Fix::Link {
                     ino,
@@ -2520,6 +2594,10 @@ impl Meta for PgMeta {
                 Fix::RemoveSustained { session, ino } => {
                     db.execute(
                         "DELETE FROM unkai_sustained WHERE session=$1 AND ino=$2",
+                        &[&(*session as i64), &(*ino as i64)],
+                    )?;
+                    db.execute(
+                        "DELETE FROM unkai_open WHERE session=$1 AND ino=$2",
                         &[&(*session as i64), &(*ino as i64)],
                     )?;
                 }

@@ -16,8 +16,26 @@ use super::*;
 pub(crate) const FRAGMENTED_AT: usize = 16;
 /// How many ids are taken from the counters at once.
 pub(crate) const ID_BATCH: u64 = 1024;
-/// A session whose heartbeat is older than this is dead.
+/// A session whose heartbeat is older than this is dead (unless `UNKAI_SESSION_TIMEOUT`, in
+/// seconds, says otherwise: tests shorten it).
 pub(crate) const SESSION_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// The session timeout in force: [`SESSION_TIMEOUT`] or `UNKAI_SESSION_TIMEOUT` (seconds).
+pub(crate) fn session_timeout() -> Duration {
+    static T: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+    *T.get_or_init(|| {
+        std::env::var("UNKAI_SESSION_TIMEOUT")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s > 0.0)
+            .map_or(SESSION_TIMEOUT, Duration::from_secs_f64)
+    })
+}
+
+/// How often a mount heartbeats (and looks for dead sessions): 15 beats per timeout.
+pub(crate) fn heartbeat_interval() -> Duration {
+    session_timeout() / 15
+}
 /// Largest file: the chunk index must fit in 32 bits.
 pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * CHUNK_SIZE;
 
@@ -60,7 +78,7 @@ pub(crate) fn host_name() -> String {
 
 /// Whether a session's process is known to be gone (same host, pid no longer an unkai).
 pub(crate) fn session_dead(info: &SessionInfo, heartbeat: Nanos, now: Nanos) -> bool {
-    if now - heartbeat > SESSION_TIMEOUT.as_nanos() as i64 {
+    if now - heartbeat > session_timeout().as_nanos() as i64 {
         return true;
     }
     if info.host != host_name() {
@@ -157,40 +175,83 @@ pub(crate) fn plan_copy<E>(
     Ok(out)
 }
 
-/// How many times this client has each inode open. An engine that unlinks an inode to zero
-/// links keeps it (sustains it) while it is open here.
-#[derive(Default)]
-pub(crate) struct OpenCounts(Mutex<HashMap<Ino, u32>>);
+/// How many times this client has each inode open, and whether its opens are also recorded
+/// in the volume (table `open` of the engine) for other clients to see.
+///
+/// The first open and the last close of an inode here are *transitions*: the engine records or
+/// removes the inode's row while holding [`OpenCounts::transition`] for that inode, so that a
+/// close and an open of one inode in this process cannot interleave their rows.
+pub(crate) struct OpenCounts {
+    state: Mutex<OpenState>,
+    stripes: Box<[Mutex<()>]>,
+}
+
+struct OpenState {
+    counts: HashMap<Ino, u32>,
+    /// Opens are recorded in the volume (other clients may unlink what is open here).
+    shared: bool,
+}
+
+const STRIPES: usize = 64;
 
 impl OpenCounts {
+    /// `shared`: record opens in the volume from the start (PostgreSQL).
+    pub(crate) fn new(shared: bool) -> OpenCounts {
+        OpenCounts {
+            state: Mutex::new(OpenState {
+                counts: HashMap::new(),
+                shared,
+            }),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// Serializes the transitions (first open, last close) of one inode in this client.
+    pub(crate) fn transition(&self, ino: Ino) -> parking_lot::MutexGuard<'_, ()> {
+        self.stripes[(ino as usize) % STRIPES].lock()
+    }
+
     /// Counts an open. Call it before looking the inode up, so that an unlink committing
-    /// after the lookup sees the open; on a failed lookup, [`OpenCounts::undo`].
-    pub(crate) fn add(&self, ino: Ino) {
-        *self.0.lock().entry(ino).or_insert(0) += 1;
+    /// after the lookup sees the open. Returns (first open here, opens are recorded in the
+    /// volume).
+    pub(crate) fn add(&self, ino: Ino) -> (bool, bool) {
+        let mut st = self.state.lock();
+        let n = st.counts.entry(ino).or_insert(0);
+        *n += 1;
+        (*n == 1, st.shared)
     }
 
-    /// Takes back an open counted by [`OpenCounts::add`] whose lookup failed.
-    pub(crate) fn undo(&self, ino: Ino) {
-        self.remove(ino);
-    }
-
-    /// Counts a close; true when it was the last open here.
-    pub(crate) fn remove(&self, ino: Ino) -> bool {
-        let mut opens = self.0.lock();
-        match opens.get_mut(&ino) {
+    /// Counts a close. Returns (last open here, opens are recorded in the volume).
+    pub(crate) fn remove(&self, ino: Ino) -> (bool, bool) {
+        let mut st = self.state.lock();
+        let shared = st.shared;
+        match st.counts.get_mut(&ino) {
             Some(n) if *n > 1 => {
                 *n -= 1;
-                false
+                (false, shared)
             }
             Some(_) => {
-                opens.remove(&ino);
-                true
+                st.counts.remove(&ino);
+                (true, shared)
             }
-            None => false,
+            None => (false, shared),
         }
     }
 
     pub(crate) fn is_open(&self, ino: Ino) -> bool {
-        self.0.lock().get(&ino).is_some_and(|n| *n > 0)
+        self.state.lock().counts.get(&ino).is_some_and(|n| *n > 0)
+    }
+
+    pub(crate) fn is_shared(&self) -> bool {
+        self.state.lock().shared
+    }
+
+    /// Starts recording opens in the volume; returns the inodes open now, whose rows the
+    /// caller writes (in a transaction that serializes with the rows of transitions: a
+    /// transition after this call sees `shared` and writes or removes its own row).
+    pub(crate) fn share(&self) -> Vec<Ino> {
+        let mut st = self.state.lock();
+        st.shared = true;
+        st.counts.keys().copied().collect()
     }
 }

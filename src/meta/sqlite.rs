@@ -63,6 +63,9 @@ CREATE TABLE IF NOT EXISTS plock (
   ino INTEGER NOT NULL, session INTEGER NOT NULL, owner INTEGER NOT NULL,
   kind INTEGER NOT NULL, start INTEGER NOT NULL, last INTEGER NOT NULL, pid INTEGER NOT NULL);
 CREATE INDEX IF NOT EXISTS plock_ino ON plock(ino);
+CREATE TABLE IF NOT EXISTS open_file (
+  ino INTEGER NOT NULL, session INTEGER NOT NULL,
+  PRIMARY KEY (ino, session)) WITHOUT ROWID;
 ";
 
 const TABLES: &[&str] = &[
@@ -78,6 +81,7 @@ const TABLES: &[&str] = &[
     "session",
     "sustained",
     "plock",
+    "open_file",
 ];
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -123,7 +127,8 @@ pub struct SqliteMeta {
     readers: Mutex<Vec<Connection>>,
     inos: Mutex<IdPool>,
     slices: Mutex<IdPool>,
-    /// Open counts of inodes opened through this client.
+    /// Open counts of inodes opened through this client; also recorded in `open_file` once
+    /// another client shares the volume (see [`SqliteMeta::share_opens`]).
     opens: OpenCounts,
     session: Mutex<u64>,
     fragmented: Mutex<HashMap<(Ino, u32), usize>>,
@@ -329,6 +334,18 @@ fn drop_chunks(c: &Connection, ino: Ino, from: u64, now: Nanos) -> Tx<()> {
     Ok(())
 }
 
+/// Whether any client has recorded an open of the inode: in `open_file`, or in `sustained`
+/// (an unlinked inode a client keeps while it records its opens only in memory).
+fn open_anywhere(c: &Connection, ino: Ino) -> Tx<bool> {
+    Ok(c.prepare_cached(
+        "SELECT 1 FROM open_file WHERE ino=?1
+             UNION ALL SELECT 1 FROM sustained WHERE ino=?1 LIMIT 1",
+    )?
+    .query_row([ino as i64], |_| Ok(()))
+    .optional()?
+    .is_some())
+}
+
 /// Deletes an inode whose last link and last open are gone.
 /// Every lock held on an inode, by every owner of every live session.
 fn load_locks(c: &Connection, ino: Ino) -> Tx<Vec<(lock::LockOwner, LockRange)>> {
@@ -498,6 +515,14 @@ impl SqliteMeta {
             )));
         }
         c.execute_batch(SCHEMA)?;
+        let mut format = format;
+        if format.schema < SCHEMA_VERSION {
+            // Schema 2 added `open_file` (created above); binaries that do not record opens
+            // refuse the volume from now on.
+            format.schema = SCHEMA_VERSION;
+            let json = serde_json::to_string(&format).expect("format serializes");
+            c.execute("UPDATE setting SET value=?1 WHERE name='format'", [json])?;
+        }
         Ok(SqliteMeta {
             path: path.to_path_buf(),
             url: url.to_string(),
@@ -506,7 +531,7 @@ impl SqliteMeta {
             readers: Mutex::new(Vec::new()),
             inos: Mutex::new(IdPool { next: 0, end: 0 }),
             slices: Mutex::new(IdPool { next: 0, end: 0 }),
-            opens: OpenCounts::default(),
+            opens: OpenCounts::new(false),
             session: Mutex::new(0),
             fragmented: Mutex::new(HashMap::new()),
         })
@@ -592,16 +617,79 @@ impl SqliteMeta {
         self.opens.is_open(ino)
     }
 
-    /// Unlinks to zero: keep the inode if open here, else delete it.
+    fn sid(&self) -> i64 {
+        *self.session.lock() as i64
+    }
+
+    /// Unlinked to zero links: keep the inode (nlink 0) if open here (recorded in
+    /// `sustained` for the cleanup after a crash) or in another client (`open_file`), else
+    /// delete it. The last close anywhere deletes a kept one.
     fn release_or_sustain(&self, c: &Connection, a: &Attr, now: Nanos) -> Tx<()> {
         if self.is_open(a.ino) {
-            let sid = *self.session.lock();
             c.prepare_cached("INSERT OR IGNORE INTO sustained (session, ino) VALUES (?1, ?2)")?
-                .execute(params![sid as i64, a.ino as i64])?;
+                .execute(params![self.sid(), a.ino as i64])?;
+            update_node(c, a)
+        } else if open_anywhere(c, a.ino)? {
             update_node(c, a)
         } else {
             delete_inode(c, a, now)
         }
+    }
+
+    /// Whether other live clients share the volume.
+    fn others_alive(&self, c: &Connection) -> Tx<bool> {
+        let now = now_nanos();
+        let rows: Vec<(String, i64)> = c
+            .prepare_cached("SELECT info, heartbeat FROM session WHERE id <> ?1")?
+            .query_map([self.sid()], |r| Ok((r.get(0)?, r.get(1)?)))?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(rows.into_iter().any(|(info, hb)| {
+            serde_json::from_str::<SessionInfo>(&info).is_ok_and(|i| !session_dead(&i, hb, now))
+        }))
+    }
+
+    /// Once another client shares the volume, records this client's opens in `open_file`
+    /// (those open now, and every first open from now on) so that its unlinks keep them.
+    /// Never goes back: the cost is one write per first open and last close.
+    fn share_opens(&self) -> Result<()> {
+        if self.opens.is_shared() || !self.read(|c| self.others_alive(c))? {
+            return Ok(());
+        }
+        let sid = self.sid();
+        let n = self.write(|c| {
+            // Under the writer lock: a first open or last close that saw `shared` false has
+            // written nothing, and one that sees it true writes its row after this.
+            let open = self.opens.share();
+            for ino in &open {
+                c.prepare_cached("INSERT OR IGNORE INTO open_file (ino, session) VALUES (?1, ?2)")?
+                    .execute(params![*ino as i64, sid])?;
+            }
+            Ok(open.len())
+        })?;
+        tracing::info!("another client shares the volume: recording opens ({n} open now)");
+        Ok(())
+    }
+
+    /// Deletes a session and its open records; the unlinked inodes no other client has open
+    /// any more are deleted.
+    fn release_session(&self, c: &Connection, sid: i64, now: Nanos) -> Tx<()> {
+        let inos: Vec<i64> = c
+            .prepare(
+                "SELECT ino FROM sustained WHERE session=?1
+                 UNION SELECT ino FROM open_file WHERE session=?1",
+            )?
+            .query_map([sid], |r| r.get(0))?
+            .collect::<rusqlite::Result<_>>()?;
+        c.execute("DELETE FROM sustained WHERE session=?1", [sid])?;
+        c.execute("DELETE FROM open_file WHERE session=?1", [sid])?;
+        for ino in inos {
+            match get_node(c, ino as u64) {
+                Ok(a) if a.nlink == 0 && !open_anywhere(c, a.ino)? => delete_inode(c, &a, now)?,
+                _ => {}
+            }
+        }
+        c.execute("DELETE FROM session WHERE id=?1", [sid])?;
+        Ok(())
     }
 
     fn note_fragmented(&self, ino: Ino, index: u32, count: usize) {
@@ -635,7 +723,8 @@ impl SqliteMeta {
         })
     }
 
-    /// Cleans up after sessions whose process is gone: their unlinked-but-open inodes.
+    /// Cleans up after sessions whose process is gone (or that stopped heartbeating): their
+    /// open records, and the unlinked inodes only they had open.
     fn clean_dead_sessions(&self) -> Result<usize> {
         let now = now_nanos();
         let sessions: Vec<(i64, String, i64)> = self.read(|c| {
@@ -651,24 +740,10 @@ impl SqliteMeta {
                 Ok(info) => session_dead(&info, hb, now),
                 Err(_) => true,
             };
-            if !dead {
+            if !dead || id == self.sid() {
                 continue;
             }
-            self.write(|c| {
-                let inos: Vec<i64> = c
-                    .prepare("SELECT ino FROM sustained WHERE session=?1")?
-                    .query_map([id], |r| r.get(0))?
-                    .collect::<rusqlite::Result<_>>()?;
-                for ino in inos {
-                    match get_node(c, ino as u64) {
-                        Ok(a) if a.nlink == 0 => delete_inode(c, &a, now)?,
-                        _ => {}
-                    }
-                }
-                c.execute("DELETE FROM sustained WHERE session=?1", [id])?;
-                c.execute("DELETE FROM session WHERE id=?1", [id])?;
-                Ok(())
-            })?;
+            self.write(|c| self.release_session(c, id, now))?;
             tracing::info!("cleaned up after dead session {id}");
             cleaned += 1;
         }
@@ -729,6 +804,7 @@ impl Meta for SqliteMeta {
             Ok(c.last_insert_rowid() as u64)
         })?;
         *self.session.lock() = id;
+        self.share_opens()?;
         Ok(id)
     }
 
@@ -740,7 +816,13 @@ impl Meta for SqliteMeta {
                 params![sid as i64, now_nanos()],
             )?;
             Ok(())
-        })
+        })?;
+        self.clean_dead_sessions()?;
+        self.share_opens()
+    }
+
+    fn watch_sessions(&self) -> Result<()> {
+        self.share_opens()
     }
 
     fn close_session(&self) -> Result<()> {
@@ -749,22 +831,7 @@ impl Meta for SqliteMeta {
             return Ok(());
         }
         let now = now_nanos();
-        self.write(|c| {
-            let inos: Vec<i64> = c
-                .prepare("SELECT ino FROM sustained WHERE session=?1")?
-                .query_map([sid as i64], |r| r.get(0))?
-                .collect::<rusqlite::Result<_>>()?;
-            for ino in inos {
-                if let Ok(a) = get_node(c, ino as u64) {
-                    if a.nlink == 0 {
-                        delete_inode(c, &a, now)?;
-                    }
-                }
-            }
-            c.execute("DELETE FROM sustained WHERE session=?1", [sid as i64])?;
-            c.execute("DELETE FROM session WHERE id=?1", [sid as i64])?;
-            Ok(())
-        })?;
+        self.write(|c| self.release_session(c, sid as i64, now))?;
         *self.session.lock() = 0;
         self.sync()
     }
@@ -1346,22 +1413,42 @@ impl Meta for SqliteMeta {
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {
+        let t = self.opens.transition(ino);
         // Counted before the lookup: an unlink or a rename over the name committing after the
         // lookup then sees the open and keeps the inode (counting after the lookup left a
         // window in which the inode was deleted under a successful open).
-        self.opens.add(ino);
-        self.getattr(ino).inspect_err(|_| self.opens.undo(ino))
+        let (first, shared) = self.opens.add(ino);
+        if !(first && shared) {
+            drop(t);
+            return self.getattr(ino).inspect_err(|_| {
+                let _ = self.close(ino);
+            });
+        }
+        // Another client shares the volume: the first open here is recorded for its unlinks
+        // to see (writes are serialized: an unlink either came first, or sees the row).
+        let sid = self.sid();
+        self.write(|c| {
+            let a = get_node(c, ino)?;
+            c.prepare_cached("INSERT OR IGNORE INTO open_file (ino, session) VALUES (?1, ?2)")?
+                .execute(params![ino as i64, sid])?;
+            Ok(a)
+        })
+        .inspect_err(|_| {
+            self.opens.remove(ino);
+        })
     }
 
     fn close(&self, ino: Ino) -> Result<()> {
-        if !self.opens.remove(ino) {
+        let _t = self.opens.transition(ino);
+        let (last, shared) = self.opens.remove(ino);
+        if !last {
             return Ok(());
         }
-        let sid = *self.session.lock();
+        let sid = self.sid();
         self.write(|c| {
-            // Opened again meanwhile: keep it.
-            if self.is_open(ino) {
-                return Ok(());
+            if shared {
+                c.prepare_cached("DELETE FROM open_file WHERE ino=?1 AND session=?2")?
+                    .execute(params![ino as i64, sid])?;
             }
             let a = match get_node(c, ino) {
                 Ok(a) => a,
@@ -1370,8 +1457,11 @@ impl Meta for SqliteMeta {
             };
             if a.nlink == 0 {
                 c.prepare_cached("DELETE FROM sustained WHERE session=?1 AND ino=?2")?
-                    .execute(params![sid as i64, ino as i64])?;
-                delete_inode(c, &a, now_nanos())?;
+                    .execute(params![sid, ino as i64])?;
+                // The last close anywhere deletes it.
+                if !open_anywhere(c, ino)? {
+                    delete_inode(c, &a, now_nanos())?;
+                }
             }
             Ok(())
         })
@@ -1789,7 +1879,10 @@ impl Meta for SqliteMeta {
     fn sustained(&self) -> Result<Vec<(u64, Ino)>> {
         self.read(|c| {
             let rows = c
-                .prepare("SELECT session, ino FROM sustained ORDER BY session, ino")?
+                .prepare(
+                    "SELECT session, ino FROM sustained
+                     UNION SELECT session, ino FROM open_file ORDER BY 1, 2",
+                )?
                 .query_map([], |r| {
                     Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
                 })?
@@ -1830,6 +1923,7 @@ impl Meta for SqliteMeta {
                     let a = get_node(c, *ino)?;
                     delete_inode(c, &a, now)?;
                     c.execute("DELETE FROM sustained WHERE ino=?1", [*ino as i64])?;
+                    c.execute("DELETE FROM open_file WHERE ino=?1", [*ino as i64])?;
                 }
                 Fix::Link {
                     ino,
@@ -1873,6 +1967,10 @@ impl Meta for SqliteMeta {
                 Fix::RemoveSustained { session, ino } => {
                     c.execute(
                         "DELETE FROM sustained WHERE session=?1 AND ino=?2",
+                        params![*session as i64, *ino as i64],
+                    )?;
+                    c.execute(
+                        "DELETE FROM open_file WHERE session=?1 AND ino=?2",
                         params![*session as i64, *ino as i64],
                     )?;
                 }

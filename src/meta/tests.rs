@@ -86,6 +86,11 @@ engine_tests!(
     sessions_register_and_close,
     close_session_reclaims_unlinked_open_inodes,
     new_session_reclaims_dead_sessions,
+    open_in_one_client_survives_unlink_in_another,
+    open_in_one_client_survives_rename_over_in_another,
+    opens_before_another_client_joins_are_shared,
+    dead_client_opens_are_reclaimed_on_heartbeat,
+    an_old_schema_is_upgraded,
     trash_days_delay_dead_slices,
     usage_counters,
     concurrent_clients_on_one_volume,
@@ -139,6 +144,8 @@ struct Place {
     _guard: Guard,
     create: Box<dyn Fn(&Format, bool) -> Result<()>>,
     open: Box<dyn Fn() -> Result<Arc<dyn Meta>>>,
+    /// Runs SQL on the volume's database directly (to build an old or damaged volume).
+    sql: Box<dyn Fn(&str)>,
 }
 
 /// An engine seen from its constructors.
@@ -156,11 +163,17 @@ fn sqlite_place(prepare: fn(&std::path::Path)) -> Place {
     prepare(&path);
     let url = format!("sqlite://{}", path.display());
     let (p1, u1) = (path.clone(), url.clone());
-    let (p2, u2) = (path, url);
+    let (p2, u2) = (path.clone(), url);
     Place {
         _guard: Box::new(dir),
         create: Box::new(move |f, force| SqliteMeta::create(&p1, &u1, f, force)),
         open: Box::new(move || Ok(Arc::new(SqliteMeta::open(&p2, &u2)?) as Arc<dyn Meta>)),
+        sql: Box::new(move |sql| {
+            rusqlite::Connection::open(&path)
+                .unwrap()
+                .execute_batch(sql)
+                .unwrap()
+        }),
     }
 }
 
@@ -178,10 +191,17 @@ fn pg_place(prepare: Option<&str>) -> Place {
     }
     let u = pg_url(&db.url);
     let u2 = u.clone();
+    let url = db.url.clone();
     Place {
         _guard: Box::new(db),
         create: Box::new(move |f, force| PgMeta::create(&u, f, force)),
         open: Box::new(move || Ok(Arc::new(PgMeta::open(&u2)?) as Arc<dyn Meta>)),
+        sql: Box::new(move |sql| {
+            ::postgres::Client::connect(&url, ::postgres::NoTls)
+                .unwrap()
+                .batch_execute(sql)
+                .unwrap()
+        }),
     }
 }
 
@@ -2476,6 +2496,207 @@ fn new_session_reclaims_dead_sessions(e: Engine) {
         assert_eq!(bm.getattr(g.ino).unwrap().nlink, 0);
         c.close(g.ino).unwrap();
         assert_errno(bm.getattr(g.ino), libc::ENOENT);
+    }
+}
+
+/// Two clients (two sessions) of one fresh volume: (storage guard, first, second). The first
+/// registers before the second exists.
+fn two_clients(e: Engine) -> Vec<(Place, Arc<dyn Meta>, Arc<dyn Meta>)> {
+    let mut out = Vec::new();
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        (place.create)(&test_format("vol"), false).unwrap();
+        let m1 = (place.open)().unwrap();
+        m1.new_session(session_info("/mnt/one")).unwrap();
+        let m2 = (place.open)().unwrap();
+        m2.new_session(session_info("/mnt/two")).unwrap();
+        out.push((place, m1, m2));
+    }
+    out
+}
+
+fn session_id(m: &dyn Meta, mountpoint: &str) -> u64 {
+    m.sessions()
+        .unwrap()
+        .iter()
+        .find(|s| s.mountpoint == mountpoint)
+        .unwrap()
+        .id
+}
+
+fn open_in_one_client_survives_unlink_in_another(e: Engine) {
+    for (_place, m1, m2) in two_clients(e) {
+        let (m1, m2) = (&*m1, &*m2);
+        let f = mkfile(m1, ROOT_INO, "f");
+        let s = write(m1, f.ino, 0, 10_000);
+        let inodes = m1.usage().unwrap().inodes;
+        m2.open(f.ino).unwrap();
+        let a = m1.unlink(&CTX, ROOT_INO, b"f").unwrap();
+        assert_eq!(a.nlink, 0);
+        assert_errno(lookup(m1, ROOT_INO, "f"), libc::ENOENT);
+        // Client 2 still reads and writes it; client 1 sees it too (nlink 0).
+        let g = m2.getattr(f.ino).unwrap();
+        assert_eq!((g.nlink, g.length), (0, 10_000));
+        assert_eq!(extents(m2, f.ino, 0, 10_000), vec![(0, 10_000, s, 0)]);
+        let s2 = write(m2, f.ino, 10_000, 100);
+        assert_eq!(m1.getattr(f.ino).unwrap().length, 10_100);
+        assert!(!dead_ids(m1).contains(&s));
+        // Recorded as open in client 2's session.
+        let sid2 = session_id(m1, "/mnt/two");
+        assert!(m1.sustained().unwrap().contains(&(sid2, f.ino)));
+        // Client 1 opening and closing it does not delete it: client 2 still has it.
+        m1.open(f.ino).unwrap();
+        m1.close(f.ino).unwrap();
+        assert_eq!(m2.getattr(f.ino).unwrap().nlink, 0);
+        // The last close anywhere deletes it.
+        m2.close(f.ino).unwrap();
+        assert_errno(m1.getattr(f.ino), libc::ENOENT);
+        let dead = dead_ids(m1);
+        assert!(dead.contains(&s) && dead.contains(&s2), "{dead:?}");
+        assert_eq!(m1.usage().unwrap().inodes, inodes - 1);
+        assert!(m1.sustained().unwrap().is_empty());
+
+        // Open in both: the last of the two closes deletes, whichever it is.
+        let h = mkfile(m1, ROOT_INO, "h");
+        m1.open(h.ino).unwrap();
+        m2.open(h.ino).unwrap();
+        m2.unlink(&CTX, ROOT_INO, b"h").unwrap();
+        m1.close(h.ino).unwrap();
+        assert_eq!(m2.getattr(h.ino).unwrap().nlink, 0);
+        m2.close(h.ino).unwrap();
+        assert_errno(m1.getattr(h.ino), libc::ENOENT);
+
+        // Not open anywhere (opened and closed in 2 before): deleted at once.
+        let k = mkfile(m1, ROOT_INO, "k");
+        m2.open(k.ino).unwrap();
+        m2.close(k.ino).unwrap();
+        m1.unlink(&CTX, ROOT_INO, b"k").unwrap();
+        assert_errno(m2.getattr(k.ino), libc::ENOENT);
+
+        // Client 2 ends its session with an unlinked file open: reclaimed then.
+        let l = mkfile(m1, ROOT_INO, "l");
+        m2.open(l.ino).unwrap();
+        m1.unlink(&CTX, ROOT_INO, b"l").unwrap();
+        assert_eq!(m1.getattr(l.ino).unwrap().nlink, 0);
+        m2.close_session().unwrap();
+        assert_errno(m1.getattr(l.ino), libc::ENOENT);
+        assert!(m1.sustained().unwrap().is_empty());
+    }
+}
+
+fn open_in_one_client_survives_rename_over_in_another(e: Engine) {
+    for (_place, m1, m2) in two_clients(e) {
+        let (m1, m2) = (&*m1, &*m2);
+        let old = mkfile(m1, ROOT_INO, "target");
+        let s = write(m1, old.ino, 0, 4096);
+        m2.open(old.ino).unwrap();
+        let new = mkfile(m1, ROOT_INO, "new");
+        let victim = rename(m1, ROOT_INO, "new", ROOT_INO, "target").unwrap();
+        assert_eq!(victim.map(|v| (v.ino, v.nlink)), Some((old.ino, 0)));
+        assert_eq!(lookup(m2, ROOT_INO, "target").unwrap().ino, new.ino);
+        assert_eq!(extents(m2, old.ino, 0, 4096), vec![(0, 4096, s, 0)]);
+        assert!(!dead_ids(m1).contains(&s));
+        m2.close(old.ino).unwrap();
+        assert_errno(m1.getattr(old.ino), libc::ENOENT);
+        assert!(dead_ids(m1).contains(&s));
+    }
+}
+
+/// Files a client opened while it was alone on the volume are protected too, once it has
+/// noticed the other client (SQLite records opens only from then on).
+fn opens_before_another_client_joins_are_shared(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        (place.create)(&test_format("vol"), false).unwrap();
+        let m1 = (place.open)().unwrap();
+        m1.new_session(session_info("/mnt/one")).unwrap();
+        let f = mkfile(&*m1, ROOT_INO, "f");
+        let s = write(&*m1, f.ino, 0, 4096);
+        m1.open(f.ino).unwrap();
+        let m2 = (place.open)().unwrap();
+        m2.new_session(session_info("/mnt/two")).unwrap();
+        // What the mount's background thread does every tick.
+        m1.watch_sessions().unwrap();
+        m2.unlink(&CTX, ROOT_INO, b"f").unwrap();
+        assert_eq!(m2.getattr(f.ino).unwrap().nlink, 0);
+        assert_eq!(extents(&*m1, f.ino, 0, 4096), vec![(0, 4096, s, 0)]);
+        // A second open and close in 1, then the last close: deleted.
+        m1.open(f.ino).unwrap();
+        m1.close(f.ino).unwrap();
+        assert_eq!(m2.getattr(f.ino).unwrap().nlink, 0);
+        m1.close(f.ino).unwrap();
+        assert_errno(m2.getattr(f.ino), libc::ENOENT);
+        assert!(dead_ids(&*m2).contains(&s));
+    }
+}
+
+/// A client whose process died with an unlinked file open: the next heartbeat of a live
+/// client reclaims the file.
+fn dead_client_opens_are_reclaimed_on_heartbeat(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        (place.create)(&test_format("vol"), false).unwrap();
+        let live = (place.open)().unwrap();
+        live.new_session(session_info("/mnt/live")).unwrap();
+        // A process that has exited: its pid is dead on this host.
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let dying = (place.open)().unwrap();
+        let mut info = session_info("/mnt/dying");
+        info.pid = dead_pid;
+        dying.new_session(info).unwrap();
+        let f = mkfile(&*live, ROOT_INO, "f");
+        let s = write(&*live, f.ino, 0, 4096);
+        let g = mkfile(&*live, ROOT_INO, "g");
+        dying.open(f.ino).unwrap();
+        dying.open(g.ino).unwrap();
+        // Also open in the live client: that one is kept.
+        let h = mkfile(&*live, ROOT_INO, "h");
+        dying.open(h.ino).unwrap();
+        live.open(h.ino).unwrap();
+        live.unlink(&CTX, ROOT_INO, b"f").unwrap();
+        live.unlink(&CTX, ROOT_INO, b"h").unwrap();
+        assert_eq!(live.getattr(f.ino).unwrap().nlink, 0);
+        std::mem::forget(dying); // as if the process died: no close_session
+        live.heartbeat().unwrap();
+        assert_errno(live.getattr(f.ino), libc::ENOENT);
+        assert!(dead_ids(&*live).contains(&s));
+        assert_eq!(live.getattr(g.ino).unwrap().nlink, 1);
+        assert_eq!(live.getattr(h.ino).unwrap().nlink, 0);
+        let sid = session_id(&*live, "/mnt/live");
+        let open = live.sustained().unwrap();
+        assert!(open.iter().all(|(s, _)| *s == sid), "{open:?}");
+        live.close(h.ino).unwrap();
+        assert_errno(live.getattr(h.ino), libc::ENOENT);
+    }
+}
+
+/// A volume of schema 1 (no table of opens) opens, gains the table and records schema 2.
+fn an_old_schema_is_upgraded(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        let mut fmt = test_format("vol");
+        fmt.schema = 1;
+        (place.create)(&fmt, false).unwrap();
+        (place.sql)(match e {
+            Engine::Sqlite => "DROP TABLE open_file",
+            Engine::Postgres => "DROP TABLE unkai_open",
+        });
+        let m = (place.open)().unwrap();
+        assert_eq!(m.format().schema, SCHEMA_VERSION);
+        m.new_session(session_info("/mnt/x")).unwrap();
+        let f = mkfile(&*m, ROOT_INO, "f");
+        m.open(f.ino).unwrap();
+        m.unlink(&CTX, ROOT_INO, b"f").unwrap();
+        m.close(f.ino).unwrap();
+        assert_errno(m.getattr(f.ino), libc::ENOENT);
+        let again = (place.open)().unwrap();
+        assert_eq!(again.format().schema, SCHEMA_VERSION);
     }
 }
 

@@ -17,7 +17,6 @@ use super::reader::read_committed;
 
 /// Records a chunk must have before it is compacted.
 pub const COMPACT_AT: usize = 16;
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(20);
 const TICK: Duration = Duration::from_millis(500);
 
 /// Rewrites a chunk's visible data as one new slice, if the chunk did not change meanwhile.
@@ -124,7 +123,10 @@ impl Background {
                         }
                     }
                     round(&*meta, &store);
-                    if last_hb.elapsed() >= HEARTBEAT_EVERY {
+                    if let Err(e) = meta.watch_sessions() {
+                        tracing::warn!("watching sessions: {e}");
+                    }
+                    if last_hb.elapsed() >= crate::meta::shared::heartbeat_interval() {
                         if let Err(e) = meta.heartbeat() {
                             tracing::warn!("session heartbeat: {e}");
                         }
