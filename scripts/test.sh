@@ -20,6 +20,10 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
 
+echo "==> conformance suite on a PostgreSQL volume"
+UNKAI_TEST_ENGINE=postgres cargo test --release --locked --test conformance -- \
+  --test-threads="${TEST_THREADS:-4}"
+
 if [ -x scripts/peer-suites.sh ]; then
   echo "==> peer suites"
   scripts/peer-suites.sh

@@ -45,8 +45,13 @@ pub struct Volume {
 }
 
 impl Volume {
-    /// Formats a volume with default settings.
+    /// Formats a volume with default settings: SQLite metadata, or PostgreSQL when
+    /// UNKAI_TEST_ENGINE=postgres (scripts/test.sh runs the conformance suite both ways).
     pub fn new() -> Volume {
+        if std::env::var("UNKAI_TEST_ENGINE").as_deref() == Ok("postgres") {
+            return Self::postgres(&[], |u| u.to_string(), Vec::new())
+                .expect("UNKAI_TEST_ENGINE=postgres needs UNKAI_TEST_POSTGRES");
+        }
         Self::with_args(&[])
     }
 
