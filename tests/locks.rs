@@ -44,6 +44,7 @@ on_both_engines!(
     appends_under_a_lock_from_two_mounts_interleave_whole,
     an_sqlite_database_on_the_volume_works_from_two_mounts,
     the_locks_of_a_killed_client_are_released,
+    three_mounts_take_turns,
 );
 
 /// fcntl(F_SETLK / F_SETLKW) of `len` bytes from `start` (0 = to the end of the file).
@@ -397,4 +398,54 @@ fn the_locks_of_a_killed_client_are_released(vol: &Volume) {
     drop(fb);
     drop(fa);
     a.unmount();
+}
+
+fn three_mounts_take_turns(vol: &Volume) {
+    let mounts = [vol.mount(), vol.mount(), vol.mount()];
+    fs::write(mounts[0].p("f"), b"").unwrap();
+    let fa = rw(&mounts[0].p("f"));
+    setlk(&fa, libc::F_WRLCK, 0, 0, false).unwrap();
+    // B and C wait; each, once granted, appends its mark under the lock and unlocks.
+    let waiters: Vec<_> = mounts[1..]
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let p = m.p("f");
+            std::thread::spawn(move || {
+                let mut f = rw(&p);
+                setlk(&f, libc::F_WRLCK, 0, 0, true).unwrap();
+                let mut d = Vec::new();
+                f.read_to_end(&mut d).unwrap();
+                let mark = if i == 0 { b'B' } else { b'C' };
+                // Alone under the lock: what is there is whole, and nobody writes meanwhile.
+                std::thread::sleep(Duration::from_millis(200));
+                f.write_all(&[mark]).unwrap();
+                f.sync_all().unwrap();
+                setlk(&f, libc::F_UNLCK, 0, 0, false).unwrap();
+                d
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        fs::read(mounts[0].p("f")).unwrap(),
+        b"",
+        "a waiter ran under A's lock"
+    );
+    setlk(&fa, libc::F_UNLCK, 0, 0, false).unwrap();
+    let seen: Vec<Vec<u8>> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    // One went first and saw nothing; the other saw the first one's mark.
+    let mut seen_sorted = seen.clone();
+    seen_sorted.sort();
+    assert!(
+        seen_sorted == [b"".to_vec(), b"B".to_vec()]
+            || seen_sorted == [b"".to_vec(), b"C".to_vec()],
+        "waiters saw {seen:?}"
+    );
+    let end = fs::read(mounts[0].p("f")).unwrap();
+    assert!(end == b"BC" || end == b"CB", "file holds {end:?}");
+    drop(fa);
+    for m in mounts {
+        m.unmount();
+    }
 }
