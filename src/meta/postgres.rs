@@ -2023,9 +2023,8 @@ impl Meta for PgMeta {
                 let _ = self.close(ino);
             });
         }
-        // The first open here: read the inode and record the open in one statement (not for
-        // a directory: an `ls` should not write, and an emptied directory has nothing to
-        // keep alive but its handle, which then lists nothing). Its share
+        // The first open here: read the inode and record the open in one statement
+        // (directories too: one removed while open must still answer fstat). Its share
         // lock on the inode orders it with an unlink (which locks the inode for update): an
         // unlink committed first leaves nothing to open (ENOENT) or an inode another client
         // keeps; an unlink after sees this row and keeps the inode.
@@ -2037,7 +2036,7 @@ impl Meta for PgMeta {
                     node_cols!(),
                     " FROM unkai_node n WHERE n.ino = $1 FOR KEY SHARE),
                      o AS (INSERT INTO unkai_open (ino, session) SELECT ino, $2 FROM n
-                           WHERE n.kind <> 2 ON CONFLICT DO NOTHING)
+                           ON CONFLICT DO NOTHING)
                      SELECT * FROM n"
                 ),
                 &[&(ino as i64), &sid],
