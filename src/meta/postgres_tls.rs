@@ -164,7 +164,8 @@ impl TlsPlan {
         let mode = &self.sslmode;
         match t {
             rustls::Error::InvalidCertificate(c) => match c {
-                CertificateError::UnknownIssuer => format!(
+                // BadSignature: a root of the issuer's name, but not the key that signed it.
+                CertificateError::UnknownIssuer | CertificateError::BadSignature => format!(
                     "the server's certificate is not signed by a trusted root ({roots}, \
                      sslmode={mode}); give the CA that signed it with sslrootcert=/path/ca.pem"
                 ),
