@@ -918,7 +918,17 @@ fn tls_require_formats_mounts_and_encrypts() {
     let m = vol.mount();
     assert_eq!(fs::read(m.p("f")).unwrap(), b"over TLS");
     m.unmount();
-    // The same server without TLS is seen as such (the check above can fail).
+    // pg_stat_ssl tells a plain connection (the check above can fail): the admin's own.
+    let mut c = ::postgres::Client::connect(&srv.admin, ::postgres::NoTls).unwrap();
+    let ssl: bool = c
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(!ssl, "a NoTls connection counted as encrypted");
+    // sslmode=disable still connects plain to a server with TLS.
     let plain = postgres::with_query(&vol.meta_url, "sslmode=disable");
     let (ok, out, err) = run(&["status", &plain]);
     assert!(ok, "{out}{err}");
