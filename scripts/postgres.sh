@@ -7,6 +7,13 @@
 #                                    postgres://unkai:PASSWORD@127.0.0.1:PORT/postgres?sslmode=disable
 #                                    (also kept in DIR/url; the password in DIR/password)
 #   scripts/postgres.sh stop DIR     stops it (immediately: test data only)
+#   scripts/postgres.sh certs DIR SAN
+#                                    makes a CA (DIR/ca.crt) and a server certificate it signs
+#                                    (DIR/server.crt, .key) for SAN (e.g.
+#                                    IP:127.0.0.1,DNS:localhost), with the openssl CLI; a later
+#                                    `start DIR` then turns ssl on with them. Also a client
+#                                    certificate (DIR/client.crt, .key) for user `unkai_cert`,
+#                                    whom the server lets in by that certificate alone
 # As root, the cluster belongs to the `postgres` system user (PostgreSQL refuses to run as
 # root). fsync is off: a test server, not a place for data. The tests start their own servers
 # this way (tests/common/postgres.rs) when UNKAI_TEST_POSTGRES=local.
@@ -59,6 +66,16 @@ start() {
     as_owner "$bin/initdb" -D "$dir/data" -U unkai --pwfile="$dir/password" \
       --auth-host=scram-sha-256 --auth-local=scram-sha-256 -E UTF8 --no-sync \
       > "$dir/initdb.log" 2>&1 || { cat "$dir/initdb.log" >&2; exit 1; }
+    if [ -f "$dir/ca.crt" ]; then
+      # User unkai_cert logs in with a client certificate of the CA (and nothing else).
+      { echo "hostssl all unkai_cert 127.0.0.1/32 cert"; cat "$dir/data/pg_hba.conf"; } \
+        > "$dir/hba.tmp" && as_owner cp "$dir/hba.tmp" "$dir/data/pg_hba.conf" && rm "$dir/hba.tmp"
+    fi
+  fi
+  local ssl=""
+  if [ -f "$dir/server.crt" ]; then
+    ssl="-c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key"
+    ssl="$ssl -c ssl_ca_file=$dir/ca.crt"
   fi
   local tries=0
   while :; do
@@ -67,7 +84,7 @@ start() {
       port_free "$port" || { port=""; continue; }
     fi
     if as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300" \
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 $ssl" \
         start >/dev/null; then
       break
     fi
@@ -91,9 +108,38 @@ stop() {
   fi
 }
 
+certs() {
+  local dir="${1:?usage: $0 certs DIR SAN}" san="${2:?usage: $0 certs DIR SAN}"
+  mkdir -p "$dir"
+  (
+    cd "$dir"
+    umask 077
+    local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+    openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.crt -days 7 \
+      -subj "/CN=unkai test CA" 2>/dev/null
+    openssl req "${ec[@]}" -keyout server.key -out server.csr -subj "/CN=unkai test server" \
+      2>/dev/null
+    printf 'subjectAltName=%s\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n' \
+      "$san" > server.ext
+    openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 7 \
+      -extfile server.ext -out server.crt 2>/dev/null
+    openssl req "${ec[@]}" -keyout client.key -out client.csr -subj "/CN=unkai_cert" 2>/dev/null
+    printf 'basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n' \
+      > client.ext
+    openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 7 \
+      -extfile client.ext -out client.crt 2>/dev/null
+    chmod 644 ca.crt server.crt client.crt
+    rm -f server.csr server.ext client.csr client.ext ca.srl
+  )
+  if [ "$(id -u)" = 0 ]; then
+    chown postgres: "$dir" "$dir/server.key" "$dir/server.crt"
+  fi
+}
+
 case "${1:-}" in
   install) install ;;
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
-  *) echo "usage: $0 install | start DIR [PORT] | stop DIR" >&2; exit 2 ;;
+  certs) shift; certs "$@" ;;
+  *) echo "usage: $0 install | start DIR [PORT] | stop DIR | certs DIR SAN" >&2; exit 2 ;;
 esac

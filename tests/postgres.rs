@@ -850,3 +850,238 @@ fn pushed_changes_resume_after_the_channel_breaks() {
     a.unmount();
     b.unmount();
 }
+
+// ---------------------------------------------------------------------------------------------
+// TLS (sslmode)
+// ---------------------------------------------------------------------------------------------
+
+/// The certificate of the shared TLS test server names these.
+const LOCAL_SAN: &str = "IP:127.0.0.1,DNS:localhost";
+
+/// How many of unkai's connections to `db` there are, and how many of them are encrypted
+/// (asked over the admin connection, from the server's side).
+fn unkai_connections(admin: &str, db: &str) -> (i64, i64) {
+    let mut c = ::postgres::Client::connect(admin, ::postgres::NoTls).unwrap();
+    let r = c
+        .query_one(
+            "SELECT count(*), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a \
+             JOIN pg_stat_ssl s USING (pid) \
+             WHERE a.datname = $1 AND a.application_name LIKE 'unkai%'",
+            &[&db],
+        )
+        .unwrap();
+    (r.get(0), r.get(1))
+}
+
+/// `url` to a server's `localhost` instead of 127.0.0.1.
+fn by_name(url: &str) -> String {
+    url.replacen("@127.0.0.1:", "@localhost:", 1)
+}
+
+/// A command that must fail with one line naming `why`, without the password.
+fn fails_clearly(url: &str, why: &str) {
+    let (_, pw) = postgres::split_password(url);
+    let (ok, out, err) = run(&["status", url]);
+    assert!(!ok, "status succeeded: {out}");
+    assert!(err.contains(why), "wanted '{why}': {err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+    assert!(!err.contains(&pw), "shows the password: {err}");
+}
+
+/// sslmode=require (no root given: the certificate is not checked): format, mount, a file
+/// written and read back after a remount, every connection of the mount encrypted.
+#[test]
+fn tls_require_formats_mounts_and_encrypts() {
+    let Some(srv) = postgres::tls_server(LOCAL_SAN) else {
+        return;
+    };
+    let db = postgres::database_on(&srv);
+    let name = db.name.clone();
+    let vol = Volume::postgres_in(
+        db,
+        &[],
+        |u| postgres::with_query(u, "sslmode=require"),
+        Vec::new(),
+    );
+    let m = vol.mount();
+    fs::write(m.p("f"), b"over TLS").unwrap();
+    // The pool's connections and the LISTEN/NOTIFY ones alike.
+    assert!(
+        eventually(SETTLE, || {
+            let (all, tls) = unkai_connections(&srv.admin, &name);
+            all >= 2 && all == tls
+        }),
+        "not every connection is encrypted: {:?}",
+        unkai_connections(&srv.admin, &name)
+    );
+    m.unmount();
+    let m = vol.mount();
+    assert_eq!(fs::read(m.p("f")).unwrap(), b"over TLS");
+    m.unmount();
+    // pg_stat_ssl tells a plain connection (the check above can fail): the admin's own.
+    let mut c = ::postgres::Client::connect(&srv.admin, ::postgres::NoTls).unwrap();
+    let ssl: bool = c
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .unwrap()
+        .get(0);
+    assert!(!ssl, "a NoTls connection counted as encrypted");
+    // sslmode=disable still connects plain to a server with TLS.
+    let plain = postgres::with_query(&vol.meta_url, "sslmode=disable");
+    let (ok, out, err) = run(&["status", &plain]);
+    assert!(ok, "{out}{err}");
+}
+
+/// sslmode=verify-full with the server's CA passes against host `localhost`; without the CA
+/// (the system's roots) it fails, saying what to do.
+#[test]
+fn tls_verify_full_checks_the_chain() {
+    let Some(srv) = postgres::tls_server(LOCAL_SAN) else {
+        return;
+    };
+    let ca = srv.ca().display().to_string();
+    let vol = Volume::postgres_in(
+        postgres::database_on(&srv),
+        &[],
+        |u| {
+            by_name(&postgres::with_query(
+                u,
+                &format!("sslmode=verify-full&sslrootcert={ca}"),
+            ))
+        },
+        Vec::new(),
+    );
+    assert!(vol.meta_url.contains("@localhost:"), "{}", vol.meta_url);
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(ok && out.contains("volume 'testvol'"), "{out}{err}");
+    // By address too: the certificate lists 127.0.0.1.
+    let by_ip = vol.meta_url.replacen("@localhost:", "@127.0.0.1:", 1);
+    let (ok, out, err) = run(&["status", &by_ip]);
+    assert!(ok, "{out}{err}");
+    // The root also from PGSSLROOTCERT.
+    let env_only = postgres::with_query(&vol.meta_url, "sslmode=verify-full");
+    let (ok, out, err) = run_env(
+        &["status", &env_only],
+        &[("PGSSLROOTCERT".to_string(), ca.clone())],
+    );
+    assert!(ok, "{out}{err}");
+    // Without it: the system's roots do not know this CA.
+    fails_clearly(&env_only, "not signed by a trusted root");
+    // sslmode=require with a root given checks the chain too (libpq): another CA fails.
+    let other = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/postgres.sh"),
+    )
+    .args([
+        "certs",
+        &other.path().display().to_string(),
+        "DNS:localhost",
+    ])
+    .output()
+    .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let wrong_ca = other.path().join("ca.crt").display().to_string();
+    fails_clearly(
+        &postgres::with_query(
+            &vol.meta_url,
+            &format!("sslmode=require&sslrootcert={wrong_ca}"),
+        ),
+        "not signed by a trusted root",
+    );
+    fails_clearly(
+        &postgres::with_query(
+            &vol.meta_url,
+            "sslmode=verify-full&sslrootcert=/no/such.pem",
+        ),
+        "sslrootcert=/no/such.pem",
+    );
+}
+
+/// A certificate for another name: verify-full fails, naming the host; verify-ca (chain
+/// only) connects.
+#[test]
+fn tls_verify_full_checks_the_name() {
+    let Some(srv) = postgres::tls_server("DNS:db.other.example") else {
+        return;
+    };
+    let db = postgres::database_on(&srv);
+    let ca = srv.ca().display().to_string();
+    let url =
+        |mode: &str| postgres::with_query(&db.url, &format!("sslmode={mode}&sslrootcert={ca}"));
+    fails_clearly(&url("verify-full"), "not valid for the host '127.0.0.1'");
+    fails_clearly(
+        &by_name(&url("verify-full")),
+        "not valid for the host 'localhost'",
+    );
+    // Connected: the database is there, only not formatted.
+    let (ok, out, err) = run(&["status", &url("verify-ca")]);
+    assert!(!ok && err.contains("not formatted"), "{out}{err}");
+}
+
+/// Against a server without TLS: sslmode=require fails, saying so; prefer (the default)
+/// falls back to plain.
+#[test]
+fn tls_against_a_server_without_it() {
+    if postgres::skip() {
+        return;
+    }
+    let Some(vol) = Volume::postgres(
+        &[],
+        |u| postgres::with_query(u, "sslmode=prefer"),
+        Vec::new(),
+    ) else {
+        return;
+    };
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(ok && out.contains("volume 'testvol'"), "{out}{err}");
+    if std::env::var(postgres::ENV).as_deref() == Ok("local") {
+        fails_clearly(
+            &postgres::with_query(&vol.meta_url, "sslmode=require"),
+            "the server does not accept TLS connections (sslmode=require)",
+        );
+    }
+}
+
+/// A client certificate (sslcert, sslkey) logs in a user the server admits by certificate
+/// alone; without it the server's refusal is shown.
+#[test]
+fn tls_client_certificate() {
+    let Some(srv) = postgres::tls_server(LOCAL_SAN) else {
+        return;
+    };
+    let db = postgres::database_on(&srv);
+    let mut admin = ::postgres::Client::connect(&srv.admin, ::postgres::NoTls).unwrap();
+    admin
+        .batch_execute(&format!(
+            "DO $$ BEGIN CREATE ROLE unkai_cert LOGIN; EXCEPTION WHEN duplicate_object \
+             THEN NULL; END $$; ALTER DATABASE {} OWNER TO unkai_cert",
+            db.name
+        ))
+        .unwrap();
+    let dir = srv.ca().parent().unwrap().to_path_buf();
+    let (base, _) = postgres::split_password(&db.url);
+    let base = base.replacen("://unkai@", "://unkai_cert@", 1);
+    let ca = srv.ca().display().to_string();
+    let with_cert = postgres::with_query(
+        &base,
+        &format!(
+            "sslmode=verify-full&sslrootcert={ca}&sslcert={}&sslkey={}",
+            dir.join("client.crt").display(),
+            dir.join("client.key").display()
+        ),
+    );
+    // Connected and logged in: only not formatted.
+    let (ok, out, err) = run(&["status", &with_cert]);
+    assert!(!ok && err.contains("not formatted"), "{out}{err}");
+    let vol = Volume::postgres_in(db, &[], |_| with_cert.clone(), Vec::new());
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(ok && out.contains("volume 'testvol'"), "{out}{err}");
+    let (ok, out, err) = run(&[
+        "status",
+        &postgres::with_query(&base, &format!("sslmode=verify-full&sslrootcert={ca}")),
+    ]);
+    assert!(!ok && err.contains("certificate"), "{out}{err}");
+    assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+}

@@ -11,6 +11,7 @@
 pub mod format;
 pub mod lock;
 pub mod postgres;
+mod postgres_tls;
 mod postgres_watch;
 pub(crate) mod shared;
 pub mod slice;

@@ -27,11 +27,12 @@ use std::time::Duration;
 use ::postgres::error::SqlState;
 use ::postgres::fallible_iterator::FallibleIterator;
 use ::postgres::types::ToSql;
-use ::postgres::{Client, NoTls, Row, Statement};
+use ::postgres::{Client, Row, Statement};
 use parking_lot::{Condvar, Mutex};
 
 use super::format::SCHEMA_VERSION;
 use super::lock;
+use super::postgres_tls::TlsPlan;
 use super::postgres_watch::Watch;
 use super::shared::{
     FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, session_dead,
@@ -236,6 +237,8 @@ struct PoolState {
 /// connections; our connections also carry their prepared statements.)
 struct Pool {
     config: ::postgres::Config,
+    /// How its connections speak TLS (sslmode).
+    tls: TlsPlan,
     /// The redacted URL, for messages.
     url: String,
     state: Mutex<PoolState>,
@@ -277,7 +280,9 @@ impl Drop for Lent<'_> {
 }
 
 impl Pool {
-    fn new(u: &PgUrl) -> Pool {
+    fn new(u: &PgUrl) -> Result<Pool> {
+        let tls =
+            TlsPlan::new(u).map_err(|e| Error::Refused(format!("cannot connect to {u}: {e}")))?;
         let mut config = ::postgres::Config::new();
         config
             .user(&u.user)
@@ -285,25 +290,26 @@ impl Pool {
             .port(u.port)
             .dbname(&u.dbname)
             .application_name("unkai")
-            .ssl_mode(::postgres::config::SslMode::Disable)
+            .ssl_mode(tls.mode)
             .connect_timeout(Duration::from_secs(u.connect_timeout.unwrap_or(30)));
         if let Some(pw) = u.resolve_password() {
             config.password(pw.expose());
         }
-        Pool {
+        Ok(Pool {
             config,
+            tls,
             url: u.to_string(),
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
                 total: 0,
             }),
             returned: Condvar::new(),
-        }
+        })
     }
 
     /// A new connection (not counted in the pool).
     fn connect(&self) -> std::result::Result<Conn, ::postgres::Error> {
-        let client = self.config.connect(NoTls)?;
+        let client = self.config.connect(self.tls.connector.clone())?;
         Ok(Conn {
             client,
             stmts: HashMap::new(),
@@ -314,6 +320,9 @@ impl Pool {
     fn connect_err(&self, e: ::postgres::Error) -> Error {
         if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
             return Error::NotFormatted(self.url.clone());
+        }
+        if let Some(why) = self.tls.explain(&e) {
+            return Error::Engine(format!("cannot connect to {}: {why}", self.url));
         }
         Error::Engine(format!("cannot connect to {}: {}", self.url, pg_msg(&e)))
     }
@@ -893,7 +902,7 @@ fn connect_creating(u: &PgUrl, pool: &Pool) -> Result<Conn> {
         Err(e) if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) => {
             let mut admin_url = u.clone();
             admin_url.dbname = "postgres".into();
-            let admin = Pool::new(&admin_url);
+            let admin = Pool::new(&admin_url)?;
             let mut a = admin.connect().map_err(|e2| {
                 Error::Refused(format!(
                     "database '{}' does not exist at {} and cannot be created ({}); create it \
@@ -956,7 +965,7 @@ fn migrate(c: &mut Conn, url: &str, mut format: Format) -> Tx<Format> {
 impl PgMeta {
     /// Creates (or with `force`, re-creates) a volume in the database `u` names.
     pub fn create(u: &PgUrl, fmt: &Format, force: bool) -> Result<()> {
-        let pool = Pool::new(u);
+        let pool = Pool::new(u)?;
         let url = pool.url.clone();
         let mut c = connect_creating(u, &pool)?;
         let mut attempt = || -> Tx<()> {
@@ -1055,7 +1064,7 @@ impl PgMeta {
 
     /// Opens an existing volume.
     pub fn open(u: &PgUrl) -> Result<PgMeta> {
-        let pool = Pool::new(u);
+        let pool = Pool::new(u)?;
         let url = pool.url.clone();
         let mut c = pool.connect().map_err(|e| pool.connect_err(e))?;
         let has = c
@@ -1358,7 +1367,8 @@ impl Meta for PgMeta {
 
     fn watch(&self, sink: ChangeSink) -> Result<bool> {
         let sid = *self.session.lock();
-        self.watch.start(&self.pool.config, sid, sink);
+        self.watch
+            .start(&self.pool.config, &self.pool.tls.connector, sid, sink);
         Ok(true)
     }
 

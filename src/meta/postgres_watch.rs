@@ -20,9 +20,10 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ::postgres::{Client, NoTls};
+use ::postgres::Client;
 use parking_lot::Mutex;
 
+use super::postgres_tls::Tls;
 use super::{Change, ChangeSink, Ino};
 
 /// The channel every client of a volume (one database) notifies and listens on.
@@ -45,7 +46,7 @@ pub(crate) struct Watch {
 
 impl Watch {
     /// Starts both threads: `sid` is this client's session (its own messages are ignored).
-    pub fn start(&self, config: &::postgres::Config, sid: u64, sink: ChangeSink) {
+    pub fn start(&self, config: &::postgres::Config, tls: &Tls, sid: u64, sink: ChangeSink) {
         let mut config = config.clone();
         // A peer that vanished without closing is noticed within seconds.
         config.tcp_user_timeout(Duration::from_secs(10));
@@ -55,12 +56,18 @@ impl Watch {
         config.application_name("unkai-listen");
         let sender = std::thread::Builder::new()
             .name("unkai-notify".into())
-            .spawn(move || send_loop(cfg, sid, rx))
+            .spawn({
+                let tls = tls.clone();
+                move || send_loop(cfg, tls, sid, rx)
+            })
             .expect("spawn the notify thread");
         let stop = self.stop.clone();
         std::thread::Builder::new()
             .name("unkai-listen".into())
-            .spawn(move || listen_loop(config, sid, sink, stop))
+            .spawn({
+                let tls = tls.clone();
+                move || listen_loop(config, tls, sid, sink, stop)
+            })
             .expect("spawn the listen thread");
         *self.tx.lock() = Some(tx);
         *self.sender.lock() = Some(sender);
@@ -168,7 +175,7 @@ fn decode(payload: &str) -> Option<(u64, Vec<Change>)> {
     Some((sid, out))
 }
 
-fn send_loop(config: ::postgres::Config, sid: u64, rx: mpsc::Receiver<Change>) {
+fn send_loop(config: ::postgres::Config, tls: Tls, sid: u64, rx: mpsc::Receiver<Change>) {
     let mut conn: Option<Client> = None;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -181,7 +188,7 @@ fn send_loop(config: ::postgres::Config, sid: u64, rx: mpsc::Receiver<Change>) {
         for attempt in 0..2 {
             let c = match &mut conn {
                 Some(c) if !c.is_closed() => c,
-                _ => match config.connect(NoTls) {
+                _ => match config.connect(tls.clone()) {
                     Ok(c) => conn.insert(c),
                     Err(e) => {
                         tracing::warn!("cannot publish changes (other mounts see them late): {e}");
@@ -205,12 +212,18 @@ fn send_loop(config: ::postgres::Config, sid: u64, rx: mpsc::Receiver<Change>) {
     }
 }
 
-fn listen_loop(config: ::postgres::Config, sid: u64, sink: ChangeSink, stop: Arc<AtomicBool>) {
+fn listen_loop(
+    config: ::postgres::Config,
+    tls: Tls,
+    sid: u64,
+    sink: ChangeSink,
+    stop: Arc<AtomicBool>,
+) {
     let mut delay = Duration::from_millis(50);
     let mut warned = false;
     while !stop.load(Ordering::Acquire) {
         let mut client = match config
-            .connect(NoTls)
+            .connect(tls.clone())
             .and_then(|mut c| c.batch_execute(&format!("LISTEN {CHANNEL}")).map(|()| c))
         {
             Ok(c) => c,

@@ -49,17 +49,29 @@ pub struct PgUrl {
     pub host: String,
     pub port: u16,
     pub dbname: String,
-    /// `disable`, `allow` or `prefer` (all without TLS in this build).
+    /// libpq's `disable`, `allow`, `prefer` (the default), `require`, `verify-ca` or
+    /// `verify-full` (see `postgres_tls`).
     pub sslmode: String,
+    /// `sslrootcert`: a PEM file of the roots to trust, or `system` (the system's roots, and
+    /// then `verify-full` is the only mode allowed). `PGSSLROOTCERT` when absent.
+    pub sslrootcert: Option<String>,
+    /// `sslcert` and `sslkey`: a client certificate (PEM, chain allowed) and its key (PEM).
+    pub sslcert: Option<PathBuf>,
+    pub sslkey: Option<PathBuf>,
     pub passfile: Option<PathBuf>,
     pub connect_timeout: Option<u64>,
 }
 
 impl std::fmt::Display for PgUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let enc = |s: &str| {
-            percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
-        };
+        // Paths stay readable: `/`, `.`, `-`, `_` and `~` need no escape in a query.
+        const PATHISH: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+            .remove(b'/')
+            .remove(b'.')
+            .remove(b'-')
+            .remove(b'_')
+            .remove(b'~');
+        let enc = |s: &str| percent_encoding::utf8_percent_encode(s, PATHISH).to_string();
         write!(f, "postgres://{}", enc(&self.user))?;
         if self.password.is_some() {
             f.write_str(":***")?;
@@ -76,6 +88,14 @@ impl std::fmt::Display for PgUrl {
         write!(f, "@{host}:{}/{}", self.port, enc(&self.dbname))?;
         if let Some(p) = &self.passfile {
             params.push(format!("passfile={}", enc(&p.display().to_string())));
+        }
+        if let Some(r) = &self.sslrootcert {
+            params.push(format!("sslrootcert={}", enc(r)));
+        }
+        for (k, v) in [("sslcert", &self.sslcert), ("sslkey", &self.sslkey)] {
+            if let Some(p) = v {
+                params.push(format!("{k}={}", enc(&p.display().to_string())));
+            }
         }
         if let Some(t) = self.connect_timeout {
             params.push(format!("connect_timeout={t}"));
@@ -130,18 +150,17 @@ impl PgUrl {
         if dbname.is_empty() || dbname.contains('/') {
             return Err("no database name (postgres://user@host/DB)".into());
         }
-        let mut sslmode = "prefer".to_string();
+        let mut sslmode = None;
+        let mut sslrootcert = None;
+        let mut sslcert = None;
+        let mut sslkey = None;
         let mut passfile = None;
         let mut connect_timeout = None;
         for (k, v) in u.query_pairs() {
             match &*k {
                 "sslmode" => match &*v {
-                    "disable" | "allow" | "prefer" => sslmode = v.into_owned(),
-                    "require" | "verify-ca" | "verify-full" => {
-                        return Err(format!(
-                            "sslmode={v}: this build of unkai speaks to PostgreSQL without TLS; \
-                             use sslmode=disable on a trusted network or a Unix socket"
-                        ));
+                    "disable" | "allow" | "prefer" | "require" | "verify-ca" | "verify-full" => {
+                        sslmode = Some(v.into_owned())
                     }
                     other => {
                         return Err(format!(
@@ -151,6 +170,9 @@ impl PgUrl {
                     }
                 },
                 "passfile" => passfile = Some(PathBuf::from(&*v)),
+                "sslrootcert" if !v.is_empty() => sslrootcert = Some(v.into_owned()),
+                "sslcert" if !v.is_empty() => sslcert = Some(PathBuf::from(&*v)),
+                "sslkey" if !v.is_empty() => sslkey = Some(PathBuf::from(&*v)),
                 "host" => host = v.into_owned(),
                 "connect_timeout" => {
                     connect_timeout =
@@ -160,13 +182,30 @@ impl PgUrl {
                 }
                 other => {
                     return Err(format!(
-                        "unknown parameter '{other}' (sslmode, passfile, host, connect_timeout)"
+                        "unknown parameter '{other}' (sslmode, sslrootcert, sslcert, sslkey, \
+                         passfile, host, connect_timeout)"
                     ));
                 }
             }
         }
         if host.is_empty() {
             return Err("no host (postgres://user@HOST/db, or ?host=/socket/dir)".into());
+        }
+        // As libpq 16: the system's roots make verify-full the default, and the only mode.
+        let sslmode = match (sslmode, sslrootcert.as_deref()) {
+            (None, Some("system")) => "verify-full".to_string(),
+            (Some(m), Some("system")) if m != "verify-full" => {
+                return Err(format!(
+                    "weak sslmode={m} may not be used with sslrootcert=system (use \
+                     sslmode=verify-full)"
+                ));
+            }
+            (m, _) => m.unwrap_or_else(|| "prefer".to_string()),
+        };
+        if sslcert.is_some() != sslkey.is_some() {
+            return Err(
+                "a client certificate needs both sslcert=CERT.pem and sslkey=KEY.pem".into(),
+            );
         }
         Ok(PgUrl {
             user,
@@ -175,6 +214,9 @@ impl PgUrl {
             port,
             dbname,
             sslmode,
+            sslrootcert,
+            sslcert,
+            sslkey,
             passfile,
             connect_timeout,
         })
@@ -392,6 +434,38 @@ mod tests {
     }
 
     #[test]
+    fn parses_tls_parameters() {
+        for mode in [
+            "disable",
+            "allow",
+            "prefer",
+            "require",
+            "verify-ca",
+            "verify-full",
+        ] {
+            assert_eq!(
+                pg(&format!("postgres://u@h/d?sslmode={mode}")).sslmode,
+                mode
+            );
+        }
+        let u = pg(
+            "postgres://u@h/d?sslmode=verify-ca&sslrootcert=/etc/ca%20s.pem\
+                    &sslcert=/c.pem&sslkey=/k.pem",
+        );
+        assert_eq!(u.sslrootcert.as_deref(), Some("/etc/ca s.pem"));
+        assert_eq!(
+            (u.sslcert.as_deref(), u.sslkey.as_deref()),
+            (Some(Path::new("/c.pem")), Some(Path::new("/k.pem")))
+        );
+        // Printed and parsed back alike.
+        assert_eq!(pg(&u.to_string()), u);
+        // sslrootcert=system: verify-full by default, as libpq 16.
+        let u = pg("postgres://u@h/d?sslrootcert=system");
+        assert_eq!(u.sslmode, "verify-full");
+        assert_eq!(pg(&u.to_string()), u);
+    }
+
+    #[test]
     fn refuses_bad_postgres_urls_without_showing_the_password() {
         for (bad, why) in [
             ("postgres://h/db", "no user"),
@@ -401,7 +475,14 @@ mod tests {
                 "postgres://u:topsecret@h/db?sslmode=bogus",
                 "unknown sslmode",
             ),
-            ("postgres://u:topsecret@h/db?sslmode=require", "without TLS"),
+            (
+                "postgres://u:topsecret@h/db?sslmode=require&sslrootcert=system",
+                "weak sslmode=require",
+            ),
+            (
+                "postgres://u:topsecret@h/db?sslmode=require&sslcert=/c.pem",
+                "sslkey",
+            ),
             ("postgres://u:topsecret@h/db?color=red", "unknown parameter"),
             ("postgres://u:topsecret@h:99999/db", "invalid port"),
             ("postgres://u:topsecret@/db", "no host"),

@@ -92,7 +92,21 @@ impl Volume {
         meta_url: impl Fn(&str) -> String,
         env: Vec<(String, String)>,
     ) -> Option<Volume> {
-        let db = postgres::database()?;
+        Some(Volume::postgres_in(
+            postgres::database()?,
+            extra,
+            meta_url,
+            env,
+        ))
+    }
+
+    /// As [`Volume::postgres`], in the database `db` (e.g. on a server with TLS).
+    pub fn postgres_in(
+        db: postgres::TestDb,
+        extra: &[&str],
+        meta_url: impl Fn(&str) -> String,
+        env: Vec<(String, String)>,
+    ) -> Volume {
         let dir = tempfile::Builder::new()
             .prefix("unkai-test-")
             .tempdir()
@@ -106,13 +120,13 @@ impl Volume {
         args.push(&name);
         let (ok, out, err) = run_env(&args, &env);
         assert!(ok, "format failed: {out}{err}");
-        Some(Volume {
+        Volume {
             dir,
             meta_url,
             name,
             env,
             db: Some(db),
-        })
+        }
     }
 
     pub fn bucket(&self) -> PathBuf {

@@ -7,6 +7,9 @@
 //!
 //! Every test gets a database of its own, dropped when its guard drops.
 //!
+//! Servers with TLS ([`tls_server`]) are started only with `local`: `scripts/postgres.sh
+//! certs` makes them a CA of their own (the openssl CLI) and a certificate it signs.
+//!
 //! Also compiled into the crate's unit tests (src/meta/tests.rs includes this file).
 #![allow(dead_code)]
 
@@ -44,10 +47,42 @@ pub struct Server {
 
 impl Server {
     fn start() -> Server {
+        Server::start_in(
+            tempfile::Builder::new()
+                .prefix("unkai-pg-")
+                .tempdir()
+                .expect("tempdir"),
+        )
+    }
+
+    /// A server with `ssl=on`, its certificate (for `san`, e.g. `IP:127.0.0.1,DNS:localhost`)
+    /// signed by a CA of its own: [`Server::ca`].
+    fn start_tls(san: &str) -> Server {
         let dir = tempfile::Builder::new()
-            .prefix("unkai-pg-")
+            .prefix("unkai-pgtls-")
             .tempdir()
             .expect("tempdir");
+        let out = Command::new(script())
+            .arg("certs")
+            .arg(dir.path())
+            .arg(san)
+            .output()
+            .expect("run scripts/postgres.sh certs");
+        assert!(
+            out.status.success(),
+            "scripts/postgres.sh certs failed (is openssl installed?): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Server::start_in(dir)
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate.
+    pub fn ca(&self) -> PathBuf {
+        self.dir.path().join("ca.crt")
+    }
+
+    fn start_in(dir: tempfile::TempDir) -> Server {
         let out = Command::new(script())
             .arg("start")
             .arg(dir.path())
@@ -87,6 +122,49 @@ fn shared_server() -> Arc<Server> {
     let srv = Arc::new(Server::start());
     *s = Arc::downgrade(&srv);
     srv
+}
+
+/// A private server with TLS whose certificate names `san` (shared by the tests of one
+/// binary asking for the same `san` while any of them runs); None, saying so, unless
+/// UNKAI_TEST_POSTGRES=local.
+pub fn tls_server(san: &str) -> Option<Arc<Server>> {
+    if std::env::var(ENV).as_deref() != Ok("local") {
+        eprintln!("skipped: TLS tests start servers of their own, only with {ENV}=local");
+        return None;
+    }
+    static SERVERS: Mutex<Vec<(String, Weak<Server>)>> = Mutex::new(Vec::new());
+    let mut all = SERVERS.lock().unwrap_or_else(|e| e.into_inner());
+    all.retain(|(_, w)| w.strong_count() > 0);
+    if let Some(srv) = all
+        .iter()
+        .find(|(s, _)| s == san)
+        .and_then(|(_, w)| w.upgrade())
+    {
+        return Some(srv);
+    }
+    let srv = Arc::new(Server::start_tls(san));
+    all.push((san.to_string(), Arc::downgrade(&srv)));
+    Some(srv)
+}
+
+/// A new, empty database on `server`.
+pub fn database_on(server: &Arc<Server>) -> TestDb {
+    let name = fresh_name();
+    TestDb::admin_client(&server.admin)
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .expect("create database");
+    TestDb {
+        url: with_db(&server.admin, &name),
+        name,
+        admin: server.admin.clone(),
+        _server: Some(server.clone()),
+    }
+}
+
+/// `url` with its query (`?...`) replaced by `query`.
+pub fn with_query(url: &str, query: &str) -> String {
+    let base = url.split_once('?').map_or(url, |(b, _)| b);
+    format!("{base}?{query}")
 }
 
 /// `url` with its database replaced by `db`.
