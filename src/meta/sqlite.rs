@@ -1420,6 +1420,12 @@ impl Meta for SqliteMeta {
         let (first, shared) = self.opens.add(ino);
         if !(first && shared) {
             drop(t);
+            // Counting first is not enough: a write transaction in flight (an unlink, a rename
+            // over the name) may have found the inode not open just before the count and be
+            // about to commit its deletion, which a reader would not see yet. Wait for the
+            // writer: once it is free, that transaction has committed (the lookup below then
+            // fails) or it saw the count (and kept the inode).
+            drop(self.writer.lock());
             return self.getattr(ino).inspect_err(|_| {
                 let _ = self.close(ino);
             });
