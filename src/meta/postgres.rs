@@ -35,8 +35,8 @@ use super::lock;
 use super::postgres_tls::TlsPlan;
 use super::postgres_watch::Watch;
 use super::shared::{
-    FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, session_dead,
-    zero_recs,
+    FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, row_dead,
+    session_dead, zero_recs,
 };
 use super::slice::{self, SliceRec};
 use super::url::PgUrl;
@@ -1324,10 +1324,7 @@ impl PgMeta {
         })?;
         Ok(match row {
             None => true,
-            Some((info, hb)) => match serde_json::from_str::<SessionInfo>(&info) {
-                Ok(info) => session_dead(&info, hb, now_nanos()),
-                Err(_) => true,
-            },
+            Some((info, hb)) => row_dead(&info, hb, now_nanos()),
         })
     }
 
@@ -1345,10 +1342,7 @@ impl PgMeta {
         })?;
         let mut cleaned = 0;
         for (id, info, hb) in sessions {
-            let dead = match serde_json::from_str::<SessionInfo>(&info) {
-                Ok(info) => session_dead(&info, hb, now),
-                Err(_) => true,
-            };
+            let dead = row_dead(&info, hb, now);
             if !dead || id == self.sid() {
                 continue;
             }

@@ -76,6 +76,15 @@ pub(crate) fn host_name() -> String {
         .unwrap_or_default()
 }
 
+/// Whether a session row (its info as stored, its last heartbeat) belongs to a client known to
+/// be gone; an unreadable row counts as gone.
+pub(crate) fn row_dead(info: &str, heartbeat: Nanos, now: Nanos) -> bool {
+    match serde_json::from_str::<SessionInfo>(info) {
+        Ok(info) => session_dead(&info, heartbeat, now),
+        Err(_) => true,
+    }
+}
+
 /// Whether a session's process is known to be gone (same host, pid no longer an unkai).
 pub(crate) fn session_dead(info: &SessionInfo, heartbeat: Nanos, now: Nanos) -> bool {
     if now - heartbeat > session_timeout().as_nanos() as i64 {

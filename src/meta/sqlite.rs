@@ -23,8 +23,8 @@ use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, pa
 use super::format::SCHEMA_VERSION;
 use super::lock;
 use super::shared::{
-    FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, session_dead,
-    zero_recs,
+    FRAGMENTED_AT, ID_BATCH, OpenCounts, align4k, by_chunk, check_name, plan_copy, row_dead,
+    session_dead, zero_recs,
 };
 use super::slice::{self, SliceRec};
 use super::*;
@@ -716,10 +716,7 @@ impl SqliteMeta {
         })?;
         Ok(match row {
             None => true,
-            Some((info, hb)) => match serde_json::from_str::<SessionInfo>(&info) {
-                Ok(info) => session_dead(&info, hb, now_nanos()),
-                Err(_) => true,
-            },
+            Some((info, hb)) => row_dead(&info, hb, now_nanos()),
         })
     }
 
@@ -736,10 +733,7 @@ impl SqliteMeta {
         })?;
         let mut cleaned = 0;
         for (id, info, hb) in sessions {
-            let dead = match serde_json::from_str::<SessionInfo>(&info) {
-                Ok(info) => session_dead(&info, hb, now),
-                Err(_) => true,
-            };
+            let dead = row_dead(&info, hb, now);
             if !dead || id == self.sid() {
                 continue;
             }
