@@ -602,13 +602,15 @@ fn a_reread_of_an_unchanged_file_comes_from_the_page_cache() {
     std::thread::sleep(Duration::from_millis(300));
     assert!(fs::read(b.p("f")).unwrap() == v1, "read the wrong bytes");
     assert_eq!(resident_pages(&b.p("f")), (total, total));
-    // B's own writes keep the pages they left (full pages; the last may be partial).
+    // B's own writes keep (nearly all) the pages they left: the kernel may drop a few (the
+    // partial last page, one at a request boundary; CI once saw 243 of 245), but a mount that
+    // invalidated its own writes would keep next to none.
     let mine = pattern(1_000_000, 42);
     fs::write(b.p("mine"), &mine).unwrap();
     let (res, pages) = resident_pages(&b.p("mine"));
     assert!(
-        res + 1 >= pages,
-        "{res} of {pages} pages of B's own file stayed"
+        res * 10 >= pages * 9,
+        "only {res} of {pages} pages of B's own file stayed"
     );
     assert!(
         fs::read(b.p("mine")).unwrap() == mine,
