@@ -108,6 +108,29 @@ pub fn decide(held: &[(LockOwner, LockRange)], me: LockOwner, req: LockRequest) 
     Decision::Store(apply(&own, req))
 }
 
+/// Runs `attempt` (one transaction that decides a request and stores its outcome) until it is
+/// settled: granted (`None`) or refused with the conflicting lock. A conflict with a holder
+/// whose session is `dead` reclaims what dead sessions left (`reclaim`) and tries once more.
+pub fn settle(
+    mut attempt: impl FnMut() -> super::Result<Decision>,
+    dead: impl Fn(u64) -> super::Result<bool>,
+    reclaim: impl Fn() -> super::Result<usize>,
+) -> super::Result<Option<LockRange>> {
+    for first in [true, false] {
+        match attempt()? {
+            Decision::Store(_) => return Ok(None),
+            Decision::Conflict(holder, r) => {
+                if first && dead(holder.session)? {
+                    reclaim()?;
+                    continue;
+                }
+                return Ok(Some(r));
+            }
+        }
+    }
+    unreachable!("the second attempt returns")
+}
+
 /// An owner's ranges after a request: the request's range is cut out of every range, then
 /// added with its kind (unless it unlocks); neighbouring ranges of one kind merge, as POSIX
 /// requires of one owner's locks.

@@ -1969,24 +1969,25 @@ impl Meta for PgMeta {
 
     fn setlk(&self, ino: Ino, owner: u64, req: LockRequest) -> Result<Option<LockRange>> {
         let me = self.lock_owner(owner);
-        for attempt in 0..2 {
-            // The inode's row lock orders the lockers of one inode across clients.
-            let decision = self.write_locking(&[ino], false, |db| {
-                lock_node(db, ino)?;
-                db.execute(
-                    "DELETE FROM unkai_plock WHERE ino=$1 \
-                     AND session NOT IN (SELECT id FROM unkai_session)",
-                    &[&(ino as i64)],
-                )?;
-                let held = load_locks(db, ino)?;
-                let d = lock::decide(&held, me, req);
-                if let lock::Decision::Store(ranges) = &d {
+        lock::settle(
+            || {
+                // The inode's row lock orders the lockers of one inode across clients.
+                self.write_locking(&[ino], false, |db| {
+                    lock_node(db, ino)?;
                     db.execute(
-                        "DELETE FROM unkai_plock WHERE ino=$1 AND session=$2 AND owner=$3",
-                        &[&(ino as i64), &(me.session as i64), &(me.owner as i64)],
+                        "DELETE FROM unkai_plock WHERE ino=$1 \
+                     AND session NOT IN (SELECT id FROM unkai_session)",
+                        &[&(ino as i64)],
                     )?;
-                    for r in ranges {
+                    let held = load_locks(db, ino)?;
+                    let d = lock::decide(&held, me, req);
+                    if let lock::Decision::Store(ranges) = &d {
                         db.execute(
+                            "DELETE FROM unkai_plock WHERE ino=$1 AND session=$2 AND owner=$3",
+                            &[&(ino as i64), &(me.session as i64), &(me.owner as i64)],
+                        )?;
+                        for r in ranges {
+                            db.execute(
                             "INSERT INTO unkai_plock (ino, session, owner, kind, start, last, pid) \
                              VALUES ($1, $2, $3, $4, $5, $6, $7)",
                             &[
@@ -1999,23 +2000,14 @@ impl Meta for PgMeta {
                                 &(r.pid as i64),
                             ],
                         )?;
+                        }
                     }
-                }
-                Ok(d)
-            })?;
-            match decision {
-                lock::Decision::Store(_) => return Ok(None),
-                lock::Decision::Conflict(holder, r) => {
-                    // A holder whose client died leaves its locks behind: reclaim them once.
-                    if attempt == 0 && self.session_is_dead(holder.session)? {
-                        self.clean_dead_sessions()?;
-                        continue;
-                    }
-                    return Ok(Some(r));
-                }
-            }
-        }
-        unreachable!("the second attempt returns")
+                    Ok(d)
+                })
+            },
+            |s| self.session_is_dead(s),
+            || self.clean_dead_sessions(),
+        )
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {

@@ -1361,49 +1361,47 @@ impl Meta for SqliteMeta {
 
     fn setlk(&self, ino: Ino, owner: u64, req: LockRequest) -> Result<Option<LockRange>> {
         let me = self.lock_owner(owner);
-        for attempt in 0..2 {
-            let decision = self.write(|c| {
-                // Locks of sessions that ended are void.
-                c.prepare_cached(
+        lock::settle(
+            || {
+                self.write(|c| {
+                    // Locks of sessions that ended are void.
+                    c.prepare_cached(
                     "DELETE FROM plock WHERE ino=?1 AND session NOT IN (SELECT id FROM session)",
                 )?
                 .execute([ino as i64])?;
-                let held = load_locks(c, ino)?;
-                let d = lock::decide(&held, me, req);
-                if let lock::Decision::Store(ranges) = &d {
-                    c.prepare_cached("DELETE FROM plock WHERE ino=?1 AND session=?2 AND owner=?3")?
-                        .execute(params![ino as i64, me.session as i64, me.owner as i64])?;
-                    let mut ins = c.prepare_cached(
-                        "INSERT INTO plock (ino, session, owner, kind, start, last, pid) \
-                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
-                    )?;
-                    for r in ranges {
-                        ins.execute(params![
+                    let held = load_locks(c, ino)?;
+                    let d = lock::decide(&held, me, req);
+                    if let lock::Decision::Store(ranges) = &d {
+                        c.prepare_cached(
+                            "DELETE FROM plock WHERE ino=?1 AND session=?2 AND owner=?3",
+                        )?
+                        .execute(params![
                             ino as i64,
                             me.session as i64,
-                            me.owner as i64,
-                            r.kind.code(),
-                            r.start as i64,
-                            r.end as i64,
-                            r.pid as i64
+                            me.owner as i64
                         ])?;
+                        let mut ins = c.prepare_cached(
+                            "INSERT INTO plock (ino, session, owner, kind, start, last, pid) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        )?;
+                        for r in ranges {
+                            ins.execute(params![
+                                ino as i64,
+                                me.session as i64,
+                                me.owner as i64,
+                                r.kind.code(),
+                                r.start as i64,
+                                r.end as i64,
+                                r.pid as i64
+                            ])?;
+                        }
                     }
-                }
-                Ok(d)
-            })?;
-            match decision {
-                lock::Decision::Store(_) => return Ok(None),
-                lock::Decision::Conflict(holder, r) => {
-                    // A holder whose client died leaves its locks behind: reclaim them once.
-                    if attempt == 0 && self.session_is_dead(holder.session)? {
-                        self.clean_dead_sessions()?;
-                        continue;
-                    }
-                    return Ok(Some(r));
-                }
-            }
-        }
-        unreachable!("the second attempt returns")
+                    Ok(d)
+                })
+            },
+            |s| self.session_is_dead(s),
+            || self.clean_dead_sessions(),
+        )
     }
 
     fn open(&self, ino: Ino) -> Result<Attr> {
