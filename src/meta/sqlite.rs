@@ -132,6 +132,10 @@ pub struct SqliteMeta {
     opens: OpenCounts,
     session: Mutex<u64>,
     fragmented: Mutex<HashMap<(Ino, u32), usize>>,
+    /// Group fsync (see [`Meta::sync`]): tickets handed out, and the last ticket covered by
+    /// a finished fsync (under this lock, which also makes fsyncs take turns).
+    sync_tickets: std::sync::atomic::AtomicU64,
+    synced: Mutex<u64>,
 }
 
 fn open_conn(path: &Path, create: bool) -> rusqlite::Result<Connection> {
@@ -534,6 +538,8 @@ impl SqliteMeta {
             opens: OpenCounts::new(false),
             session: Mutex::new(0),
             fragmented: Mutex::new(HashMap::new()),
+            sync_tickets: std::sync::atomic::AtomicU64::new(0),
+            synced: Mutex::new(0),
         })
     }
 
@@ -566,6 +572,22 @@ impl SqliteMeta {
 
     /// Runs `f` on a reader connection (in a read transaction), retrying while busy.
     fn read<T>(&self, mut f: impl FnMut(&Connection) -> Tx<T>) -> Result<T> {
+        // SQLite drops a connection's page cache whenever another connection changed the
+        // database, so a reader between two writes reads every page again; the writer's
+        // cache survives its own commits. An idle writer answers reads itself.
+        if let Some(mut w) = self.writer.try_lock() {
+            let attempt = (|| -> Tx<T> {
+                let tx = w.transaction_with_behavior(TransactionBehavior::Deferred)?;
+                let v = f(&tx)?;
+                tx.finish()?;
+                Ok(v)
+            })();
+            match attempt {
+                // Another process holds the database: wait on a reader instead of the writer.
+                Err(TxError::Sql(e)) if is_busy(&e) => {}
+                other => return other.map_err(tx_err),
+            }
+        }
         let conn = self.readers.lock().pop();
         let mut conn = match conn {
             Some(c) => c,
@@ -1771,8 +1793,18 @@ impl Meta for SqliteMeta {
         })
     }
 
+    /// Fsyncs the WAL, without holding up writers, and once for every caller waiting: a
+    /// ticket is taken after the caller's commits; an fsync that starts after a ticket was
+    /// taken covers it (the WAL only grows, or restarts after a checkpoint, which fsyncs what
+    /// it copies). Concurrent `fsync(2)` calls of many files so share one disk flush.
     fn sync(&self) -> Result<()> {
-        let _w = self.writer.lock();
+        use std::sync::atomic::Ordering::SeqCst;
+        let mine = self.sync_tickets.fetch_add(1, SeqCst) + 1;
+        let mut synced = self.synced.lock();
+        if *synced >= mine {
+            return Ok(());
+        }
+        let upto = self.sync_tickets.load(SeqCst);
         let mut wal = self.path.clone().into_os_string();
         wal.push("-wal");
         let target = if Path::new(&wal).exists() {
@@ -1782,7 +1814,9 @@ impl Meta for SqliteMeta {
         };
         std::fs::File::open(&target)
             .and_then(|f| f.sync_all())
-            .map_err(|e| Error::Engine(format!("fsync {}: {e}", target.display())))
+            .map_err(|e| Error::Engine(format!("fsync {}: {e}", target.display())))?;
+        *synced = upto;
+        Ok(())
     }
 
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>> {
