@@ -789,9 +789,10 @@ fn large_files(kind: Kind) {
     let m = vol.mount();
     check(&m);
     m.unmount();
-    // 1 MiB at 63.5 MiB is two slices (one per chunk): at least 4 objects, and the 20 MiB file
-    // 5 more at the default 4 MiB block size.
-    assert!(check_clean(&st, &vol) >= 9);
+    // The sparse file's writes go up at close packed per chunk (two chunks: at least 2
+    // objects, more if a flush came between the writes), and the 20 MiB file is 5 more at the
+    // default 4 MiB block size.
+    assert!(check_clean(&st, &vol) >= 7);
 }
 
 /// truncate shrink and grow, fallocate (punch hole, allocate beyond the end), copy_file_range

@@ -192,21 +192,35 @@ impl Drop for Scratch {
     }
 }
 
-/// Where the S0 latency chart of `--plot FILE.svg` goes: FILE-s0-latency.svg.
+/// Where the S0 latency chart of `--plot FILE.svg` goes: FILE-s0-latency.svg (or .png).
 pub fn s0_plot_path(path: &Path) -> PathBuf {
     let stem = path.file_stem().unwrap_or_default().to_string_lossy();
-    path.with_file_name(format!("{stem}-s0-latency.svg"))
+    let ext = path.extension().unwrap_or_default().to_string_lossy();
+    path.with_file_name(format!("{stem}-s0-latency.{ext}"))
 }
 
-/// Checks that a `--plot` path can be drawn (SVG only).
+/// Checks that a `--plot` path can be drawn (SVG or PNG).
 pub fn check_plot(path: &Path) -> anyhow::Result<()> {
-    if path.extension().and_then(|e| e.to_str()) != Some("svg") {
+    if !matches!(
+        path.extension().and_then(|e| e.to_str()),
+        Some("svg" | "png")
+    ) {
         bail!(
-            "--plot {}: only SVG charts are drawn; give a path ending in .svg",
+            "--plot {}: charts are drawn as SVG or PNG; give a path ending in .svg or .png",
             path.display()
         );
     }
     Ok(())
+}
+
+/// Writes a chart (SVG text) to `path`, rasterized first if the path ends in .png.
+fn write_chart(path: &Path, svg: &str) -> anyhow::Result<()> {
+    let bytes = if path.extension().and_then(|e| e.to_str()) == Some("png") {
+        plot::png(svg)?
+    } else {
+        svg.as_bytes().to_vec()
+    };
+    std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
 }
 
 /// Checks that each directory exists and is writable.
@@ -357,11 +371,9 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Report> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(path) = &opts.plot {
-        std::fs::write(path, plot::svg(&report))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        write_chart(path, &plot::svg(&report))?;
         if let Some(lat) = plot::s0_latency_svg(&report) {
-            let p = s0_plot_path(path);
-            std::fs::write(&p, lat).with_context(|| format!("cannot write {}", p.display()))?;
+            write_chart(&s0_plot_path(path), &lat)?;
         }
     }
     Ok(report)

@@ -1,6 +1,7 @@
 //! Charts of a bench report as SVG: one horizontal bar per directory for every figure, each
 //! figure scaled to its own largest value, grouped by workload; S0's latencies get a chart of
-//! their own (mean, p99, max per job). Plain SVG text: no plotting library needed.
+//! their own (mean, p99, max per job). Plain SVG text: no plotting library needed; `png`
+//! rasterizes it (resvg, with the system's fonts).
 
 use super::{Better, Report};
 
@@ -102,6 +103,32 @@ fn chart(r: &Report, title: &str, keep: &dyn Fn(&super::ReportRow) -> bool) -> S
 }
 
 /// Every figure, grouped by workload.
+/// The chart `svg` (as drawn here) rasterized to PNG bytes, at twice its size for sharp text.
+pub fn png(svg: &str) -> anyhow::Result<Vec<u8>> {
+    use resvg::{tiny_skia, usvg};
+    let mut opt = usvg::Options::default();
+    opt.fontdb_mut().load_system_fonts();
+    let tree = usvg::Tree::from_str(svg, &opt)
+        .map_err(|e| anyhow::anyhow!("cannot draw the chart: {e}"))?;
+    let scale = 2.0;
+    let size = tree.size();
+    let (w, h) = (
+        ((size.width() * scale).ceil() as u32).max(1),
+        ((size.height() * scale).ceil() as u32).max(1),
+    );
+    let mut pixmap = tiny_skia::Pixmap::new(w, h)
+        .ok_or_else(|| anyhow::anyhow!("cannot draw a chart of {w}x{h} pixels"))?;
+    pixmap.fill(tiny_skia::Color::WHITE);
+    resvg::render(
+        &tree,
+        tiny_skia::Transform::from_scale(scale, scale),
+        &mut pixmap.as_mut(),
+    );
+    pixmap
+        .encode_png()
+        .map_err(|e| anyhow::anyhow!("cannot encode the chart as PNG: {e}"))
+}
+
 pub fn svg(r: &Report) -> String {
     chart(r, "unkai bench: medians per directory", &|_| true)
 }
@@ -142,5 +169,19 @@ mod tests {
         assert!(s.contains(&format!("width=\"{:.1}\"", BAR_W / 2.0)), "{s}");
         assert!(s.contains(&format!("width=\"{BAR_W:.1}\"")), "{s}");
         assert!(s0_latency_svg(&r).is_none());
+        // The same chart as PNG: a PNG of twice the SVG's size, with bars drawn on white.
+        let png = png(&s).unwrap();
+        assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+        let w = u32::from_be_bytes(png[16..20].try_into().unwrap());
+        let svg_w: f64 = s
+            .split("width=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(w, (svg_w * 2.0).ceil() as u32);
     }
 }

@@ -42,9 +42,9 @@ pub struct Args {
     /// Also write every figure of every run to FILE as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
-    /// Draw the medians as bar charts into FILE.svg (and S0's latencies into
-    /// FILE-s0-latency.svg).
-    #[arg(long, value_name = "FILE.svg")]
+    /// Draw the medians as bar charts into FILE.svg or FILE.png (and S0's latencies into
+    /// FILE-s0-latency.svg or .png).
+    #[arg(long, value_name = "FILE.svg|FILE.png")]
     plot: Option<PathBuf>,
     /// No progress display.
     #[arg(short, long)]
