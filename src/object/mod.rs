@@ -18,6 +18,7 @@ pub mod url;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use futures::TryStreamExt;
@@ -109,6 +110,16 @@ pub struct ObjectStorage {
     policy: Policy,
     inflight: Arc<Semaphore>,
     faults: Option<Arc<Faults>>,
+    traffic: Arc<Traffic>,
+}
+
+/// Objects and bytes put and got through one `ObjectStorage` (and its clones) since it opened.
+#[derive(Debug, Default)]
+pub struct Traffic {
+    pub puts: std::sync::atomic::AtomicU64,
+    pub put_bytes: std::sync::atomic::AtomicU64,
+    pub gets: std::sync::atomic::AtomicU64,
+    pub get_bytes: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -187,6 +198,7 @@ impl ObjectStorage {
             native,
             local_root,
             inflight: Arc::new(Semaphore::new(policy.max_inflight.max(1))),
+            traffic: Arc::default(),
             policy,
             faults: Faults::from_env().map(Arc::new),
         })
@@ -233,11 +245,20 @@ impl ObjectStorage {
 
     pub async fn put(&self, key: &str, data: Bytes) -> Result<()> {
         let path = ObjPath::from(key);
+        let len = data.len() as u64;
         self.run(Op::Put, &format!("put {key}"), || {
             self.store.put(&path, PutPayload::from(data.clone()))
         })
         .await?;
+        self.traffic.puts.fetch_add(1, Ordering::Relaxed);
+        self.traffic.put_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(())
+    }
+
+    /// What this storage put and got so far (write amplification: `put_bytes` against the
+    /// bytes applications wrote).
+    pub fn traffic(&self) -> &Traffic {
+        &self.traffic
     }
 
     pub async fn get(&self, key: &str) -> Result<Bytes> {
@@ -269,6 +290,10 @@ impl ObjectStorage {
     }
 
     fn after_get(&self, b: Bytes) -> Bytes {
+        self.traffic.gets.fetch_add(1, Ordering::Relaxed);
+        self.traffic
+            .get_bytes
+            .fetch_add(b.len() as u64, Ordering::Relaxed);
         match &self.faults {
             Some(f) => f.after_get(b),
             None => b,

@@ -95,6 +95,8 @@ pub struct Vfs {
     handles: Handles,
     writers: Mutex<HashMap<Ino, SharedWriter>>,
     buffered: AtomicUsize,
+    /// Bytes applications wrote through this mount (against the bytes put: amplification).
+    written: std::sync::atomic::AtomicU64,
     retired: Mutex<Retired>,
     background: Mutex<Option<background::Background>>,
     locks: locks::Locks,
@@ -172,6 +174,7 @@ impl Vfs {
             handles: Handles::default(),
             writers: Mutex::new(HashMap::new()),
             buffered: AtomicUsize::new(0),
+            written: Default::default(),
             retired: Mutex::new(Retired::default()),
             background: Mutex::new(bg),
             locks: locks::Locks::default(),
@@ -511,6 +514,7 @@ impl Vfs {
                 return sys(libc::EFBIG);
             }
             tracing::trace!("write inode {} at {off} len {}", h.ino, data.len());
+            self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
             let before = w.buffered();
             let res = w.write(&*self.meta, &self.store, off, data, now_nanos());
             let grew = w.buffered() - before;
@@ -808,6 +812,17 @@ impl Vfs {
     pub fn shutdown(&self) -> Result<()> {
         let res = self.flush_all();
         self.background.lock().take();
+        let t = self.store.storage().traffic();
+        let written = self.written.load(Ordering::Relaxed);
+        let put = t.put_bytes.load(Ordering::Relaxed);
+        tracing::info!(
+            "this mount: applications wrote {written} bytes; {put} bytes put in {} objects \
+             (write amplification {:.2}, compaction included); {} bytes got in {} objects",
+            t.puts.load(Ordering::Relaxed),
+            put as f64 / written.max(1) as f64,
+            t.get_bytes.load(Ordering::Relaxed),
+            t.gets.load(Ordering::Relaxed),
+        );
         self.meta.close_session()?;
         res
     }
