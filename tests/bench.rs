@@ -128,3 +128,69 @@ fn bad_directories_are_one_line_errors() {
     assert!(err.contains("--runs"), "{err}");
     assert!(leftovers(dir.path()).is_empty());
 }
+
+/// Unmounts (lazily) the tmpfs of a test on drop, failure included.
+struct TmpfsGuard(std::path::PathBuf);
+
+impl Drop for TmpfsGuard {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}
+
+#[test]
+fn a_directory_that_fails_a_workload_gets_blanks_and_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good");
+    let full = dir.path().join("full");
+    fs::create_dir(&good).unwrap();
+    fs::create_dir(&full).unwrap();
+    // 64 KiB of tmpfs: the fileserver personality runs out of space there.
+    let st = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&full)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mount tmpfs");
+    let _guard = TmpfsGuard(full.clone());
+    let json = dir.path().join("out.json");
+    let png = dir.path().join("chart.png");
+    let (ok, out, err) = run(&[
+        "bench",
+        "--quick",
+        "--quiet",
+        "--workload",
+        "s3",
+        "--duration",
+        "1",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+        good.to_str().unwrap(),
+        full.to_str().unwrap(),
+    ]);
+    assert!(ok, "bench failed:\n{out}{err}");
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    let notes = v["notes"].to_string();
+    assert!(
+        notes.contains(&format!("on {} failed", full.display())),
+        "{notes}"
+    );
+    assert!(err.contains("failed"), "{err}");
+    let ops = v["figures"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["name"] == "fileserver ops")
+        .unwrap_or_else(|| panic!("{v}"));
+    assert!(ops["median"][0].as_f64().unwrap() > 0.0, "{ops}");
+    assert!(ops["median"][1].is_null(), "{ops}");
+    // The chart as PNG.
+    assert_eq!(&fs::read(&png).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    assert!(leftovers(&good).is_empty());
+    assert!(leftovers(&full).is_empty(), "{:?}", leftovers(&full));
+}

@@ -329,8 +329,20 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Report> {
                     opts.runs,
                     dir.display()
                 ));
-                let figs = run_one(&ctx, *w, dir, &mut notes)
-                    .with_context(|| format!("{w:?} on {}", dir.display()))?;
+                let figs = match run_one(&ctx, *w, dir, &mut notes) {
+                    Ok(figs) => figs,
+                    Err(e) if ctx.stopped() => {
+                        return Err(e.context(format!("{w:?} on {}", dir.display())));
+                    }
+                    // One file system failing a workload (a peer's "database is locked", a
+                    // full disk) leaves its figures blank; the comparison goes on.
+                    Err(e) => {
+                        let msg = format!("{w:?} on {} failed: {e:#}", dir.display());
+                        ctx.progress.suspend(|| eprintln!("unkai bench: {msg}"));
+                        notes.push(msg);
+                        Vec::new()
+                    }
+                };
                 for f in figs {
                     let key = (f.workload, f.name.clone());
                     let e = rows.entry(key.clone()).or_insert_with(|| {
