@@ -91,6 +91,21 @@ fn metadata_and_fileserver_on_a_mount_and_a_local_dir() {
     assert!(chart.contains("fileserver ops"));
     // No S0 ran: no latency chart.
     assert!(!local.path().join("chart-s0-latency.svg").exists());
+    // The saved report printed and drawn again, without running anything.
+    let png = local.path().join("again.png");
+    let (ok, again, err) = run(&[
+        "bench",
+        "--from-json",
+        json.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+    ]);
+    assert!(ok, "bench --from-json failed:\n{again}{err}");
+    assert_eq!(again, out, "the saved report prints the same table");
+    assert_eq!(&fs::read(&png).unwrap()[..8], b"\x89PNG\r\n\x1a\n");
+    let (ok, _, err) = run(&["bench", "--from-json", svg.to_str().unwrap()]);
+    assert!(!ok);
+    assert!(err.contains("not a report"), "{err}");
     // Nothing left behind in either directory.
     assert!(leftovers(&m.path).is_empty(), "{:?}", leftovers(&m.path));
     assert!(leftovers(&local_dir).is_empty());

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// The workloads, named as in SUITE.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum, Serialize)]
@@ -52,7 +52,7 @@ impl Workload {
 }
 
 /// Whether a larger figure is better.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Better {
     Higher,
@@ -147,7 +147,7 @@ pub struct Options {
 }
 
 /// Results: per directory, per (workload, figure name), the values of each run.
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct Report {
     pub dirs: Vec<String>,
     pub runs: usize,
@@ -156,11 +156,11 @@ pub struct Report {
     pub figures: Vec<ReportRow>,
 }
 
-#[derive(Serialize)]
+#[derive(Serialize, Deserialize)]
 pub struct ReportRow {
-    pub workload: &'static str,
+    pub workload: String,
     pub name: String,
-    pub unit: &'static str,
+    pub unit: String,
     pub better: Better,
     /// Per directory: the value of each run.
     pub values: Vec<Vec<f64>>,
@@ -221,6 +221,26 @@ fn write_chart(path: &Path, svg: &str) -> anyhow::Result<()> {
         svg.as_bytes().to_vec()
     };
     std::fs::write(path, bytes).with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Draws the report's charts into `path` (and the S0 latency chart beside it).
+pub fn draw(report: &Report, path: &Path) -> anyhow::Result<()> {
+    write_chart(path, &plot::svg(report))?;
+    if let Some(lat) = plot::s0_latency_svg(report) {
+        write_chart(&s0_plot_path(path), &lat)?;
+    }
+    Ok(())
+}
+
+/// Reads a report written by `--json`.
+pub fn load(path: &Path) -> anyhow::Result<Report> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    serde_json::from_slice(&bytes).with_context(|| {
+        format!(
+            "{} is not a report written by `unkai bench --json`",
+            path.display()
+        )
+    })
 }
 
 /// Checks that each directory exists and is writable.
@@ -362,9 +382,9 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Report> {
             let (unit, better, values) = rows.remove(&key).expect("row");
             let median = values.iter().map(|v| median(v)).collect();
             ReportRow {
-                workload: key.0,
+                workload: key.0.to_string(),
                 name: key.1,
-                unit,
+                unit: unit.to_string(),
                 better,
                 values,
                 median,
@@ -383,10 +403,7 @@ pub fn run(opts: &Options, stop: Arc<AtomicBool>) -> anyhow::Result<Report> {
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
     if let Some(path) = &opts.plot {
-        write_chart(path, &plot::svg(&report))?;
-        if let Some(lat) = plot::s0_latency_svg(&report) {
-            write_chart(&s0_plot_path(path), &lat)?;
-        }
+        draw(&report, path)?;
     }
     Ok(report)
 }

@@ -35,14 +35,14 @@ fn chart(r: &Report, title: &str, keep: &dyn Fn(&super::ReportRow) -> bool) -> S
     let n = r.dirs.len().max(1);
     let group_h = BAR_H * n as f64 + 8.0;
     let legend_h = 20.0 * n as f64 + 10.0;
-    let mut workloads: Vec<&str> = rows.iter().map(|f| f.workload).collect();
+    let mut workloads: Vec<&str> = rows.iter().map(|f| f.workload.as_str()).collect();
     workloads.dedup();
     let height =
         40.0 + legend_h + rows.len() as f64 * group_h + workloads.len() as f64 * 26.0 + 20.0;
     let width = LABEL_W + BAR_W + 140.0;
     let mut s = format!(
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" \
-         font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"100%\" height=\"100%\" \
+         font-family=\"sans-serif\" font-size=\"11\">\n<rect width=\"{width}\" height=\"{height}\" \
          fill=\"white\"/>\n<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
         esc(title)
     );
@@ -62,7 +62,7 @@ fn chart(r: &Report, title: &str, keep: &dyn Fn(&super::ReportRow) -> bool) -> S
     let mut current = "";
     for row in rows {
         if row.workload != current {
-            current = row.workload;
+            current = &row.workload;
             s.push_str(&format!(
                 "<text x=\"10\" y=\"{}\" font-size=\"13\" font-weight=\"bold\">{}</text>\n",
                 y + 16.0,
@@ -79,12 +79,13 @@ fn chart(r: &Report, title: &str, keep: &dyn Fn(&super::ReportRow) -> bool) -> S
             "<text x=\"10\" y=\"{}\">{} ({}, {dir})</text>\n",
             y + BAR_H * n as f64 / 2.0 + 4.0,
             esc(&row.name),
-            esc(row.unit)
+            esc(&row.unit)
         ));
         for (i, m) in row.median.iter().enumerate() {
             let by = y + i as f64 * BAR_H;
             if let Some(v) = m {
-                let w = if max > 0.0 { v / max * BAR_W } else { 0.0 };
+                // At least a sliver: a zero-width rect is invalid SVG to some renderers.
+                let w = if max > 0.0 { v / max * BAR_W } else { 0.0 }.max(0.1);
                 s.push_str(&format!(
                     "<rect x=\"{LABEL_W}\" y=\"{by}\" width=\"{w:.1}\" height=\"{}\" fill=\"{}\"/>\
                      <text x=\"{:.1}\" y=\"{}\">{}</text>\n",
@@ -102,12 +103,28 @@ fn chart(r: &Report, title: &str, keep: &dyn Fn(&super::ReportRow) -> bool) -> S
     s
 }
 
-/// Every figure, grouped by workload.
 /// The chart `svg` (as drawn here) rasterized to PNG bytes, at twice its size for sharp text.
 pub fn png(svg: &str) -> anyhow::Result<Vec<u8>> {
     use resvg::{tiny_skia, usvg};
     let mut opt = usvg::Options::default();
-    opt.fontdb_mut().load_system_fonts();
+    let db = opt.fontdb_mut();
+    db.load_system_fonts();
+    // The charts ask for "sans-serif"; fontdb maps it to Arial, rarely installed on Linux.
+    let sans = ["DejaVu Sans", "Liberation Sans", "Noto Sans", "FreeSans"]
+        .into_iter()
+        .find(|f| {
+            db.faces()
+                .any(|face| face.families.iter().any(|(n, _)| n == f))
+        })
+        .map(str::to_string)
+        .or_else(|| {
+            db.faces()
+                .next()
+                .and_then(|f| f.families.first().map(|(n, _)| n.clone()))
+        });
+    if let Some(family) = sans {
+        db.set_sans_serif_family(family);
+    }
     let tree = usvg::Tree::from_str(svg, &opt)
         .map_err(|e| anyhow::anyhow!("cannot draw the chart: {e}"))?;
     let scale = 2.0;
@@ -129,6 +146,7 @@ pub fn png(svg: &str) -> anyhow::Result<Vec<u8>> {
         .map_err(|e| anyhow::anyhow!("cannot encode the chart as PNG: {e}"))
 }
 
+/// Every figure, grouped by workload.
 pub fn svg(r: &Report) -> String {
     chart(r, "unkai bench: medians per directory", &|_| true)
 }
@@ -155,9 +173,9 @@ mod tests {
             quick: true,
             notes: vec![],
             figures: vec![ReportRow {
-                workload: "M",
+                workload: "M".into(),
                 name: "create & stat".into(),
-                unit: "ops/s",
+                unit: "ops/s".into(),
                 better: Better::Higher,
                 values: vec![vec![50.0], vec![100.0]],
                 median: vec![Some(50.0), Some(100.0)],

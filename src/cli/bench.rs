@@ -21,12 +21,16 @@ use crate::bench::{self, Options, Workload};
     after_help = "Examples:\n  unkai bench --quick /mnt/unkai /tmp                 # every workload, small sizes\n  \
 unkai bench --workload m --workload s3 /mnt/unkai /srv/ext4\n  \
 unkai bench --workload s4 --runs 5 --json out.json /mnt/unkai /mnt/other\n  \
-unkai bench --quick --plot chart.svg /mnt/unkai /tmp               # also chart-s0-latency.svg"
+unkai bench --quick --plot chart.svg /mnt/unkai /tmp               # also chart-s0-latency.svg\n  \
+unkai bench --from-json out.json --plot chart.png                  # redraw a saved run"
 )]
 pub struct Args {
     /// Directories to run in: the first is the reference of the ratios.
-    #[arg(required = true, value_name = "DIR")]
+    #[arg(required_unless_present = "from_json", value_name = "DIR")]
     dirs: Vec<PathBuf>,
+    /// Run nothing: print (and with --plot, draw) a report saved earlier with --json.
+    #[arg(long, value_name = "FILE.json", conflicts_with_all = ["dirs", "quick", "runs", "json"])]
+    from_json: Option<PathBuf>,
     /// Workloads to run (repeat or comma-separate): s0, s1, s2, s3, s4, m or all.
     #[arg(long, short, value_enum, value_delimiter = ',', default_value = "all")]
     workload: Vec<Workload>,
@@ -52,6 +56,17 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    if let Some(saved) = &a.from_json {
+        if let Some(p) = &a.plot {
+            bench::check_plot(p)?;
+        }
+        let report = bench::load(saved)?;
+        print!("{}", bench::table(&report));
+        if let Some(p) = &a.plot {
+            bench::draw(&report, p)?;
+        }
+        return Ok(());
+    }
     let runs = a.runs.unwrap_or(if a.quick { 1 } else { 3 });
     if runs == 0 {
         anyhow::bail!("invalid --runs 0: give at least 1");
