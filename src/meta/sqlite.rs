@@ -154,6 +154,14 @@ fn open_conn(path: &Path, create: bool) -> rusqlite::Result<Connection> {
     Ok(c)
 }
 
+/// Runs `f` once in a read transaction of `c`.
+fn read_once<T>(c: &mut Connection, f: &mut impl FnMut(&Connection) -> Tx<T>) -> Tx<T> {
+    let tx = c.transaction_with_behavior(TransactionBehavior::Deferred)?;
+    let v = f(&tx)?;
+    tx.finish()?;
+    Ok(v)
+}
+
 fn row_attr(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<Attr> {
     let kind: u8 = r.get(base + 1)?;
     Ok(Attr {
@@ -576,13 +584,7 @@ impl SqliteMeta {
         // database, so a reader between two writes reads every page again; the writer's
         // cache survives its own commits. An idle writer answers reads itself.
         if let Some(mut w) = self.writer.try_lock() {
-            let attempt = (|| -> Tx<T> {
-                let tx = w.transaction_with_behavior(TransactionBehavior::Deferred)?;
-                let v = f(&tx)?;
-                tx.finish()?;
-                Ok(v)
-            })();
-            match attempt {
+            match read_once(&mut w, &mut f) {
                 // Another process holds the database: wait on a reader instead of the writer.
                 Err(TxError::Sql(e)) if is_busy(&e) => {}
                 other => return other.map_err(tx_err),
@@ -595,13 +597,7 @@ impl SqliteMeta {
         };
         let mut delay = Duration::from_millis(1);
         let out = loop {
-            let attempt = (|| -> Tx<T> {
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
-                let v = f(&tx)?;
-                tx.finish()?;
-                Ok(v)
-            })();
-            match attempt {
+            match read_once(&mut conn, &mut f) {
                 Err(TxError::Sql(e)) if is_busy(&e) => {
                     std::thread::sleep(delay);
                     delay = (delay * 2).min(Duration::from_millis(200));
