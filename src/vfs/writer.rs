@@ -224,18 +224,23 @@ impl FileWriter {
             return Ok(());
         }
         let mut up = SliceUpload::new(store, meta.new_slice_id()?);
-        for (i, block) in buf.chunks(store.block_size() as usize).enumerate() {
-            up.put_block(i as u32, Bytes::copy_from_slice(block));
+        // The packed bytes are handed over as they are: each block is a view of them, not a copy.
+        let packed = Bytes::from(std::mem::take(buf));
+        let bs = store.block_size() as usize;
+        for (i, start) in (0..packed.len()).step_by(bs).enumerate() {
+            up.put_block(
+                i as u32,
+                packed.slice(start..(start + bs).min(packed.len())),
+            );
         }
         let p = packs.len();
-        packs.push((up, buf.len() as u32));
+        packs.push((up, packed.len() as u32));
         for (k, off) in members.drain(..) {
             let s = &mut slices[k];
             s.pack = Some((p, off));
             // Sealed: its bytes are sent (see `write_chunk`).
             s.frozen = s.buf.len();
         }
-        buf.clear();
         Ok(())
     }
 
@@ -539,7 +544,7 @@ mod tests {
         assert_eq!(recs.len(), 6, "{recs:?}");
         let ids: std::collections::BTreeSet<u64> = recs.iter().map(|r| r.id).collect();
         assert_eq!(ids.len(), 2, "the small writes share one slice: {recs:?}");
-        // The big slice's two blocks, and the seven small writes in one object.
+        // The big slice's two blocks, and the small writes' five pending slices in one object.
         let objects = store.block_on(store.storage().list("w")).unwrap();
         assert_eq!(objects.len(), 3, "{objects:?}");
         want.truncate(254_096);
