@@ -288,6 +288,23 @@ pub enum Change {
     Down,
 }
 
+/// Which engine holds a volume's metadata.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EngineKind {
+    /// An SQLite file: every client of the volume runs on the machine that has the file.
+    Sqlite,
+    /// A PostgreSQL database: clients may be on many machines.
+    Postgres,
+}
+
+impl EngineKind {
+    /// Whether every client of the volume runs on this machine (so a mount alone on it may
+    /// let the kernel cache for long).
+    pub fn one_machine(self) -> bool {
+        self == EngineKind::Sqlite
+    }
+}
+
 /// Receives the [`Change`]s of [`Meta::watch`], on a thread of the engine.
 pub type ChangeSink = Box<dyn Fn(Change) + Send + Sync>;
 
@@ -295,6 +312,9 @@ pub type ChangeSink = Box<dyn Fn(Change) + Send + Sync>;
 pub trait Meta: Send + Sync {
     /// The volume's settings, as recorded by `format`.
     fn format(&self) -> &Format;
+
+    /// Which engine this is.
+    fn engine(&self) -> EngineKind;
 
     /// Starts reporting, to `sink`, the changes other clients (other sessions) make to the
     /// volume, and publishing this client's changes to them. Call once, after

@@ -1359,6 +1359,10 @@ impl Meta for PgMeta {
         &self.format
     }
 
+    fn engine(&self) -> EngineKind {
+        EngineKind::Postgres
+    }
+
     fn watch(&self, sink: ChangeSink) -> Result<bool> {
         let sid = *self.session.lock();
         self.watch

@@ -803,6 +803,10 @@ impl Meta for SqliteMeta {
         &self.format
     }
 
+    fn engine(&self) -> EngineKind {
+        EngineKind::Sqlite
+    }
+
     fn new_session(&self, mut info: SessionInfo) -> Result<u64> {
         self.clean_dead_sessions()?;
         let now = now_nanos();
