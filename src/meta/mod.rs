@@ -1,19 +1,21 @@
 //! The metadata layer: inodes, directory entries, chunk→slice maps, xattrs, sessions, counters.
 //!
-//! One trait, [`Meta`], with one engine per database behind it (`sqlite` for the embedded
-//! default; PostgreSQL later). Every method is one atomic transaction. The trait speaks POSIX
+//! One trait, [`Meta`], implemented once (`ops`) over a small trait of what a database
+//! provides (`engine`), with one engine per database: `sqlite` (the embedded default) and
+//! `postgres` (volumes shared by many machines). Every method is one atomic transaction. The trait speaks POSIX
 //! outcomes (`Error::Sys(errno)`) but knows nothing of FUSE, handles or object storage: file
 //! *data* is only referenced here, as slice records (see [`slice`]).
 //!
 //! Not for: permission checks the kernel already performs (`default_permissions`), caching of
 //! file data, talking to the bucket.
 
+mod engine;
 pub mod format;
 pub mod lock;
+mod opens;
+pub mod ops;
 pub mod postgres;
-mod postgres_tls;
-mod postgres_watch;
-pub(crate) mod shared;
+pub mod session;
 pub mod slice;
 pub mod sqlite;
 pub mod url;
@@ -30,6 +32,8 @@ pub const ROOT_INO: Ino = 1;
 
 /// Size of a chunk: files are cut at fixed offsets into chunks of this size.
 pub const CHUNK_SIZE: u64 = 64 << 20;
+/// Largest file: the chunk index must fit in 32 bits.
+pub const MAX_FILE_SIZE: u64 = (u32::MAX as u64) * CHUNK_SIZE;
 
 /// Longest name a directory entry may have (bytes).
 pub const MAX_NAME_LEN: usize = 255;
@@ -62,16 +66,6 @@ impl Error {
         match self {
             Error::Sys(e) => *e,
             _ => libc::EIO,
-        }
-    }
-}
-
-impl From<rusqlite::Error> for Error {
-    fn from(e: rusqlite::Error) -> Self {
-        match e.sqlite_error_code() {
-            // The disk under the database is full: the application should hear ENOSPC.
-            Some(rusqlite::ErrorCode::DiskFull) => Error::Sys(libc::ENOSPC),
-            _ => Error::Engine(e.to_string()),
         }
     }
 }

@@ -5,7 +5,11 @@
 //! size `size`). Slice id 0 means zeros (written by truncate and hole punching). A read takes,
 //! for every byte, the newest record covering it; bytes no record covers are a hole (zeros).
 //!
+//! Also the pure arithmetic of records: zero records over a range, a copy's records.
+//!
 //! Not for: reading or writing the blocks of a slice (that is `data`).
+
+use super::CHUNK_SIZE;
 
 /// One record of a chunk's slice list.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,6 +123,102 @@ pub fn build_view(recs: &[SliceRec]) -> Vec<SliceRec> {
 pub fn has_data(view: &[SliceRec], start: u64, end: u64) -> bool {
     view.iter()
         .any(|p| p.id != 0 && (p.pos as u64) < end && p.end() > start)
+}
+
+/// Zero records covering `[start, end)` of a file, chunk by chunk.
+pub(crate) fn zero_recs(start: u64, end: u64) -> Vec<(u32, SliceRec)> {
+    let mut out = Vec::new();
+    let mut off = start;
+    while off < end {
+        let index = off / CHUNK_SIZE;
+        let pos = off % CHUNK_SIZE;
+        let n = (CHUNK_SIZE - pos).min(end - off);
+        out.push((index as u32, SliceRec::zero(pos as u32, n as u32)));
+        off += n;
+    }
+    out
+}
+
+/// Splits `(chunk index, record)` pairs (sorted by chunk) into runs of one chunk each.
+pub(crate) fn by_chunk(recs: &[(u32, SliceRec)]) -> Vec<(u32, Vec<SliceRec>)> {
+    let mut out: Vec<(u32, Vec<SliceRec>)> = Vec::new();
+    for (index, r) in recs {
+        match out.last_mut() {
+            Some((i, v)) if i == index => v.push(*r),
+            _ => out.push((*index, vec![*r])),
+        }
+    }
+    out
+}
+
+/// The destination records of copying `[src_off, src_off + len)` of a file to `dst_off`,
+/// from the source's chunks as `read` returns them (before the copy). Holes and zero records
+/// become zero records; records are cut at destination chunk boundaries.
+pub(crate) fn plan_copy<E>(
+    src_off: u64,
+    dst_off: u64,
+    len: u64,
+    mut read: impl FnMut(u32) -> std::result::Result<Vec<SliceRec>, E>,
+) -> std::result::Result<Vec<(u32, SliceRec)>, E> {
+    let mut out: Vec<(u32, SliceRec)> = Vec::new();
+    let mut push = |dpos: u64, r: SliceRec| {
+        // Split at destination chunk boundaries.
+        let mut done = 0u32;
+        while done < r.len {
+            let at = dpos + done as u64;
+            let room = (CHUNK_SIZE - at % CHUNK_SIZE).min((r.len - done) as u64) as u32;
+            let piece = if r.id == 0 {
+                SliceRec::zero((at % CHUNK_SIZE) as u32, room)
+            } else {
+                SliceRec {
+                    pos: (at % CHUNK_SIZE) as u32,
+                    id: r.id,
+                    size: r.size,
+                    off: r.off + done,
+                    len: room,
+                }
+            };
+            out.push(((at / CHUNK_SIZE) as u32, piece));
+            done += room;
+        }
+    };
+    let mut off = src_off;
+    let end = src_off + len;
+    while off < end {
+        let index = (off / CHUNK_SIZE) as u32;
+        let base = index as u64 * CHUNK_SIZE;
+        let (a, b) = (off - base, (end - base).min(CHUNK_SIZE));
+        let view = build_view(&read(index)?);
+        let mut cur = a;
+        for p in view.iter().filter(|p| p.end() > a && (p.pos as u64) < b) {
+            let ps = (p.pos as u64).max(a);
+            let pe = p.end().min(b);
+            if ps > cur {
+                push(
+                    dst_off + (base + cur - src_off),
+                    SliceRec::zero(0, (ps - cur) as u32),
+                );
+            }
+            let skip = (ps - p.pos as u64) as u32;
+            let piece = SliceRec {
+                pos: 0,
+                id: p.id,
+                size: p.size,
+                off: if p.id == 0 { 0 } else { p.off + skip },
+                len: (pe - ps) as u32,
+            };
+            push(dst_off + (base + ps - src_off), piece);
+            cur = pe;
+        }
+        if cur < b {
+            push(
+                dst_off + (base + cur - src_off),
+                SliceRec::zero(0, (b - cur) as u32),
+            );
+        }
+        off = base + b;
+    }
+    Ok(out)
 }
 
 #[cfg(test)]

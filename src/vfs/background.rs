@@ -126,7 +126,7 @@ impl Background {
                     if let Err(e) = meta.watch_sessions() {
                         tracing::warn!("watching sessions: {e}");
                     }
-                    if last_hb.elapsed() >= crate::meta::shared::heartbeat_interval() {
+                    if last_hb.elapsed() >= crate::meta::session::heartbeat_interval() {
                         if let Err(e) = meta.heartbeat() {
                             tracing::warn!("session heartbeat: {e}");
                         }

@@ -509,7 +509,7 @@ impl Vfs {
             };
             if off
                 .checked_add(data.len() as u64)
-                .is_none_or(|e| e > meta::sqlite::MAX_FILE_SIZE)
+                .is_none_or(|e| e > meta::MAX_FILE_SIZE)
             {
                 return sys(libc::EFBIG);
             }

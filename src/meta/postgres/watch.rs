@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 use ::postgres::Client;
 use parking_lot::Mutex;
 
-use super::postgres_tls::Tls;
-use super::{Change, ChangeSink, Ino};
+use super::tls::Tls;
+use crate::meta::{Change, ChangeSink, Ino};
 
 /// The channel every client of a volume (one database) notifies and listens on.
 const CHANNEL: &str = "unkai_changes";

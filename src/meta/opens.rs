@@ -1,0 +1,91 @@
+//! This client's open files: how many times each inode is open here, and whether the opens
+//! are also recorded in the volume for other clients to see.
+//!
+//! Not for: the records themselves (the engines) or what an unlink does with them (`ops`).
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use super::Ino;
+
+/// How many times this client has each inode open, and whether its opens are also recorded
+/// in the volume (table `open` of the engine) for other clients to see.
+///
+/// The first open and the last close of an inode here are *transitions*: the engine records or
+/// removes the inode's row while holding [`OpenCounts::transition`] for that inode, so that a
+/// close and an open of one inode in this process cannot interleave their rows.
+pub(crate) struct OpenCounts {
+    state: Mutex<OpenState>,
+    stripes: Box<[Mutex<()>]>,
+}
+
+struct OpenState {
+    counts: HashMap<Ino, u32>,
+    /// Opens are recorded in the volume (other clients may unlink what is open here).
+    shared: bool,
+}
+
+const STRIPES: usize = 64;
+
+impl OpenCounts {
+    /// `shared`: record opens in the volume from the start (PostgreSQL).
+    pub(crate) fn new(shared: bool) -> OpenCounts {
+        OpenCounts {
+            state: Mutex::new(OpenState {
+                counts: HashMap::new(),
+                shared,
+            }),
+            stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
+        }
+    }
+
+    /// Serializes the transitions (first open, last close) of one inode in this client.
+    pub(crate) fn transition(&self, ino: Ino) -> parking_lot::MutexGuard<'_, ()> {
+        self.stripes[(ino as usize) % STRIPES].lock()
+    }
+
+    /// Counts an open. Call it before looking the inode up, so that an unlink committing
+    /// after the lookup sees the open. Returns (first open here, opens are recorded in the
+    /// volume).
+    pub(crate) fn add(&self, ino: Ino) -> (bool, bool) {
+        let mut st = self.state.lock();
+        let n = st.counts.entry(ino).or_insert(0);
+        *n += 1;
+        (*n == 1, st.shared)
+    }
+
+    /// Counts a close. Returns (last open here, opens are recorded in the volume).
+    pub(crate) fn remove(&self, ino: Ino) -> (bool, bool) {
+        let mut st = self.state.lock();
+        let shared = st.shared;
+        match st.counts.get_mut(&ino) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                (false, shared)
+            }
+            Some(_) => {
+                st.counts.remove(&ino);
+                (true, shared)
+            }
+            None => (false, shared),
+        }
+    }
+
+    pub(crate) fn is_open(&self, ino: Ino) -> bool {
+        self.state.lock().counts.get(&ino).is_some_and(|n| *n > 0)
+    }
+
+    pub(crate) fn is_shared(&self) -> bool {
+        self.state.lock().shared
+    }
+
+    /// Starts recording opens in the volume; returns the inodes open now, whose rows the
+    /// caller writes (in a transaction that serializes with the rows of transitions: a
+    /// transition after this call sees `shared` and writes or removes its own row).
+    pub(crate) fn share(&self) -> Vec<Ino> {
+        let mut st = self.state.lock();
+        st.shared = true;
+        st.counts.keys().copied().collect()
+    }
+}

@@ -1,0 +1,1340 @@
+//! Every [`Meta`] operation, written once over an [`Engine`]: what a create, an unlink, a
+//! rename or a write means, which rows it reads, checks and changes, in which transaction;
+//! the id pools, this client's open counts, its session, and the chunks it saw fragment.
+//!
+//! Not for: SQL or how rows are locked (the engines), caching (the kernel and `vfs`).
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use super::engine::{Engine, TxResult, Txn, corrupt, fail, unless_gone};
+use super::lock::{self, LockOwner};
+use super::opens::OpenCounts;
+use super::session::{row_dead, session_dead};
+use super::slice::{self, SliceRec};
+use super::*;
+
+/// Records a chunk may gather before it is offered to compaction.
+const FRAGMENTED_AT: usize = 16;
+/// How many ids are taken from the counters at once.
+const ID_BATCH: u64 = 1024;
+
+/// Space a file of `n` bytes is counted for (4 KiB units).
+pub(crate) fn align4k(n: u64) -> i64 {
+    n.div_ceil(4096) as i64 * 4096
+}
+
+/// Checks a name a new entry gets.
+fn check_name(name: &[u8]) -> Result<()> {
+    if name.len() > MAX_NAME_LEN {
+        return sys(libc::ENAMETOOLONG);
+    }
+    if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+        return sys(libc::EINVAL);
+    }
+    Ok(())
+}
+
+/// Checks a name an existing entry may have.
+fn check_len(name: &[u8]) -> Result<()> {
+    if name.len() > MAX_NAME_LEN {
+        return sys(libc::ENAMETOOLONG);
+    }
+    Ok(())
+}
+
+/// Applies a setattr to `a`; true if anything changed (then ctime is `now`).
+pub(crate) fn apply_set(a: &mut Attr, set: &SetAttr, now: Nanos) -> bool {
+    let time = |t: SetTime| match t {
+        SetTime::Now => now,
+        SetTime::At(n) => n,
+    };
+    let mut changed = false;
+    if let Some(m) = set.mode {
+        a.mode = m & 0o7777;
+        changed = true;
+    }
+    if let Some(u) = set.uid {
+        a.uid = u;
+        changed = true;
+    }
+    if let Some(g) = set.gid {
+        a.gid = g;
+        changed = true;
+    }
+    if let Some(t) = set.atime {
+        a.atime = time(t);
+        changed = true;
+    }
+    if let Some(t) = set.mtime {
+        a.mtime = time(t);
+        changed = true;
+    }
+    if changed {
+        a.ctime = now;
+    }
+    changed
+}
+
+/// The root directory of a new volume.
+pub(crate) fn root_node(now: Nanos) -> Attr {
+    Attr {
+        ino: ROOT_INO,
+        kind: Kind::Dir,
+        mode: 0o755,
+        uid: nix::unistd::getuid().as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        nlink: 2,
+        length: 0,
+        rdev: 0,
+        atime: now,
+        mtime: now,
+        ctime: now,
+        parent: ROOT_INO,
+    }
+}
+
+/// The counters of a new volume, with their first values.
+pub(crate) const NEW_COUNTERS: [(&str, i64); 4] = [
+    ("nextInode", 2),
+    ("nextSlice", 1),
+    ("usedSpace", 0),
+    ("totalInodes", 1),
+];
+
+/// Refuses to format over a volume (unless `force`), or over one that is mounted.
+pub(crate) fn check_reformat(
+    old: &Format,
+    url: &str,
+    force: bool,
+    sessions: impl IntoIterator<Item = (String, Nanos)>,
+) -> Result<()> {
+    if !force {
+        return Err(Error::Refused(format!(
+            "a volume named '{}' already exists at {url}; refusing to format over it \
+             (use --force to erase it and start afresh)",
+            old.name
+        )));
+    }
+    let now = now_nanos();
+    let live = sessions
+        .into_iter()
+        .filter(|(info, hb)| {
+            serde_json::from_str::<SessionInfo>(info).is_ok_and(|i| !session_dead(&i, *hb, now))
+        })
+        .count();
+    if live > 0 {
+        return Err(Error::Refused(format!(
+            "volume '{}' at {url} is mounted by {live} client(s); unmount it before \
+             formatting with --force",
+            old.name
+        )));
+    }
+    Ok(())
+}
+
+/// Reads a volume's recorded settings; refuses a schema newer than this binary's.
+pub(crate) fn parse_format(json: &str, url: &str) -> Result<Format> {
+    let format: Format = serde_json::from_str(json)
+        .map_err(|e| Error::Engine(format!("unreadable volume settings in {url}: {e}")))?;
+    if format.schema > format::SCHEMA_VERSION {
+        return Err(Error::Refused(format!(
+            "volume at {url} uses metadata schema {} but this unkai understands up to {}; \
+             upgrade unkai",
+            format.schema,
+            format::SCHEMA_VERSION
+        )));
+    }
+    Ok(format)
+}
+
+fn attr_changed(ino: Ino) -> Change {
+    Change::Inode { ino, data: false }
+}
+
+fn data_changed(ino: Ino) -> Change {
+    Change::Inode { ino, data: true }
+}
+
+fn entry_changed(parent: Ino, name: &[u8]) -> Change {
+    Change::Entry {
+        parent,
+        name: name.to_vec(),
+    }
+}
+
+struct IdPool {
+    next: u64,
+    end: u64,
+}
+
+/// A volume's metadata on engine `E`: the [`Meta`] of every engine.
+pub struct EngineMeta<E: Engine> {
+    pub(crate) engine: E,
+    format: Format,
+    inos: Mutex<IdPool>,
+    slices: Mutex<IdPool>,
+    /// Open counts of inodes opened through this client (see [`Engine::RECORDS_OPENS`]).
+    opens: OpenCounts,
+    session: Mutex<u64>,
+    fragmented: Mutex<HashMap<(Ino, u32), usize>>,
+}
+
+impl<E: Engine> EngineMeta<E> {
+    pub(crate) fn new(engine: E, format: Format) -> Self {
+        EngineMeta {
+            engine,
+            format,
+            inos: Mutex::new(IdPool { next: 0, end: 0 }),
+            slices: Mutex::new(IdPool { next: 0, end: 0 }),
+            opens: OpenCounts::new(E::RECORDS_OPENS),
+            session: Mutex::new(0),
+            fragmented: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn sid(&self) -> u64 {
+        *self.session.lock()
+    }
+
+    fn alloc(&self, pool: &Mutex<IdPool>, counter: &'static str) -> Result<u64> {
+        let mut p = pool.lock();
+        if p.next >= p.end {
+            let start = self.engine.single(|tx| tx.take_ids(counter, ID_BATCH))?;
+            p.next = start;
+            p.end = start + ID_BATCH;
+        }
+        let id = p.next;
+        p.next += 1;
+        Ok(id)
+    }
+
+    fn note_fragmented(&self, ino: Ino, index: u32, count: usize) {
+        if count >= FRAGMENTED_AT {
+            self.fragmented.lock().insert((ino, index), count);
+        }
+    }
+
+    fn parent_dir(tx: &mut dyn Txn, parent: Ino) -> TxResult<Attr> {
+        let p = tx.lock_node(parent)?;
+        if p.kind != Kind::Dir {
+            return fail(libc::ENOTDIR);
+        }
+        if p.nlink == 0 {
+            return fail(libc::ENOENT);
+        }
+        Ok(p)
+    }
+
+    /// EINVAL if `dir` is `ancestor` or lies below it. Parent pointers change only in moves
+    /// between directories, which hold the rename lock.
+    fn check_not_below(tx: &mut dyn Txn, dir: Ino, ancestor: Ino) -> TxResult<()> {
+        let mut cur = dir;
+        for _ in 0..100_000 {
+            if cur == ancestor {
+                return fail(libc::EINVAL);
+            }
+            if cur == ROOT_INO {
+                return Ok(());
+            }
+            cur = tx.get_node(cur)?.parent;
+        }
+        Err(corrupt("directory tree has a cycle".into()))
+    }
+
+    /// Deletes an inode whose last link and last open are gone, releasing its slices.
+    fn delete_inode(tx: &mut dyn Txn, a: &Attr, now: Nanos) -> TxResult<()> {
+        let recs = tx.delete_node_rows(a.ino)?;
+        tx.decref(&recs, now)?;
+        let used = if a.kind == Kind::File {
+            -align4k(a.length)
+        } else {
+            0
+        };
+        tx.add_usage(used, -1)
+    }
+
+    /// Unlinked to zero links: keep the inode (nlink 0) if it is open here (engines counting
+    /// opens in memory record it as `sustained`) or recorded open anywhere (`open`, when the
+    /// engine already knows), else delete it. The last close anywhere deletes a kept one.
+    fn release(&self, tx: &mut dyn Txn, a: &Attr, open: Option<bool>, now: Nanos) -> TxResult<()> {
+        if !E::RECORDS_OPENS && self.opens.is_open(a.ino) {
+            tx.insert_sustained(self.sid(), a.ino)?;
+            return tx.update_node(a);
+        }
+        let open = match open {
+            Some(o) => o,
+            None => tx.open_anywhere(a.ino)?,
+        };
+        if open {
+            tx.update_node(a)
+        } else {
+            Self::delete_inode(tx, a, now)
+        }
+    }
+
+    /// Appends records to chunks, `(chunk index, record)` sorted by chunk.
+    fn append(&self, tx: &mut dyn Txn, ino: Ino, recs: &[(u32, SliceRec)]) -> TxResult<()> {
+        for (index, recs) in slice::by_chunk(recs) {
+            let n = tx.append_chunk(ino, index, &recs)?;
+            self.note_fragmented(ino, index, n);
+        }
+        Ok(())
+    }
+
+    /// Once another client shares the volume, records this client's opens (those open now,
+    /// and every first open from now on) so that its unlinks keep them. Never goes back: the
+    /// cost is one write per first open and last close. (Engines that record every open
+    /// from the start have nothing to do.)
+    fn share_opens(&self) -> Result<()> {
+        if E::RECORDS_OPENS || self.opens.is_shared() {
+            return Ok(());
+        }
+        let sid = self.sid();
+        let now = now_nanos();
+        let others = self.engine.read(|tx| tx.sessions())?;
+        if !others
+            .iter()
+            .any(|(id, info, hb)| *id != sid && !row_dead(info, *hb, now))
+        {
+            return Ok(());
+        }
+        let n = self.engine.write(&[], false, |tx| {
+            // Inside the write transaction: a first open or last close that saw `shared`
+            // false has written nothing, and one that sees it true writes its row after this.
+            let open = self.opens.share();
+            for ino in &open {
+                tx.insert_open(*ino, sid)?;
+            }
+            Ok(open.len())
+        })?;
+        tracing::info!("another client shares the volume: recording opens ({n} open now)");
+        Ok(())
+    }
+
+    /// Deletes a session and its open records; the unlinked inodes no other client has open
+    /// any more are deleted.
+    fn end_session(&self, sid: u64) -> Result<()> {
+        let now = now_nanos();
+        self.engine.write(&[], false, |tx| {
+            for ino in tx.take_session_opens(sid)? {
+                if let Some(a) = unless_gone(tx.lock_node(ino))? {
+                    if a.nlink == 0 && !tx.open_anywhere(ino)? {
+                        Self::delete_inode(tx, &a, now)?;
+                    }
+                }
+            }
+            tx.delete_session(sid)
+        })
+    }
+
+    /// Whether a session stopped: its row is gone, or its client is known dead.
+    fn session_is_dead(&self, id: u64) -> Result<bool> {
+        Ok(match self.engine.read(|tx| tx.session(id))? {
+            None => true,
+            Some((_, info, hb)) => row_dead(&info, hb, now_nanos()),
+        })
+    }
+
+    /// Cleans up after sessions whose process is gone (or that stopped heartbeating): their
+    /// open records, and the unlinked inodes only they had open.
+    fn clean_dead_sessions(&self) -> Result<usize> {
+        let now = now_nanos();
+        let sessions = self.engine.read(|tx| tx.sessions())?;
+        let mut cleaned = 0;
+        for (id, info, hb) in sessions {
+            if id == self.sid() || !row_dead(&info, hb, now) {
+                continue;
+            }
+            self.end_session(id)?;
+            tracing::info!("cleaned up after dead session {id}");
+            cleaned += 1;
+        }
+        Ok(cleaned)
+    }
+
+    fn lock_owner(&self, owner: u64) -> LockOwner {
+        LockOwner {
+            session: self.sid(),
+            owner,
+        }
+    }
+
+    /// The rename of an entry over another, or to a free name (not an exchange).
+    #[allow(clippy::too_many_arguments)]
+    fn move_entry(
+        &self,
+        tx: &mut dyn Txn,
+        (mut p1, mut p2): (Attr, Attr),
+        (src_eid, mut src): (i64, Attr),
+        dst: Option<(i64, Attr)>,
+        new_parent: Ino,
+        new_name: &[u8],
+        noreplace: bool,
+        now: Nanos,
+    ) -> TxResult<Option<Attr>> {
+        let cross = p1.ino != p2.ino;
+        if let Some((_, d)) = &dst {
+            if noreplace {
+                return fail(libc::EEXIST);
+            }
+            if src.kind == Kind::Dir {
+                if d.kind != Kind::Dir {
+                    return fail(libc::ENOTDIR);
+                }
+                if !tx.dir_is_empty(d.ino)? {
+                    return fail(libc::ENOTEMPTY);
+                }
+            } else if d.kind == Kind::Dir {
+                return fail(libc::EISDIR);
+            }
+        }
+        if src.kind == Kind::Dir && cross {
+            Self::check_not_below(tx, new_parent, src.ino)?;
+        }
+        let mut victim = None;
+        if let Some((dst_eid, mut d)) = dst {
+            tx.delete_edge(dst_eid)?;
+            d.ctime = now;
+            if d.kind == Kind::Dir {
+                d.nlink = 0;
+                p2.nlink -= 1;
+            } else {
+                d.nlink = d.nlink.saturating_sub(1);
+            }
+            if d.nlink == 0 {
+                self.release(tx, &d, None, now)?;
+            } else {
+                tx.update_node(&d)?;
+            }
+            victim = Some(d);
+        }
+        tx.move_edge(src_eid, new_parent, new_name)?;
+        if src.kind == Kind::Dir && cross {
+            src.parent = new_parent;
+            p1.nlink -= 1;
+            p2.nlink += 1;
+        }
+        src.ctime = now;
+        tx.update_node(&src)?;
+        if cross {
+            p1.mtime = now;
+            p1.ctime = now;
+            tx.update_node(&p1)?;
+        }
+        // Same directory: p2 carries the nlink changes of a replaced directory.
+        p2.mtime = now;
+        p2.ctime = now;
+        tx.update_node(&p2)?;
+        Ok(victim)
+    }
+
+    /// Rename's exchange: the two entries swap inodes.
+    fn exchange(
+        tx: &mut dyn Txn,
+        (mut p1, mut p2): (Attr, Attr),
+        (src_eid, mut src): (i64, Attr),
+        (dst_eid, mut dst): (i64, Attr),
+        now: Nanos,
+    ) -> TxResult<()> {
+        let cross = p1.ino != p2.ino;
+        if cross {
+            if src.kind == Kind::Dir {
+                Self::check_not_below(tx, p2.ino, src.ino)?;
+            }
+            if dst.kind == Kind::Dir {
+                Self::check_not_below(tx, p1.ino, dst.ino)?;
+            }
+        }
+        tx.set_edge_target(src_eid, dst.ino, dst.kind)?;
+        tx.set_edge_target(dst_eid, src.ino, src.kind)?;
+        if cross {
+            if src.kind == Kind::Dir {
+                src.parent = p2.ino;
+                p1.nlink -= 1;
+                p2.nlink += 1;
+            }
+            if dst.kind == Kind::Dir {
+                dst.parent = p1.ino;
+                p2.nlink -= 1;
+                p1.nlink += 1;
+            }
+        }
+        src.ctime = now;
+        dst.ctime = now;
+        tx.update_node(&src)?;
+        tx.update_node(&dst)?;
+        p1.mtime = now;
+        p1.ctime = now;
+        tx.update_node(&p1)?;
+        if cross {
+            p2.mtime = now;
+            p2.ctime = now;
+            tx.update_node(&p2)?;
+        }
+        Ok(())
+    }
+}
+
+impl<E: Engine> Meta for EngineMeta<E> {
+    fn format(&self) -> &Format {
+        &self.format
+    }
+
+    fn engine(&self) -> EngineKind {
+        self.engine.kind()
+    }
+
+    fn watch(&self, sink: ChangeSink) -> Result<bool> {
+        self.engine.watch(self.sid(), sink)
+    }
+
+    fn new_session(&self, mut info: SessionInfo) -> Result<u64> {
+        self.clean_dead_sessions()?;
+        let now = now_nanos();
+        info.started = now;
+        info.heartbeat = now;
+        let json = serde_json::to_string(&info).unwrap_or_default();
+        let id = self.engine.single(|tx| tx.insert_session(&json, now))?;
+        *self.session.lock() = id;
+        self.share_opens()?;
+        Ok(id)
+    }
+
+    fn heartbeat(&self) -> Result<()> {
+        let sid = self.sid();
+        let alive = self
+            .engine
+            .single(|tx| tx.touch_session(sid, now_nanos()))?;
+        if !alive && sid != 0 {
+            tracing::warn!(
+                "session {sid} was ended by another client (heartbeat too late?): files open \
+                 here are no longer protected from unlinks elsewhere"
+            );
+        }
+        self.clean_dead_sessions()?;
+        self.share_opens()
+    }
+
+    fn watch_sessions(&self) -> Result<()> {
+        self.share_opens()
+    }
+
+    fn close_session(&self) -> Result<()> {
+        self.engine.unwatch();
+        let sid = self.sid();
+        if sid == 0 {
+            return Ok(());
+        }
+        self.end_session(sid)?;
+        *self.session.lock() = 0;
+        self.sync()
+    }
+
+    fn sessions(&self) -> Result<Vec<SessionInfo>> {
+        let rows = self.engine.read(|tx| tx.sessions())?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(id, info, hb)| {
+                let mut s: SessionInfo = serde_json::from_str(&info).ok()?;
+                s.id = id;
+                s.heartbeat = hb;
+                Some(s)
+            })
+            .collect())
+    }
+
+    fn usage(&self) -> Result<Usage> {
+        self.engine.snapshot(|tx| tx.usage())
+    }
+
+    fn lookup(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
+        check_len(name)?;
+        self.engine.read(|tx| {
+            if name == b"." {
+                return tx.get_node(parent);
+            }
+            if name == b".." {
+                let p = tx.get_node(parent)?;
+                return tx.get_node(p.parent.max(ROOT_INO));
+            }
+            tx.find(parent, name)
+        })
+    }
+
+    fn getattr(&self, ino: Ino) -> Result<Attr> {
+        self.engine.read(|tx| tx.get_node(ino))
+    }
+
+    fn setattr(&self, _ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
+        if set.mode.is_none()
+            && set.uid.is_none()
+            && set.gid.is_none()
+            && set.atime.is_none()
+            && set.mtime.is_none()
+        {
+            return self.getattr(ino);
+        }
+        let now = now_nanos();
+        self.engine
+            .single(|tx| tx.set_attr(ino, set, now))
+            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+    }
+
+    fn mknod(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        mode: u32,
+        rdev: u32,
+        target: Option<&[u8]>,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        if let Some(t) = target {
+            if t.is_empty() {
+                return sys(libc::ENOENT);
+            }
+            if t.len() > MAX_SYMLINK_LEN {
+                return sys(libc::ENAMETOOLONG);
+            }
+        }
+        let ino = self.alloc(&self.inos, "nextInode")?;
+        self.engine
+            .write(&[parent], false, |tx| {
+                let mut p = Self::parent_dir(tx, parent)?;
+                let now = now_nanos();
+                let mut mode = mode & 0o7777;
+                let mut gid = ctx.gid;
+                if p.mode & libc::S_ISGID != 0 {
+                    gid = p.gid;
+                    if kind == Kind::Dir {
+                        mode |= libc::S_ISGID;
+                    } else if mode & (libc::S_ISGID | libc::S_IXGRP)
+                        == (libc::S_ISGID | libc::S_IXGRP)
+                        && ctx.uid != 0
+                        && !ctx.in_group(gid)
+                    {
+                        mode &= !libc::S_ISGID;
+                    }
+                }
+                let a = Attr {
+                    ino,
+                    kind,
+                    mode,
+                    uid: ctx.uid,
+                    gid,
+                    nlink: if kind == Kind::Dir { 2 } else { 1 },
+                    length: target.map_or(0, |t| t.len() as u64),
+                    rdev,
+                    atime: now,
+                    mtime: now,
+                    ctime: now,
+                    parent: if kind == Kind::Dir { parent } else { 0 },
+                };
+                tx.create_entry(&a, parent, name)?;
+                if let Some(t) = target {
+                    tx.insert_symlink(ino, t)?;
+                }
+                p.mtime = now;
+                p.ctime = now;
+                if kind == Kind::Dir {
+                    p.nlink += 1;
+                }
+                tx.update_node(&p)?;
+                tx.add_usage(0, 1)?;
+                Ok(a)
+            })
+            .inspect(|_| {
+                self.engine
+                    .publish(|| vec![entry_changed(parent, name), attr_changed(parent)])
+            })
+    }
+
+    fn link(&self, _ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
+        check_name(name)?;
+        self.engine
+            .write(&[ino, parent], false, |tx| {
+                let (mut a, mut p) = tx.lock_two(ino, parent)?;
+                if a.kind == Kind::Dir {
+                    return fail(libc::EPERM);
+                }
+                if a.nlink == 0 {
+                    return fail(libc::ENOENT);
+                }
+                if p.kind != Kind::Dir {
+                    return fail(libc::ENOTDIR);
+                }
+                if p.nlink == 0 {
+                    return fail(libc::ENOENT);
+                }
+                if tx.get_edge(parent, name)?.is_some() {
+                    return fail(libc::EEXIST);
+                }
+                if a.nlink >= u32::MAX - 1 {
+                    return fail(libc::EMLINK);
+                }
+                let now = now_nanos();
+                tx.insert_edge(parent, name, ino, a.kind)?;
+                a.nlink += 1;
+                a.ctime = now;
+                tx.update_node(&a)?;
+                p.mtime = now;
+                p.ctime = now;
+                tx.update_node(&p)?;
+                Ok(a)
+            })
+            .inspect(|r| {
+                self.engine.publish(|| {
+                    vec![
+                        entry_changed(parent, name),
+                        attr_changed(parent),
+                        attr_changed(r.ino),
+                    ]
+                })
+            })
+    }
+
+    fn unlink(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
+        check_len(name)?;
+        self.engine
+            .write(&[parent], false, |tx| {
+                let mut p = Self::parent_dir(tx, parent)?;
+                let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
+                    return fail(libc::ENOENT);
+                };
+                if a.kind == Kind::Dir {
+                    return fail(libc::EISDIR);
+                }
+                let now = now_nanos();
+                p.mtime = now;
+                p.ctime = now;
+                let open = tx.remove_entry(eid, &p, a.ino)?;
+                a.nlink = a.nlink.saturating_sub(1);
+                a.ctime = now;
+                if a.nlink == 0 {
+                    self.release(tx, &a, open, now)?;
+                } else {
+                    tx.update_node(&a)?;
+                }
+                Ok(a)
+            })
+            .inspect(|r| {
+                self.engine.publish(|| {
+                    vec![
+                        entry_changed(parent, name),
+                        attr_changed(parent),
+                        attr_changed(r.ino),
+                    ]
+                })
+            })
+    }
+
+    fn rmdir(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
+        check_len(name)?;
+        if name == b"." {
+            return sys(libc::EINVAL);
+        }
+        if name == b".." {
+            return sys(libc::ENOTEMPTY);
+        }
+        self.engine
+            .write(&[parent], false, |tx| {
+                let mut p = Self::parent_dir(tx, parent)?;
+                let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
+                    return fail(libc::ENOENT);
+                };
+                if a.kind != Kind::Dir {
+                    return fail(libc::ENOTDIR);
+                }
+                if !tx.dir_is_empty(a.ino)? {
+                    return fail(libc::ENOTEMPTY);
+                }
+                let now = now_nanos();
+                p.nlink = p.nlink.saturating_sub(1);
+                p.mtime = now;
+                p.ctime = now;
+                let open = tx.remove_entry(eid, &p, a.ino)?;
+                a.nlink = 0;
+                a.ctime = now;
+                self.release(tx, &a, open, now)
+            })
+            .inspect(|_| {
+                self.engine
+                    .publish(|| vec![entry_changed(parent, name), attr_changed(parent)])
+            })
+    }
+
+    fn rename(
+        &self,
+        _ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        new_parent: Ino,
+        new_name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<Option<Attr>> {
+        check_len(name)?;
+        check_name(new_name)?;
+        if flags.exchange && flags.noreplace {
+            return sys(libc::EINVAL);
+        }
+        // Moves between directories take the rename lock: one at a time (check_not_below).
+        let cross = parent != new_parent;
+        self.engine
+            .write(&[parent, new_parent], cross, |tx| {
+                let now = now_nanos();
+                let (p1, p2) = tx.lock_two(parent, new_parent)?;
+                for p in [&p1, &p2] {
+                    if p.kind != Kind::Dir {
+                        return fail(libc::ENOTDIR);
+                    }
+                    if p.nlink == 0 {
+                        return fail(libc::ENOENT);
+                    }
+                }
+                let Some((src_eid, src_ino)) = tx.get_edge(parent, name)? else {
+                    return fail(libc::ENOENT);
+                };
+                let dst_edge = tx.get_edge(new_parent, new_name)?;
+                let (src, dst) = match dst_edge {
+                    Some((dst_eid, dst_ino)) if dst_ino != src_ino => {
+                        let (s, d) = tx.lock_two(src_ino, dst_ino)?;
+                        (s, Some((dst_eid, d)))
+                    }
+                    // The same inode under both names (hard links): nothing to do.
+                    Some(_) => {
+                        tx.lock_node(src_ino)?;
+                        if flags.noreplace {
+                            return fail(libc::EEXIST);
+                        }
+                        return Ok(None);
+                    }
+                    None => (tx.lock_node(src_ino)?, None),
+                };
+                if flags.exchange {
+                    let Some(dst) = dst else {
+                        return fail(libc::ENOENT);
+                    };
+                    Self::exchange(tx, (p1, p2), (src_eid, src), dst, now)?;
+                    return Ok(None);
+                }
+                self.move_entry(
+                    tx,
+                    (p1, p2),
+                    (src_eid, src),
+                    dst,
+                    new_parent,
+                    new_name,
+                    flags.noreplace,
+                    now,
+                )
+            })
+            .inspect(|r| {
+                self.engine.publish(|| {
+                    let mut v = vec![
+                        entry_changed(parent, name),
+                        entry_changed(new_parent, new_name),
+                        attr_changed(parent),
+                        attr_changed(new_parent),
+                    ];
+                    v.extend(r.iter().map(|a| attr_changed(a.ino)));
+                    v
+                })
+            })
+    }
+
+    fn readdir(&self, ino: Ino, cookie: u64, limit: usize, plus: bool) -> Result<Vec<DirEntry>> {
+        self.engine.snapshot(|tx| {
+            let dir = tx.get_node(ino)?;
+            if dir.kind != Kind::Dir {
+                return fail(libc::ENOTDIR);
+            }
+            let mut out = Vec::new();
+            if cookie < 1 && out.len() < limit {
+                out.push(DirEntry {
+                    name: b".".to_vec(),
+                    ino,
+                    kind: Kind::Dir,
+                    cookie: 1,
+                    attr: plus.then(|| dir.clone()),
+                });
+            }
+            if cookie < 2 && out.len() < limit {
+                let pino = dir.parent.max(ROOT_INO);
+                let pattr = if plus { Some(tx.get_node(pino)?) } else { None };
+                out.push(DirEntry {
+                    name: b"..".to_vec(),
+                    ino: pino,
+                    kind: Kind::Dir,
+                    cookie: 2,
+                    attr: pattr,
+                });
+            }
+            let want = limit.saturating_sub(out.len()) as i64;
+            if want > 0 {
+                let after = cookie.saturating_sub(2) as i64;
+                out.extend(tx.list_entries(ino, after, want, plus)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
+        self.engine.read(|tx| match tx.symlink(ino)? {
+            Some(t) => Ok(t),
+            None => {
+                tx.get_node(ino)?;
+                fail(libc::EINVAL)
+            }
+        })
+    }
+
+    fn getlk(
+        &self,
+        ino: Ino,
+        owner: u64,
+        kind: LockKind,
+        start: u64,
+        end: u64,
+    ) -> Result<Option<LockRange>> {
+        let me = self.lock_owner(owner);
+        let held = self.engine.read(|tx| tx.locks(ino))?;
+        Ok(lock::conflict(&held, me, kind, start, end).map(|(_, r)| r))
+    }
+
+    fn setlk(&self, ino: Ino, owner: u64, req: LockRequest) -> Result<Option<LockRange>> {
+        let me = self.lock_owner(owner);
+        lock::settle(
+            || {
+                // The inode's lock orders the lockers of one inode across clients.
+                self.engine.write(&[ino], false, |tx| {
+                    tx.lock_node(ino)?;
+                    // Locks of sessions that ended are void.
+                    tx.drop_orphan_locks(ino)?;
+                    let held = tx.locks(ino)?;
+                    let d = lock::decide(&held, me, req);
+                    if let lock::Decision::Store(ranges) = &d {
+                        tx.store_locks(ino, me, ranges)?;
+                    }
+                    Ok(d)
+                })
+            },
+            |s| self.session_is_dead(s),
+            || self.clean_dead_sessions(),
+        )
+    }
+
+    fn open(&self, ino: Ino) -> Result<Attr> {
+        let t = self.opens.transition(ino);
+        // Counted before the lookup: an unlink or a rename over the name committing after the
+        // lookup then sees the open and keeps the inode.
+        let (first, recorded) = self.opens.add(ino);
+        if !(first && recorded) {
+            drop(t);
+            // Counting first is not enough where opens are counted in memory: a write
+            // transaction in flight (an unlink, a rename over the name) may have found the
+            // inode not open just before the count and be about to commit its deletion. Once
+            // it has committed, the lookup below fails, or it saw the count and kept the inode.
+            self.engine.settle_writes();
+            return self.getattr(ino).inspect_err(|_| {
+                let _ = self.close(ino);
+            });
+        }
+        // The first open here, recorded for other clients' unlinks to see: an unlink that
+        // commits first leaves nothing to open (ENOENT) or an inode another client keeps; one
+        // after sees the record and keeps the inode.
+        let sid = self.sid();
+        self.engine
+            .single(|tx| tx.open_node(ino, sid))
+            .inspect_err(|_| {
+                self.opens.remove(ino);
+            })
+    }
+
+    fn close(&self, ino: Ino) -> Result<()> {
+        let _t = self.opens.transition(ino);
+        let (last, recorded) = self.opens.remove(ino);
+        if !last {
+            return Ok(());
+        }
+        // The last close here. Most are of linked files: one statement forgets the open and
+        // reads the link count (after any unlink holding the inode has committed).
+        let sid = self.sid();
+        let nlink = self.engine.single(|tx| tx.close_node(ino, sid, recorded))?;
+        if nlink.is_none_or(|n| n > 0) {
+            return Ok(());
+        }
+        // Unlinked: the last close anywhere deletes it. Another client closing at the same
+        // time waits for this lock, and the one that finds no open left deletes.
+        self.engine.write(&[ino], false, |tx| {
+            let Some(a) = unless_gone(tx.lock_node(ino))? else {
+                return Ok(());
+            };
+            if a.nlink == 0 {
+                tx.delete_sustained(ino, Some(sid))?;
+                if !tx.open_anywhere(ino)? {
+                    tx.delete_sustained(ino, None)?;
+                    Self::delete_inode(tx, &a, now_nanos())?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn truncate(&self, _ctx: &Ctx, ino: Ino, length: u64) -> Result<Attr> {
+        if length > MAX_FILE_SIZE {
+            return sys(libc::EFBIG);
+        }
+        self.engine
+            .write(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                match a.kind {
+                    Kind::File => {}
+                    Kind::Dir => return fail(libc::EISDIR),
+                    _ => return fail(libc::EINVAL),
+                }
+                let now = now_nanos();
+                if length < a.length {
+                    let dropped = tx.drop_chunks(ino, length.div_ceil(CHUNK_SIZE), u64::MAX)?;
+                    tx.decref(&dropped, now)?;
+                    let pos = length % CHUNK_SIZE;
+                    if pos != 0 {
+                        let index = (length / CHUNK_SIZE) as u32;
+                        let recs = tx.chunk(ino, index)?;
+                        if recs.iter().any(|r| r.end() > pos) {
+                            let z = SliceRec::zero(pos as u32, (CHUNK_SIZE - pos) as u32);
+                            self.append(tx, ino, &[(index, z)])?;
+                        }
+                    }
+                }
+                tx.add_usage(align4k(length) - align4k(a.length), 0)?;
+                a.length = length;
+                a.mtime = now;
+                a.ctime = now;
+                tx.update_node(&a)?;
+                Ok(a)
+            })
+            .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
+    }
+
+    fn fallocate(
+        &self,
+        _ctx: &Ctx,
+        ino: Ino,
+        mode: FallocMode,
+        off: u64,
+        len: u64,
+    ) -> Result<Attr> {
+        let end = off.checked_add(len).filter(|e| *e <= MAX_FILE_SIZE);
+        let Some(end) = end else {
+            return sys(libc::EFBIG);
+        };
+        if len == 0 {
+            return sys(libc::EINVAL);
+        }
+        self.engine
+            .write(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                match a.kind {
+                    Kind::File => {}
+                    Kind::Dir => return fail(libc::EISDIR),
+                    _ => return fail(libc::ENODEV),
+                }
+                let now = now_nanos();
+                let zero_end = if mode.punch_hole || mode.keep_size {
+                    end.min(a.length)
+                } else {
+                    end
+                };
+                if (mode.punch_hole || mode.zero_range) && off < zero_end {
+                    self.append(tx, ino, &slice::zero_recs(off, zero_end))?;
+                }
+                let old = a.length;
+                if !mode.keep_size && !mode.punch_hole && end > a.length {
+                    a.length = end;
+                }
+                tx.add_usage(align4k(a.length) - align4k(old), 0)?;
+                if a.length != old || mode.punch_hole || mode.zero_range {
+                    a.mtime = now;
+                    a.ctime = now;
+                }
+                tx.update_node(&a)?;
+                Ok(a)
+            })
+            .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
+    }
+
+    fn read_chunk(&self, ino: Ino, index: u32) -> Result<Vec<SliceRec>> {
+        self.engine.read(|tx| tx.chunk(ino, index))
+    }
+
+    fn new_slice_id(&self) -> Result<u64> {
+        self.alloc(&self.slices, "nextSlice")
+    }
+
+    fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr> {
+        self.engine
+            .write(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                if a.kind != Kind::File {
+                    return fail(libc::EBADF);
+                }
+                let old = a.length;
+                let recs: Vec<SliceRec> = slices.iter().map(|(_, r)| *r).collect();
+                tx.incref(&recs)?;
+                for (index, r) in slices {
+                    a.length = a.length.max(*index as u64 * CHUNK_SIZE + r.end());
+                }
+                self.append(tx, ino, slices)?;
+                tx.add_usage(align4k(a.length) - align4k(old), 0)?;
+                a.mtime = mtime;
+                a.ctime = mtime;
+                tx.update_node(&a)?;
+                Ok(a)
+            })
+            .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
+    }
+
+    fn copy_range(
+        &self,
+        _ctx: &Ctx,
+        src: Ino,
+        src_off: u64,
+        dst: Ino,
+        dst_off: u64,
+        len: u64,
+    ) -> Result<(u64, Attr)> {
+        self.engine
+            .write(&[src, dst], false, |tx| {
+                let (s, mut d) = tx.lock_two(src, dst)?;
+                if s.kind == Kind::Dir || d.kind == Kind::Dir {
+                    return fail(libc::EISDIR);
+                }
+                if s.kind != Kind::File || d.kind != Kind::File {
+                    return fail(libc::EINVAL);
+                }
+                if src_off >= s.length || len == 0 {
+                    return Ok((0, d));
+                }
+                let len = len.min(s.length - src_off);
+                if dst_off.checked_add(len).is_none_or(|e| e > MAX_FILE_SIZE) {
+                    return fail(libc::EFBIG);
+                }
+                if src == dst && src_off < dst_off + len && dst_off < src_off + len {
+                    return fail(libc::EINVAL);
+                }
+                // Destination records, computed from the source as it is before the copy.
+                let out = slice::plan_copy(src_off, dst_off, len, |index| tx.chunk(src, index))?;
+                let recs: Vec<SliceRec> = out.iter().map(|(_, r)| *r).collect();
+                tx.incref(&recs)?;
+                self.append(tx, dst, &out)?;
+                let now = now_nanos();
+                let old = d.length;
+                d.length = d.length.max(dst_off + len);
+                tx.add_usage(align4k(d.length) - align4k(old), 0)?;
+                d.mtime = now;
+                d.ctime = now;
+                tx.update_node(&d)?;
+                Ok((len, d))
+            })
+            .inspect(|_| self.engine.publish(|| vec![data_changed(dst)]))
+    }
+
+    fn replace_slices(
+        &self,
+        ino: Ino,
+        index: u32,
+        old: &[SliceRec],
+        new: &[SliceRec],
+    ) -> Result<bool> {
+        self.engine.write(&[ino], false, |tx| {
+            // The inode's lock keeps writers of this chunk out until we are done.
+            if unless_gone(tx.lock_node(ino))?.is_none() {
+                return Ok(false);
+            }
+            let cur = tx.chunk(ino, index)?;
+            if cur.len() < old.len() || cur[..old.len()] != *old {
+                return Ok(false);
+            }
+            let mut list = new.to_vec();
+            list.extend_from_slice(&cur[old.len()..]);
+            tx.incref(new)?;
+            tx.decref(old, now_nanos())?;
+            tx.set_chunk(ino, index, &list)?;
+            Ok(true)
+        })
+    }
+
+    fn fragmented_chunks(&self, min_records: usize, limit: usize) -> Result<Vec<(Ino, u32)>> {
+        let mut f = self.fragmented.lock();
+        let picked: Vec<(Ino, u32)> = f
+            .iter()
+            .filter(|(_, n)| **n >= min_records)
+            .map(|(k, _)| *k)
+            .take(limit)
+            .collect();
+        for k in &picked {
+            f.remove(k);
+        }
+        Ok(picked)
+    }
+
+    fn set_xattr(
+        &self,
+        _ctx: &Ctx,
+        ino: Ino,
+        name: &[u8],
+        value: &[u8],
+        how: XattrSet,
+    ) -> Result<()> {
+        if name.is_empty() {
+            return sys(libc::EINVAL);
+        }
+        if name.len() > MAX_XATTR_NAME {
+            return sys(libc::ERANGE);
+        }
+        if value.len() > MAX_XATTR_VALUE {
+            return sys(libc::E2BIG);
+        }
+        self.engine
+            .write(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                let exists = tx.has_xattr(ino, name)?;
+                match how {
+                    XattrSet::Create if exists => return fail(libc::EEXIST),
+                    XattrSet::Replace if !exists => return fail(libc::ENODATA),
+                    _ => {}
+                }
+                tx.put_xattr(ino, name, value)?;
+                a.ctime = now_nanos();
+                tx.update_node(&a)
+            })
+            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+    }
+
+    fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        if name.len() > MAX_XATTR_NAME {
+            return sys(libc::ERANGE);
+        }
+        self.engine.read(|tx| match tx.xattr(ino, name)? {
+            Some(v) => Ok(v),
+            None => {
+                tx.get_node(ino)?;
+                fail(libc::ENODATA)
+            }
+        })
+    }
+
+    fn list_xattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
+        self.engine.snapshot(|tx| {
+            tx.get_node(ino)?;
+            tx.xattr_names(ino)
+        })
+    }
+
+    fn remove_xattr(&self, _ctx: &Ctx, ino: Ino, name: &[u8]) -> Result<()> {
+        if name.len() > MAX_XATTR_NAME {
+            return sys(libc::ERANGE);
+        }
+        self.engine
+            .write(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                if !tx.delete_xattr(ino, name)? {
+                    return fail(libc::ENODATA);
+                }
+                a.ctime = now_nanos();
+                tx.update_node(&a)
+            })
+            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+    }
+
+    fn sync(&self) -> Result<()> {
+        self.engine.sync()
+    }
+
+    fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>> {
+        let cutoff = now_nanos() - self.format.trash_days as i64 * 86_400 * 1_000_000_000;
+        self.engine.read(|tx| tx.dead_slices(Some(cutoff), limit))
+    }
+
+    fn forget_dead_slices(&self, ids: &[u64]) -> Result<()> {
+        self.engine.single(|tx| tx.forget_dead(ids))
+    }
+
+    fn all_slices(&self) -> Result<Vec<(u64, u32, u32)>> {
+        self.engine.read(|tx| tx.slice_refs())
+    }
+
+    fn scan_nodes(&self, f: &mut dyn FnMut(&Attr)) -> Result<()> {
+        self.engine.snapshot(|tx| tx.scan_nodes(&mut *f))
+    }
+
+    fn scan_entries(&self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> Result<()> {
+        self.engine.snapshot(|tx| tx.scan_entries(&mut *f))
+    }
+
+    fn scan_chunks(&self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> Result<()> {
+        self.engine.snapshot(|tx| tx.scan_chunks(&mut *f))
+    }
+
+    fn all_dead_slices(&self) -> Result<Vec<DeadSlice>> {
+        self.engine.read(|tx| tx.dead_slices(None, usize::MAX))
+    }
+
+    fn sustained(&self) -> Result<Vec<(u64, Ino)>> {
+        self.engine.read(|tx| tx.open_records())
+    }
+
+    fn repair(&self, fix: &Fix) -> Result<()> {
+        let now = now_nanos();
+        self.engine.write(&[], false, |tx| {
+            match fix {
+                Fix::RemoveEntry { parent, name } => tx.remove_edge_named(*parent, name)?,
+                Fix::SetEntryKind { parent, name, kind } => {
+                    tx.set_edge_kind(*parent, name, *kind)?
+                }
+                Fix::SetNlink { ino, nlink } => {
+                    if let Some(mut a) = unless_gone(tx.lock_node(*ino))? {
+                        a.nlink = *nlink;
+                        tx.update_node(&a)?;
+                    }
+                }
+                Fix::SetParent { ino, parent } => {
+                    if let Some(mut a) = unless_gone(tx.lock_node(*ino))? {
+                        a.parent = *parent;
+                        tx.update_node(&a)?;
+                    }
+                }
+                Fix::DeleteInode { ino } => {
+                    let a = tx.lock_node(*ino)?;
+                    Self::delete_inode(tx, &a, now)?;
+                    tx.delete_sustained(*ino, None)?;
+                    tx.delete_open(*ino, None)?;
+                }
+                Fix::Link {
+                    ino,
+                    parent,
+                    name,
+                    kind,
+                } => tx.insert_edge(*parent, name, *ino, *kind)?,
+                Fix::DropChunk { ino, index } => {
+                    let recs = tx.drop_chunks(*ino, *index as u64, *index as u64 + 1)?;
+                    tx.decref(&recs, now)?;
+                }
+                Fix::SetSliceRefs { id, size, refs } => {
+                    tx.set_slice_refs(*id, *size, *refs, now)?
+                }
+                Fix::UndeadSlice { id } => tx.forget_dead(&[*id])?,
+                Fix::RemoveSustained { session, ino } => {
+                    tx.delete_sustained(*ino, Some(*session))?;
+                    tx.delete_open(*ino, Some(*session))?;
+                }
+                Fix::SetUsage { used_bytes, inodes } => tx.set_usage(*used_bytes, *inodes)?,
+            }
+            Ok(())
+        })
+    }
+}
