@@ -1,18 +1,23 @@
 //! What a metadata engine provides, so that every [`Meta`](super::Meta) operation is written
 //! once (in `ops`) over any database: transactions ([`Engine`]) and the rows they read and
 //! write ([`Txn`]: nodes, entries, chunks' slice records, slice references, xattrs, sessions,
-//! open-file records, locks, counters).
+//! open-file records, locks, counters), each row operation written once in SQL (as JuiceFS's
+//! `sql.go` is for its SQL databases).
 //!
-//! Methods with a default body are the plain way; an engine overrides one where it can do the
-//! same in fewer round trips (PostgreSQL's combined statements and row locks). Every method
-//! runs inside the transaction it is called on, and none decides anything POSIX: what an
-//! operation means lives in `ops`.
+//! An engine provides statements ([`Txn::exec`], [`Txn::scan`]) and overrides a row
+//! operation where it can do the same in fewer round trips (PostgreSQL's combined statements
+//! and row locks) or must say it in its own dialect. Every method runs inside the transaction
+//! it is called on, and none decides anything POSIX: what an operation means lives in `ops`.
 //!
-//! Not for: SQL (each engine's own module), caching, file data.
+//! Not for: connections, dialect translation, change notification (each engine), caching,
+//! file data.
 
 use super::lock::{LockOwner, LockRange};
+use super::slice;
 use super::slice::SliceRec;
-use super::{Attr, Change, ChangeSink, DeadSlice, DirEntry, EngineKind, Error, Ino, Kind, Nanos};
+use super::{
+    Attr, Change, ChangeSink, DeadSlice, DirEntry, EngineKind, Error, Ino, Kind, LockKind, Nanos,
+};
 use super::{Result, Usage};
 
 /// How a statement or a transaction failed: a POSIX outcome or an engine failure (ended), or
@@ -129,11 +134,167 @@ pub trait Engine: Send + Sync + 'static {
     }
 }
 
+/// A parameter of a statement.
+#[derive(Clone, Copy, Debug)]
+pub enum Val<'a> {
+    Int(i64),
+    Bytes(&'a [u8]),
+    Text(&'a str),
+}
+
+/// A value of a result row.
+#[derive(Clone, Debug)]
+pub enum Cell {
+    Int(i64),
+    Bytes(Vec<u8>),
+    Text(String),
+    Bool(bool),
+    Null,
+}
+
+/// A result row, its values in column order.
+pub struct SqlRow(pub Vec<Cell>);
+
+impl SqlRow {
+    fn cell(&self, i: usize) -> TxResult<&Cell> {
+        self.0
+            .get(i)
+            .ok_or_else(|| corrupt(format!("result row has no column {i}")))
+    }
+
+    pub fn int(&self, i: usize) -> TxResult<i64> {
+        match self.cell(i)? {
+            Cell::Int(v) => Ok(*v),
+            Cell::Bool(b) => Ok(*b as i64),
+            other => Err(corrupt(format!("column {i}: {other:?} is not an integer"))),
+        }
+    }
+
+    pub fn opt_int(&self, i: usize) -> TxResult<Option<i64>> {
+        match self.cell(i)? {
+            Cell::Null => Ok(None),
+            _ => self.int(i).map(Some),
+        }
+    }
+
+    /// Bytes of a BLOB/BYTEA column (or of text, as a name written by hand may be).
+    pub fn bytes(&self, i: usize) -> TxResult<Vec<u8>> {
+        match self.cell(i)? {
+            Cell::Bytes(b) => Ok(b.clone()),
+            Cell::Text(t) => Ok(t.as_bytes().to_vec()),
+            _ => Ok(Vec::new()),
+        }
+    }
+
+    pub fn text(&self, i: usize) -> TxResult<String> {
+        match self.cell(i)? {
+            Cell::Text(t) => Ok(t.clone()),
+            Cell::Bytes(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+            other => Err(corrupt(format!("column {i}: {other:?} is not text"))),
+        }
+    }
+
+    /// An inode's attributes from [`node_cols!`] starting at column `base`.
+    pub fn attr(&self, base: usize) -> TxResult<Attr> {
+        let g = |i: usize| self.int(base + i);
+        Ok(Attr {
+            ino: g(0)? as u64,
+            kind: Kind::from_u8(g(1)? as u8).unwrap_or(Kind::File),
+            mode: g(2)? as u32,
+            uid: g(3)? as u32,
+            gid: g(4)? as u32,
+            nlink: g(5)? as u32,
+            length: g(6)? as u64,
+            rdev: g(7)? as u32,
+            atime: g(8)?,
+            mtime: g(9)?,
+            ctime: g(10)?,
+            parent: g(11)? as u64,
+        })
+    }
+}
+
+/// The columns of an inode, in [`SqlRow::attr`]'s order, of `unkai_node n`.
+macro_rules! node_cols {
+    () => {
+        "n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.length, n.rdev, n.atime, n.mtime, \
+         n.ctime, n.parent"
+    };
+}
+pub(crate) use node_cols;
+
+/// The parameters `$1..=$12` of an inode, in [`node_cols!`]'s order.
+fn node_vals(a: &Attr) -> [Val<'static>; 12] {
+    [
+        a.ino as i64,
+        a.kind as i64,
+        a.mode as i64,
+        a.uid as i64,
+        a.gid as i64,
+        a.nlink as i64,
+        a.length as i64,
+        a.rdev as i64,
+        a.atime,
+        a.mtime,
+        a.ctime,
+        a.parent as i64,
+    ]
+    .map(Val::Int)
+}
+
+const UPDATE_NODE: &str = "UPDATE unkai_node SET mode=$3, uid=$4, gid=$5, nlink=$6, length=$7, \
+                           rdev=$8, atime=$9, mtime=$10, ctime=$11, parent=$12 WHERE ino=$1 \
+                           AND kind=$2";
+
+fn ino(i: Ino) -> Val<'static> {
+    Val::Int(i as i64)
+}
+
 /// The rows of a volume, as one transaction sees them.
+///
+/// An engine provides [`Txn::exec`] and [`Txn::scan`]; every other method has a body in SQL,
+/// written once in PostgreSQL's dialect (`$N` parameters, tables `unkai_*`), which an SQL
+/// engine translates (SQLite: `?N`, tables without the prefix, `open_file`). An engine
+/// overrides a method where it can do the same in fewer round trips, or must say it
+/// differently; an engine that is not SQL would override them all.
 pub trait Txn {
+    /// Runs a statement; returns the rows it changed.
+    fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64>;
+    /// Runs a query, handing its rows to `f` one by one.
+    fn scan(
+        &mut self,
+        sql: &'static str,
+        p: &[Val<'_>],
+        f: &mut dyn FnMut(&SqlRow) -> TxResult<()>,
+    ) -> TxResult<()>;
+
+    /// Every row of a query.
+    fn rows(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<Vec<SqlRow>> {
+        let mut out = Vec::new();
+        self.scan(sql, p, &mut |r| {
+            out.push(SqlRow(r.0.clone()));
+            Ok(())
+        })?;
+        Ok(out)
+    }
+    /// The first row of a query, if any.
+    fn row(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<Option<SqlRow>> {
+        Ok(self.rows(sql, p)?.into_iter().next())
+    }
+
     // ---- nodes ----
     /// An inode's attributes (ENOENT if it has none).
-    fn get_node(&mut self, ino: Ino) -> TxResult<Attr>;
+    fn get_node(&mut self, i: Ino) -> TxResult<Attr> {
+        let sql = concat!(
+            "SELECT ",
+            node_cols!(),
+            " FROM unkai_node n WHERE n.ino = $1"
+        );
+        match self.row(sql, &[ino(i)])? {
+            Some(r) => r.attr(0),
+            None => fail(libc::ENOENT),
+        }
+    }
     /// [`Txn::get_node`], locking the row for the rest of the transaction where rows are
     /// locked.
     fn lock_node(&mut self, ino: Ino) -> TxResult<Attr> {
@@ -149,10 +310,20 @@ pub trait Txn {
         };
         Ok((x, y))
     }
-    fn insert_node(&mut self, a: &Attr) -> TxResult<()>;
-    fn update_node(&mut self, a: &Attr) -> TxResult<()>;
-    /// Applies a setattr to a locked or read inode and writes it (see `ops::apply_set`): an
-    /// engine may do both in one statement.
+    fn insert_node(&mut self, a: &Attr) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev, atime, mtime,
+               ctime, parent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+            &node_vals(a),
+        )?;
+        Ok(())
+    }
+    fn update_node(&mut self, a: &Attr) -> TxResult<()> {
+        self.exec(UPDATE_NODE, &node_vals(a))?;
+        Ok(())
+    }
+    /// Applies a setattr to the inode and writes it (see `ops::apply_set`): an engine may do
+    /// both in one statement.
     fn set_attr(&mut self, ino: Ino, set: &super::SetAttr, now: Nanos) -> TxResult<Attr> {
         let mut a = self.lock_node(ino)?;
         if super::ops::apply_set(&mut a, set, now) {
@@ -162,32 +333,94 @@ pub trait Txn {
     }
     /// Deletes an inode's rows (node, symlink target, xattrs, chunks); returns the records of
     /// its chunks, whose slices the caller releases.
-    fn delete_node_rows(&mut self, ino: Ino) -> TxResult<Vec<SliceRec>>;
+    fn delete_node_rows(&mut self, i: Ino) -> TxResult<Vec<SliceRec>> {
+        let recs = self.drop_chunks(i, 0, u64::MAX)?;
+        for sql in [
+            "DELETE FROM unkai_node WHERE ino=$1",
+            "DELETE FROM unkai_symlink WHERE ino=$1",
+            "DELETE FROM unkai_xattr WHERE ino=$1",
+        ] {
+            self.exec(sql, &[ino(i)])?;
+        }
+        Ok(recs)
+    }
     /// Adds to the volume's usage counters (an engine may gather them until commit).
-    fn add_usage(&mut self, used_bytes: i64, inodes: i64) -> TxResult<()>;
+    fn add_usage(&mut self, used_bytes: i64, inodes: i64) -> TxResult<()> {
+        for (name, delta) in [("usedSpace", used_bytes), ("totalInodes", inodes)] {
+            if delta != 0 {
+                self.exec(
+                    "UPDATE unkai_counter SET value = value + $2 WHERE name = $1",
+                    &[Val::Text(name), Val::Int(delta)],
+                )?;
+            }
+        }
+        Ok(())
+    }
     /// Sets the usage counters (fsck).
-    fn set_usage(&mut self, used_bytes: u64, inodes: u64) -> TxResult<()>;
+    fn set_usage(&mut self, used_bytes: u64, inodes: u64) -> TxResult<()> {
+        for (name, v) in [("usedSpace", used_bytes), ("totalInodes", inodes)] {
+            self.exec(
+                "UPDATE unkai_counter SET value = $2 WHERE name = $1",
+                &[Val::Text(name), Val::Int(v as i64)],
+            )?;
+        }
+        Ok(())
+    }
     /// Takes `n` ids from the counter `name` (`nextInode`, `nextSlice`); returns the first.
-    fn take_ids(&mut self, name: &'static str, n: u64) -> TxResult<u64>;
-    fn usage(&mut self) -> TxResult<Usage>;
+    fn take_ids(&mut self, name: &'static str, n: u64) -> TxResult<u64> {
+        let r = self.row(
+            "UPDATE unkai_counter SET value = value + $2 WHERE name = $1 RETURNING value",
+            &[Val::Text(name), Val::Int(n as i64)],
+        )?;
+        match r {
+            Some(r) => Ok(r.int(0)? as u64 - n),
+            None => Err(corrupt(format!("counter {name} is missing"))),
+        }
+    }
+    fn usage(&mut self) -> TxResult<Usage> {
+        let r = self.row(
+            "SELECT (SELECT count(*) FROM unkai_slice_ref),
+                    (SELECT CAST(coalesce(sum(size), 0) AS BIGINT) FROM unkai_slice_ref),
+                    (SELECT count(*) FROM unkai_dead_slice),
+                    (SELECT value FROM unkai_counter WHERE name = 'usedSpace'),
+                    (SELECT value FROM unkai_counter WHERE name = 'totalInodes')",
+            &[],
+        )?;
+        let Some(r) = r else {
+            return Ok(Usage::default());
+        };
+        let get = |i: usize| -> TxResult<u64> { Ok(r.opt_int(i)?.unwrap_or(0).max(0) as u64) };
+        Ok(Usage {
+            slices: get(0)?,
+            slice_bytes: get(1)?,
+            pending_delete: get(2)?,
+            used_bytes: get(3)?,
+            inodes: get(4)?,
+        })
+    }
 
     // ---- directory entries ----
     /// The entry `name` of `parent`: (entry id, inode).
-    fn get_edge(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<(i64, Ino)>>;
+    fn get_edge(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<(i64, Ino)>> {
+        let r = self.row(
+            "SELECT id, ino FROM unkai_edge WHERE parent=$1 AND name=$2",
+            &[ino(parent), Val::Bytes(name)],
+        )?;
+        r.map(|r| Ok((r.int(0)?, r.int(1)? as Ino))).transpose()
+    }
     /// The inode `name` of `parent` names: ENOENT if none, ENOTDIR if `parent` is not a
     /// directory.
     fn find(&mut self, parent: Ino, name: &[u8]) -> TxResult<Attr> {
-        match self.child(parent, name)? {
-            Some(a) => Ok(a),
+        let sql = concat!(
+            "SELECT ",
+            node_cols!(),
+            " FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino
+             WHERE e.parent = $1 AND e.name = $2"
+        );
+        match self.row(sql, &[ino(parent), Val::Bytes(name)])? {
+            Some(r) => r.attr(0),
             None if self.get_node(parent)?.kind != Kind::Dir => fail(libc::ENOTDIR),
             None => fail(libc::ENOENT),
-        }
-    }
-    /// The inode `name` of `parent` names, if any.
-    fn child(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<Attr>> {
-        match self.get_edge(parent, name)? {
-            Some((_, ino)) => unless_gone(self.get_node(ino)),
-            None => Ok(None),
         }
     }
     /// The entry `name` of `parent` and its inode, locked: (entry id, attributes).
@@ -197,16 +430,25 @@ pub trait Txn {
             None => Ok(None),
         }
     }
-    fn insert_edge(&mut self, parent: Ino, name: &[u8], ino: Ino, kind: Kind) -> TxResult<()>;
+    fn insert_edge(&mut self, parent: Ino, name: &[u8], i: Ino, kind: Kind) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($1, $2, $3, $4)",
+            &[ino(parent), Val::Bytes(name), ino(i), Val::Int(kind as i64)],
+        )?;
+        Ok(())
+    }
     /// Inserts a new inode and its first entry; EEXIST if the name is taken.
     fn create_entry(&mut self, a: &Attr, parent: Ino, name: &[u8]) -> TxResult<()> {
         if self.get_edge(parent, name)?.is_some() {
-            return super::engine::fail(libc::EEXIST);
+            return fail(libc::EEXIST);
         }
         self.insert_node(a)?;
         self.insert_edge(parent, name, a.ino, a.kind)
     }
-    fn delete_edge(&mut self, id: i64) -> TxResult<()>;
+    fn delete_edge(&mut self, id: i64) -> TxResult<()> {
+        self.exec("DELETE FROM unkai_edge WHERE id=$1", &[Val::Int(id)])?;
+        Ok(())
+    }
     /// Removes entry `id` and writes its directory `dir`. Returns whether the entry's inode
     /// `ino` is recorded open anywhere, where the engine learns it in the same round trip
     /// (`None`: ask [`Txn::open_anywhere`]).
@@ -217,10 +459,25 @@ pub trait Txn {
         Ok(None)
     }
     /// Points entry `id` at another inode (rename's exchange).
-    fn set_edge_target(&mut self, id: i64, ino: Ino, kind: Kind) -> TxResult<()>;
+    fn set_edge_target(&mut self, id: i64, i: Ino, kind: Kind) -> TxResult<()> {
+        self.exec(
+            "UPDATE unkai_edge SET ino=$2, kind=$3 WHERE id=$1",
+            &[Val::Int(id), ino(i), Val::Int(kind as i64)],
+        )?;
+        Ok(())
+    }
     /// Moves entry `id` to `parent`/`name`.
-    fn move_edge(&mut self, id: i64, parent: Ino, name: &[u8]) -> TxResult<()>;
-    fn dir_is_empty(&mut self, ino: Ino) -> TxResult<bool>;
+    fn move_edge(&mut self, id: i64, parent: Ino, name: &[u8]) -> TxResult<()> {
+        self.exec(
+            "UPDATE unkai_edge SET parent=$2, name=$3 WHERE id=$1",
+            &[Val::Int(id), ino(parent), Val::Bytes(name)],
+        )?;
+        Ok(())
+    }
+    fn dir_is_empty(&mut self, dir: Ino) -> TxResult<bool> {
+        let sql = "SELECT 1 FROM unkai_edge WHERE parent=$1 LIMIT 1";
+        Ok(self.row(sql, &[ino(dir)])?.is_none())
+    }
     /// Entries of `dir` after entry id `after`, at most `limit`, in id order; with their
     /// attributes if `plus`. Cookies are the entry id + 2 (after "." and "..").
     fn list_entries(
@@ -229,59 +486,282 @@ pub trait Txn {
         after: i64,
         limit: i64,
         plus: bool,
-    ) -> TxResult<Vec<DirEntry>>;
+    ) -> TxResult<Vec<DirEntry>> {
+        let p = [ino(dir), Val::Int(after), Val::Int(limit)];
+        let mut out = Vec::new();
+        if plus {
+            let sql = concat!(
+                "SELECT e.id, e.name, ",
+                node_cols!(),
+                " FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino
+                 WHERE e.parent=$1 AND e.id>$2 ORDER BY e.id LIMIT $3"
+            );
+            self.scan(sql, &p, &mut |r| {
+                let a = r.attr(2)?;
+                out.push(DirEntry {
+                    name: r.bytes(1)?,
+                    ino: a.ino,
+                    kind: a.kind,
+                    cookie: r.int(0)? as u64 + 2,
+                    attr: Some(a),
+                });
+                Ok(())
+            })?;
+        } else {
+            let sql = "SELECT id, name, ino, kind FROM unkai_edge WHERE parent=$1 AND id>$2
+                       ORDER BY id LIMIT $3";
+            self.scan(sql, &p, &mut |r| {
+                out.push(DirEntry {
+                    name: r.bytes(1)?,
+                    ino: r.int(2)? as u64,
+                    kind: Kind::from_u8(r.int(3)? as u8).unwrap_or(Kind::File),
+                    cookie: r.int(0)? as u64 + 2,
+                    attr: None,
+                });
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
     /// Removes the entry `name` of `parent` (fsck).
-    fn remove_edge_named(&mut self, parent: Ino, name: &[u8]) -> TxResult<()>;
+    fn remove_edge_named(&mut self, parent: Ino, name: &[u8]) -> TxResult<()> {
+        self.exec(
+            "DELETE FROM unkai_edge WHERE parent=$1 AND name=$2",
+            &[ino(parent), Val::Bytes(name)],
+        )?;
+        Ok(())
+    }
     /// Corrects the kind an entry records (fsck).
-    fn set_edge_kind(&mut self, parent: Ino, name: &[u8], kind: Kind) -> TxResult<()>;
+    fn set_edge_kind(&mut self, parent: Ino, name: &[u8], kind: Kind) -> TxResult<()> {
+        self.exec(
+            "UPDATE unkai_edge SET kind=$3 WHERE parent=$1 AND name=$2",
+            &[ino(parent), Val::Bytes(name), Val::Int(kind as i64)],
+        )?;
+        Ok(())
+    }
 
     // ---- symlinks and xattrs ----
-    fn insert_symlink(&mut self, ino: Ino, target: &[u8]) -> TxResult<()>;
-    fn symlink(&mut self, ino: Ino) -> TxResult<Option<Vec<u8>>>;
-    fn xattr(&mut self, ino: Ino, name: &[u8]) -> TxResult<Option<Vec<u8>>>;
-    fn has_xattr(&mut self, ino: Ino, name: &[u8]) -> TxResult<bool> {
-        Ok(self.xattr(ino, name)?.is_some())
+    fn insert_symlink(&mut self, i: Ino, target: &[u8]) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_symlink (ino, target) VALUES ($1, $2)",
+            &[ino(i), Val::Bytes(target)],
+        )?;
+        Ok(())
     }
-    fn put_xattr(&mut self, ino: Ino, name: &[u8], value: &[u8]) -> TxResult<()>;
+    fn symlink(&mut self, i: Ino) -> TxResult<Option<Vec<u8>>> {
+        let sql = "SELECT target FROM unkai_symlink WHERE ino=$1";
+        self.row(sql, &[ino(i)])?.map(|r| r.bytes(0)).transpose()
+    }
+    fn xattr(&mut self, i: Ino, name: &[u8]) -> TxResult<Option<Vec<u8>>> {
+        let sql = "SELECT value FROM unkai_xattr WHERE ino=$1 AND name=$2";
+        self.row(sql, &[ino(i), Val::Bytes(name)])?
+            .map(|r| r.bytes(0))
+            .transpose()
+    }
+    fn put_xattr(&mut self, i: Ino, name: &[u8], value: &[u8]) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_xattr (ino, name, value) VALUES ($1, $2, $3)
+             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
+            &[ino(i), Val::Bytes(name), Val::Bytes(value)],
+        )?;
+        Ok(())
+    }
     /// Whether there was one to delete.
-    fn delete_xattr(&mut self, ino: Ino, name: &[u8]) -> TxResult<bool>;
-    fn xattr_names(&mut self, ino: Ino) -> TxResult<Vec<Vec<u8>>>;
+    fn delete_xattr(&mut self, i: Ino, name: &[u8]) -> TxResult<bool> {
+        let sql = "DELETE FROM unkai_xattr WHERE ino=$1 AND name=$2";
+        Ok(self.exec(sql, &[ino(i), Val::Bytes(name)])? > 0)
+    }
+    fn xattr_names(&mut self, i: Ino) -> TxResult<Vec<Vec<u8>>> {
+        let sql = "SELECT name FROM unkai_xattr WHERE ino=$1 ORDER BY name";
+        self.rows(sql, &[ino(i)])?
+            .iter()
+            .map(|r| r.bytes(0))
+            .collect()
+    }
 
     // ---- chunks and slices ----
     /// The records of one chunk, oldest first (none for a missing chunk).
-    fn chunk(&mut self, ino: Ino, index: u32) -> TxResult<Vec<SliceRec>>;
+    fn chunk(&mut self, i: Ino, index: u32) -> TxResult<Vec<SliceRec>> {
+        let sql = "SELECT slices FROM unkai_chunk WHERE ino=$1 AND indx=$2";
+        match self.row(sql, &[ino(i), Val::Int(index as i64)])? {
+            None => Ok(Vec::new()),
+            Some(r) => slice::decode(&r.bytes(0)?)
+                .ok_or_else(|| corrupt(format!("chunk {index} of inode {i} is corrupt"))),
+        }
+    }
     /// Appends records to a chunk; returns its record count after.
     fn append_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<usize>;
     /// Replaces a chunk's records (deletes the chunk if `recs` is empty).
-    fn set_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<()>;
+    fn set_chunk(&mut self, i: Ino, index: u32, recs: &[SliceRec]) -> TxResult<()> {
+        let (i, index) = (ino(i), Val::Int(index as i64));
+        if recs.is_empty() {
+            self.exec(
+                "DELETE FROM unkai_chunk WHERE ino=$1 AND indx=$2",
+                &[i, index],
+            )?;
+        } else {
+            self.exec(
+                "UPDATE unkai_chunk SET slices=$3 WHERE ino=$1 AND indx=$2",
+                &[i, index, Val::Bytes(&slice::encode(recs))],
+            )?;
+        }
+        Ok(())
+    }
     /// Deletes the chunks of `ino` with index in `from..to`; returns their records (the
     /// decodable ones), whose slices the caller releases.
-    fn drop_chunks(&mut self, ino: Ino, from: u64, to: u64) -> TxResult<Vec<SliceRec>>;
+    fn drop_chunks(&mut self, i: Ino, from: u64, to: u64) -> TxResult<Vec<SliceRec>> {
+        let lim = |i: u64| Val::Int(i.min(u32::MAX as u64 + 1) as i64);
+        let rows = self.rows(
+            "DELETE FROM unkai_chunk WHERE ino=$1 AND indx>=$2 AND indx<$3 RETURNING slices",
+            &[ino(i), lim(from), lim(to)],
+        )?;
+        let mut recs = Vec::new();
+        for r in rows {
+            recs.extend(slice::decode(&r.bytes(0)?).unwrap_or_default());
+        }
+        Ok(recs)
+    }
     /// One more reference to each record's slice.
-    fn incref(&mut self, recs: &[SliceRec]) -> TxResult<()>;
+    fn incref(&mut self, recs: &[SliceRec]) -> TxResult<()> {
+        for r in recs.iter().filter(|r| r.id != 0) {
+            self.exec(
+                "INSERT INTO unkai_slice_ref (id, size, refs) VALUES ($1, $2, 1)
+                 ON CONFLICT (id) DO UPDATE SET refs = unkai_slice_ref.refs + 1",
+                &[Val::Int(r.id as i64), Val::Int(r.size as i64)],
+            )?;
+        }
+        Ok(())
+    }
     /// One reference less to each record's slice; a slice left with none is queued for
     /// deletion (dead since `now`).
-    fn decref(&mut self, recs: &[SliceRec], now: Nanos) -> TxResult<()>;
+    fn decref(&mut self, recs: &[SliceRec], now: Nanos) -> TxResult<()> {
+        for r in recs.iter().filter(|r| r.id != 0) {
+            let left = self.row(
+                "UPDATE unkai_slice_ref SET refs = refs - 1 WHERE id=$1 RETURNING refs",
+                &[Val::Int(r.id as i64)],
+            )?;
+            if left.map(|l| l.int(0)).transpose()?.is_none_or(|n| n <= 0) {
+                self.set_slice_refs(r.id, r.size, 0, now)?;
+            }
+        }
+        Ok(())
+    }
     /// Sets a slice's reference count; 0 queues it for deletion (fsck).
-    fn set_slice_refs(&mut self, id: u64, size: u32, refs: u32, now: Nanos) -> TxResult<()>;
+    fn set_slice_refs(&mut self, id: u64, size: u32, refs: u32, now: Nanos) -> TxResult<()> {
+        let (id, size) = (Val::Int(id as i64), Val::Int(size as i64));
+        if refs == 0 {
+            self.exec("DELETE FROM unkai_slice_ref WHERE id=$1", &[id])?;
+            self.exec(
+                "INSERT INTO unkai_dead_slice (id, size, died) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO NOTHING",
+                &[id, size, Val::Int(now)],
+            )?;
+        } else {
+            self.exec(
+                "INSERT INTO unkai_slice_ref (id, size, refs) VALUES ($1, $2, $3)
+                 ON CONFLICT (id) DO UPDATE SET refs = excluded.refs, size = excluded.size",
+                &[id, size, Val::Int(refs as i64)],
+            )?;
+        }
+        Ok(())
+    }
     /// Slices queued for deletion that died at or before `cutoff` (all if `None`).
-    fn dead_slices(&mut self, cutoff: Option<Nanos>, limit: usize) -> TxResult<Vec<DeadSlice>>;
+    fn dead_slices(&mut self, cutoff: Option<Nanos>, limit: usize) -> TxResult<Vec<DeadSlice>> {
+        let rows = self.rows(
+            "SELECT id, size FROM unkai_dead_slice WHERE died <= $1 ORDER BY id LIMIT $2",
+            &[
+                Val::Int(cutoff.unwrap_or(i64::MAX)),
+                Val::Int(limit.min(i64::MAX as usize) as i64),
+            ],
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok(DeadSlice {
+                    id: r.int(0)? as u64,
+                    size: r.int(1)? as u32,
+                })
+            })
+            .collect()
+    }
     /// Removes slices from the deletion queue.
-    fn forget_dead(&mut self, ids: &[u64]) -> TxResult<()>;
+    fn forget_dead(&mut self, ids: &[u64]) -> TxResult<()> {
+        for id in ids {
+            self.exec(
+                "DELETE FROM unkai_dead_slice WHERE id=$1",
+                &[Val::Int(*id as i64)],
+            )?;
+        }
+        Ok(())
+    }
 
     // ---- sessions and open files ----
-    fn insert_session(&mut self, info: &str, now: Nanos) -> TxResult<u64>;
+    fn insert_session(&mut self, info: &str, now: Nanos) -> TxResult<u64> {
+        let r = self.row(
+            "INSERT INTO unkai_session (info, heartbeat) VALUES ($1, $2) RETURNING id",
+            &[Val::Text(info), Val::Int(now)],
+        )?;
+        match r {
+            Some(r) => Ok(r.int(0)? as u64),
+            None => Err(corrupt("no session id returned".into())),
+        }
+    }
     /// Records a heartbeat; false if the session's row is gone.
-    fn touch_session(&mut self, id: u64, now: Nanos) -> TxResult<bool>;
-    fn session(&mut self, id: u64) -> TxResult<Option<SessionRow>>;
-    fn sessions(&mut self) -> TxResult<Vec<SessionRow>>;
-    fn delete_session(&mut self, id: u64) -> TxResult<()>;
-    /// Removes every open-file record of a session; returns their inodes.
-    fn take_session_opens(&mut self, session: u64) -> TxResult<Vec<Ino>>;
+    fn touch_session(&mut self, id: u64, now: Nanos) -> TxResult<bool> {
+        let sql = "UPDATE unkai_session SET heartbeat=$2 WHERE id=$1";
+        Ok(self.exec(sql, &[Val::Int(id as i64), Val::Int(now)])? > 0)
+    }
+    fn session(&mut self, id: u64) -> TxResult<Option<SessionRow>> {
+        let sql = "SELECT info, heartbeat FROM unkai_session WHERE id=$1";
+        self.row(sql, &[Val::Int(id as i64)])?
+            .map(|r| Ok((id, r.text(0)?, r.int(1)?)))
+            .transpose()
+    }
+    fn sessions(&mut self) -> TxResult<Vec<SessionRow>> {
+        let sql = "SELECT id, info, heartbeat FROM unkai_session ORDER BY id";
+        self.rows(sql, &[])?
+            .iter()
+            .map(|r| Ok((r.int(0)? as u64, r.text(1)?, r.int(2)?)))
+            .collect()
+    }
+    fn delete_session(&mut self, id: u64) -> TxResult<()> {
+        self.exec(
+            "DELETE FROM unkai_session WHERE id=$1",
+            &[Val::Int(id as i64)],
+        )?;
+        Ok(())
+    }
+    /// Removes every open-file record of a session; returns their inodes. (`sustained` is
+    /// where SQLite, and PostgreSQL clients of schema 1, recorded unlinked inodes kept open.)
+    fn take_session_opens(&mut self, session: u64) -> TxResult<Vec<Ino>> {
+        let s = [Val::Int(session as i64)];
+        let inos = self.rows(
+            "SELECT ino FROM unkai_sustained WHERE session=$1
+             UNION SELECT ino FROM unkai_open WHERE session=$1 ORDER BY 1",
+            &s,
+        )?;
+        self.exec("DELETE FROM unkai_sustained WHERE session=$1", &s)?;
+        self.exec("DELETE FROM unkai_open WHERE session=$1", &s)?;
+        inos.iter().map(|r| Ok(r.int(0)? as Ino)).collect()
+    }
     /// Records that `session` has `ino` open.
-    fn insert_open(&mut self, ino: Ino, session: u64) -> TxResult<()>;
+    fn insert_open(&mut self, i: Ino, session: u64) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_open (ino, session) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[ino(i), Val::Int(session as i64)],
+        )?;
+        Ok(())
+    }
     /// Forgets that `session` has `ino` open (every session if `None`).
-    fn delete_open(&mut self, ino: Ino, session: Option<u64>) -> TxResult<()>;
+    fn delete_open(&mut self, i: Ino, session: Option<u64>) -> TxResult<()> {
+        match session {
+            Some(s) => self.exec(
+                "DELETE FROM unkai_open WHERE ino=$1 AND session=$2",
+                &[ino(i), Val::Int(s as i64)],
+            )?,
+            None => self.exec("DELETE FROM unkai_open WHERE ino=$1", &[ino(i)])?,
+        };
+        Ok(())
+    }
     /// Reads an inode and records that `session` has it open.
     fn open_node(&mut self, ino: Ino, session: u64) -> TxResult<Attr> {
         let a = self.get_node(ino)?;
@@ -297,27 +777,140 @@ pub trait Txn {
         Ok(unless_gone(self.get_node(ino))?.map(|a| a.nlink))
     }
     /// Whether any client has the inode recorded open (call with the inode locked).
-    fn open_anywhere(&mut self, ino: Ino) -> TxResult<bool>;
+    fn open_anywhere(&mut self, i: Ino) -> TxResult<bool> {
+        let sql = "SELECT 1 FROM unkai_open WHERE ino=$1 LIMIT 1";
+        Ok(self.row(sql, &[ino(i)])?.is_some())
+    }
     /// Records that this client keeps an unlinked inode it has open (engines that count
     /// opens in memory).
-    fn insert_sustained(&mut self, session: u64, ino: Ino) -> TxResult<()>;
+    fn insert_sustained(&mut self, session: u64, i: Ino) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_sustained (session, ino) VALUES ($1, $2) ON CONFLICT DO NOTHING",
+            &[Val::Int(session as i64), ino(i)],
+        )?;
+        Ok(())
+    }
     /// Forgets such records of `ino` (of every session if `None`).
-    fn delete_sustained(&mut self, ino: Ino, session: Option<u64>) -> TxResult<()>;
+    fn delete_sustained(&mut self, i: Ino, session: Option<u64>) -> TxResult<()> {
+        match session {
+            Some(s) => self.exec(
+                "DELETE FROM unkai_sustained WHERE session=$1 AND ino=$2",
+                &[Val::Int(s as i64), ino(i)],
+            )?,
+            None => self.exec("DELETE FROM unkai_sustained WHERE ino=$1", &[ino(i)])?,
+        };
+        Ok(())
+    }
     /// Every open-file record: (session, inode), sorted.
-    fn open_records(&mut self) -> TxResult<Vec<(u64, Ino)>>;
+    fn open_records(&mut self) -> TxResult<Vec<(u64, Ino)>> {
+        let rows = self.rows(
+            "SELECT session, ino FROM unkai_sustained
+             UNION SELECT session, ino FROM unkai_open ORDER BY 1, 2",
+            &[],
+        )?;
+        rows.iter()
+            .map(|r| Ok((r.int(0)? as u64, r.int(1)? as Ino)))
+            .collect()
+    }
 
     // ---- file locks ----
     /// Every lock held on `ino` by a live session.
-    fn locks(&mut self, ino: Ino) -> TxResult<Vec<(LockOwner, LockRange)>>;
+    fn locks(&mut self, i: Ino) -> TxResult<Vec<(LockOwner, LockRange)>> {
+        let rows = self.rows(
+            "SELECT session, owner, kind, start, last, pid FROM unkai_plock \
+             WHERE ino=$1 AND session IN (SELECT id FROM unkai_session)",
+            &[ino(i)],
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    LockOwner {
+                        session: r.int(0)? as u64,
+                        owner: r.int(1)? as u64,
+                    },
+                    LockRange {
+                        kind: LockKind::from_code(r.int(2)?),
+                        start: r.int(3)? as u64,
+                        end: r.int(4)? as u64,
+                        pid: r.int(5)? as u32,
+                    },
+                ))
+            })
+            .collect()
+    }
     /// Deletes the locks on `ino` of sessions that ended.
-    fn drop_orphan_locks(&mut self, ino: Ino) -> TxResult<()>;
+    fn drop_orphan_locks(&mut self, i: Ino) -> TxResult<()> {
+        self.exec(
+            "DELETE FROM unkai_plock WHERE ino=$1 \
+             AND session NOT IN (SELECT id FROM unkai_session)",
+            &[ino(i)],
+        )?;
+        Ok(())
+    }
     /// Replaces the ranges `owner` holds on `ino`.
-    fn store_locks(&mut self, ino: Ino, owner: LockOwner, ranges: &[LockRange]) -> TxResult<()>;
+    fn store_locks(&mut self, i: Ino, me: LockOwner, ranges: &[LockRange]) -> TxResult<()> {
+        let (i, session, owner) = (
+            ino(i),
+            Val::Int(me.session as i64),
+            Val::Int(me.owner as i64),
+        );
+        self.exec(
+            "DELETE FROM unkai_plock WHERE ino=$1 AND session=$2 AND owner=$3",
+            &[i, session, owner],
+        )?;
+        for r in ranges {
+            self.exec(
+                "INSERT INTO unkai_plock (ino, session, owner, kind, start, last, pid) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
+                &[
+                    i,
+                    session,
+                    owner,
+                    Val::Int(r.kind.code()),
+                    Val::Int(r.start as i64),
+                    Val::Int(r.end as i64),
+                    Val::Int(r.pid as i64),
+                ],
+            )?;
+        }
+        Ok(())
+    }
 
     // ---- whole-volume scans (fsck, gc, status) ----
     /// Every referenced slice: (id, size, references).
-    fn slice_refs(&mut self) -> TxResult<Vec<(u64, u32, u32)>>;
-    fn scan_nodes(&mut self, f: &mut dyn FnMut(&Attr)) -> TxResult<()>;
-    fn scan_entries(&mut self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> TxResult<()>;
-    fn scan_chunks(&mut self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> TxResult<()>;
+    fn slice_refs(&mut self) -> TxResult<Vec<(u64, u32, u32)>> {
+        let rows = self.rows(
+            "SELECT id, size, refs FROM unkai_slice_ref ORDER BY id",
+            &[],
+        )?;
+        rows.iter()
+            .map(|r| Ok((r.int(0)? as u64, r.int(1)? as u32, r.int(2)? as u32)))
+            .collect()
+    }
+    fn scan_nodes(&mut self, f: &mut dyn FnMut(&Attr)) -> TxResult<()> {
+        let sql = concat!("SELECT ", node_cols!(), " FROM unkai_node n ORDER BY n.ino");
+        self.scan(sql, &[], &mut |r| {
+            f(&r.attr(0)?);
+            Ok(())
+        })
+    }
+    fn scan_entries(&mut self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> TxResult<()> {
+        let sql = "SELECT parent, name, ino, kind FROM unkai_edge ORDER BY parent, id";
+        self.scan(sql, &[], &mut |r| {
+            let kind = u8::try_from(r.int(3)?).ok().and_then(Kind::from_u8);
+            f(r.int(0)? as u64, &r.bytes(1)?, r.int(2)? as u64, kind);
+            Ok(())
+        })
+    }
+    fn scan_chunks(&mut self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> TxResult<()> {
+        let sql = "SELECT ino, indx, slices FROM unkai_chunk ORDER BY ino, indx";
+        self.scan(sql, &[], &mut |r| {
+            f(
+                r.int(0)? as u64,
+                r.int(1)? as u32,
+                slice::decode(&r.bytes(2)?),
+            );
+            Ok(())
+        })
+    }
 }

@@ -1202,7 +1202,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
-                let exists = tx.has_xattr(ino, name)?;
+                let exists = tx.xattr(ino, name)?.is_some();
                 match how {
                     XattrSet::Create if exists => return fail(libc::EEXIST),
                     XattrSet::Replace if !exists => return fail(libc::ENODATA),

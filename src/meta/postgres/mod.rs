@@ -30,12 +30,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use ::postgres::Row;
+use ::postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+use bytes::BytesMut;
 
 use self::pool::{Conn, P, Pool, connect_creating, pg_err};
 use self::url::PgUrl;
 use self::watch::Watch;
-use super::engine::{Engine, SessionRow, TxError, TxResult, Txn, corrupt, fail};
-use super::lock::{LockOwner, LockRange};
+use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, corrupt, fail, node_cols};
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
 use super::*;
@@ -86,13 +87,6 @@ const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unka
 
 /// Longest pause between two attempts of a transaction that lost a conflict.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
-
-macro_rules! node_cols {
-    () => {
-        "n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.length, n.rdev, n.atime, n.mtime, \
-         n.ctime, n.parent"
-    };
-}
 
 fn backoff(delay: &mut Duration) {
     let ns = delay.as_nanos() as u64;
@@ -466,9 +460,6 @@ fn update_params(a: &Attr) -> Vec<i64> {
         .collect()
 }
 
-const UPDATE_NODE: &str = "UPDATE unkai_node SET mode=$2, uid=$3, gid=$4, nlink=$5, length=$6, \
-                           rdev=$7, atime=$8, mtime=$9, ctime=$10, parent=$11 WHERE ino=$1";
-
 fn params(v: &[i64]) -> Vec<P<'_>> {
     v.iter().map(|x| x as P<'_>).collect()
 }
@@ -502,6 +493,53 @@ fn per_slice(recs: &[SliceRec]) -> BTreeMap<u64, (u32, i64)> {
     by_id
 }
 
+/// A parameter as PostgreSQL takes it (every integer column is BIGINT).
+impl ToSql for Val<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match *self {
+            Val::Int(v) if *ty == Type::INT4 => (v as i32).to_sql(ty, out),
+            Val::Int(v) => v.to_sql(ty, out),
+            Val::Bytes(b) => b.to_sql(ty, out),
+            Val::Text(t) => t.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
+/// A result row's values, by their column types.
+fn cells(r: &Row) -> TxResult<SqlRow> {
+    let mut out = Vec::with_capacity(r.len());
+    for (i, c) in r.columns().iter().enumerate() {
+        let ty = c.type_();
+        out.push(if *ty == Type::INT8 {
+            r.try_get::<_, Option<i64>>(i)?
+                .map_or(Cell::Null, Cell::Int)
+        } else if *ty == Type::INT4 {
+            r.try_get::<_, Option<i32>>(i)?
+                .map_or(Cell::Null, |v| Cell::Int(v as i64))
+        } else if *ty == Type::BYTEA {
+            r.try_get::<_, Option<Vec<u8>>>(i)?
+                .map_or(Cell::Null, Cell::Bytes)
+        } else if *ty == Type::BOOL {
+            r.try_get::<_, Option<bool>>(i)?
+                .map_or(Cell::Null, Cell::Bool)
+        } else {
+            r.try_get::<_, Option<String>>(i)?
+                .map_or(Cell::Null, Cell::Text)
+        });
+    }
+    Ok(SqlRow(out))
+}
+
 impl std::ops::Deref for Db<'_> {
     type Target = Conn;
     fn deref(&self) -> &Conn {
@@ -515,16 +553,19 @@ impl std::ops::DerefMut for Db<'_> {
 }
 
 impl Txn for Db<'_> {
-    fn get_node(&mut self, ino: Ino) -> TxResult<Attr> {
-        let sql = concat!(
-            "SELECT ",
-            node_cols!(),
-            " FROM unkai_node n WHERE n.ino = $1"
-        );
-        match self.query_opt(sql, &[&(ino as i64)])? {
-            Some(r) => row_attr(&r, 0),
-            None => fail(libc::ENOENT),
-        }
+    fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64> {
+        let p: Vec<P<'_>> = p.iter().map(|v| v as P<'_>).collect();
+        self.execute(sql, &p)
+    }
+
+    /// Streams the rows (a whole table's scan need not fit in memory).
+    fn scan(
+        &mut self,
+        sql: &'static str,
+        p: &[Val<'_>],
+        f: &mut dyn FnMut(&SqlRow) -> TxResult<()>,
+    ) -> TxResult<()> {
+        self.c.stream(sql, p, |r| f(&cells(r)?))
     }
 
     fn lock_node(&mut self, ino: Ino) -> TxResult<Attr> {
@@ -566,21 +607,6 @@ impl Txn for Db<'_> {
             (Some(x), Some(y)) => Ok((x, y)),
             _ => fail(libc::ENOENT),
         }
-    }
-
-    fn insert_node(&mut self, a: &Attr) -> TxResult<()> {
-        let p = node_params(a);
-        self.execute(
-            "INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev, atime, mtime,
-               ctime, parent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
-            &params(&p),
-        )?;
-        Ok(())
-    }
-
-    fn update_node(&mut self, a: &Attr) -> TxResult<()> {
-        self.execute(UPDATE_NODE, &params(&update_params(a)))?;
-        Ok(())
     }
 
     /// One statement: atomic on its own.
@@ -630,52 +656,6 @@ impl Txn for Db<'_> {
         Ok(())
     }
 
-    fn set_usage(&mut self, used_bytes: u64, inodes: u64) -> TxResult<()> {
-        let set = "UPDATE unkai_counter SET value=$2 WHERE name=$1";
-        self.execute(set, &[&"usedSpace", &(used_bytes as i64)])?;
-        self.execute(set, &[&"totalInodes", &(inodes as i64)])?;
-        Ok(())
-    }
-
-    fn take_ids(&mut self, name: &'static str, n: u64) -> TxResult<u64> {
-        let r = self.query_one(
-            "UPDATE unkai_counter SET value = value + $2 WHERE name=$1 RETURNING value",
-            &[&name, &(n as i64)],
-        )?;
-        Ok(r.try_get::<_, i64>(0)? as u64 - n)
-    }
-
-    fn usage(&mut self) -> TxResult<Usage> {
-        let r = self.query_one(
-            "SELECT (SELECT count(*) FROM unkai_slice_ref),
-                    (SELECT coalesce(sum(size), 0)::BIGINT FROM unkai_slice_ref),
-                    (SELECT count(*) FROM unkai_dead_slice),
-                    (SELECT value FROM unkai_counter WHERE name = 'usedSpace'),
-                    (SELECT value FROM unkai_counter WHERE name = 'totalInodes')",
-            &[],
-        )?;
-        let get =
-            |i: usize| -> TxResult<i64> { Ok(r.try_get::<_, Option<i64>>(i)?.unwrap_or(0).max(0)) };
-        Ok(Usage {
-            slices: get(0)? as u64,
-            slice_bytes: get(1)? as u64,
-            pending_delete: get(2)? as u64,
-            used_bytes: get(3)? as u64,
-            inodes: get(4)? as u64,
-        })
-    }
-
-    fn get_edge(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<(i64, Ino)>> {
-        let r = self.query_opt(
-            "SELECT id, ino FROM unkai_edge WHERE parent=$1 AND name=$2",
-            &[&(parent as i64), &name],
-        )?;
-        Ok(match r {
-            Some(r) => Some((r.try_get(0)?, r.try_get::<_, i64>(1)? as u64)),
-            None => None,
-        })
-    }
-
     /// The directory and the entry in one round trip (a miss needs the directory's kind).
     fn find(&mut self, parent: Ino, name: &[u8]) -> TxResult<Attr> {
         let sql = concat!(
@@ -712,14 +692,6 @@ impl Txn for Db<'_> {
         }
     }
 
-    fn insert_edge(&mut self, parent: Ino, name: &[u8], ino: Ino, kind: Kind) -> TxResult<()> {
-        self.execute(
-            "INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($1, $2, $3, $4)",
-            &[&(parent as i64), &name, &(ino as i64), &(kind as i64)],
-        )?;
-        Ok(())
-    }
-
     /// The inode and its entry in one round trip; the name's check is the unique index (the
     /// inode row goes with the rollback).
     fn create_entry(&mut self, a: &Attr, parent: Ino, name: &[u8]) -> TxResult<()> {
@@ -742,11 +714,6 @@ impl Txn for Db<'_> {
         Ok(())
     }
 
-    fn delete_edge(&mut self, id: i64) -> TxResult<()> {
-        self.execute("DELETE FROM unkai_edge WHERE id=$1", &[&id])?;
-        Ok(())
-    }
-
     /// One round trip, which also says whether `ino` is open anywhere: the caller holds the
     /// inode's lock (so an open, which takes a share lock on it, cannot slip in) and this
     /// statement starts after that lock was granted (so it sees every open committed before).
@@ -763,162 +730,6 @@ impl Txn for Db<'_> {
         Ok(Some(r.try_get(0)?))
     }
 
-    fn set_edge_target(&mut self, id: i64, ino: Ino, kind: Kind) -> TxResult<()> {
-        self.execute(
-            "UPDATE unkai_edge SET ino=$2, kind=$3 WHERE id=$1",
-            &[&id, &(ino as i64), &(kind as i64)],
-        )?;
-        Ok(())
-    }
-
-    fn move_edge(&mut self, id: i64, parent: Ino, name: &[u8]) -> TxResult<()> {
-        self.execute(
-            "UPDATE unkai_edge SET parent=$2, name=$3 WHERE id=$1",
-            &[&id, &(parent as i64), &name],
-        )?;
-        Ok(())
-    }
-
-    fn dir_is_empty(&mut self, ino: Ino) -> TxResult<bool> {
-        Ok(self
-            .query_opt(
-                "SELECT 1 FROM unkai_edge WHERE parent=$1 LIMIT 1",
-                &[&(ino as i64)],
-            )?
-            .is_none())
-    }
-
-    fn list_entries(
-        &mut self,
-        dir: Ino,
-        after: i64,
-        limit: i64,
-        plus: bool,
-    ) -> TxResult<Vec<DirEntry>> {
-        let p: [P<'_>; 3] = [&(dir as i64), &after, &limit];
-        let mut out = Vec::new();
-        if plus {
-            let sql = concat!(
-                "SELECT e.id, e.name, ",
-                node_cols!(),
-                " FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino
-                 WHERE e.parent=$1 AND e.id>$2 ORDER BY e.id LIMIT $3"
-            );
-            for r in &self.query(sql, &p)? {
-                let a = row_attr(r, 2)?;
-                out.push(DirEntry {
-                    name: r.try_get(1)?,
-                    ino: a.ino,
-                    kind: a.kind,
-                    cookie: r.try_get::<_, i64>(0)? as u64 + 2,
-                    attr: Some(a),
-                });
-            }
-        } else {
-            let sql = "SELECT id, name, ino, kind FROM unkai_edge WHERE parent=$1 AND id>$2
-                       ORDER BY id LIMIT $3";
-            for r in &self.query(sql, &p)? {
-                out.push(DirEntry {
-                    name: r.try_get(1)?,
-                    ino: r.try_get::<_, i64>(2)? as u64,
-                    kind: Kind::from_u8(r.try_get::<_, i64>(3)? as u8).unwrap_or(Kind::File),
-                    cookie: r.try_get::<_, i64>(0)? as u64 + 2,
-                    attr: None,
-                });
-            }
-        }
-        Ok(out)
-    }
-
-    fn remove_edge_named(&mut self, parent: Ino, name: &[u8]) -> TxResult<()> {
-        self.execute(
-            "DELETE FROM unkai_edge WHERE parent=$1 AND name=$2",
-            &[&(parent as i64), &name],
-        )?;
-        Ok(())
-    }
-
-    fn set_edge_kind(&mut self, parent: Ino, name: &[u8], kind: Kind) -> TxResult<()> {
-        self.execute(
-            "UPDATE unkai_edge SET kind=$3 WHERE parent=$1 AND name=$2",
-            &[&(parent as i64), &name, &(kind as i64)],
-        )?;
-        Ok(())
-    }
-
-    fn insert_symlink(&mut self, ino: Ino, target: &[u8]) -> TxResult<()> {
-        self.execute(
-            "INSERT INTO unkai_symlink (ino, target) VALUES ($1, $2)",
-            &[&(ino as i64), &target],
-        )?;
-        Ok(())
-    }
-
-    fn symlink(&mut self, ino: Ino) -> TxResult<Option<Vec<u8>>> {
-        let r = self.query_opt(
-            "SELECT target FROM unkai_symlink WHERE ino=$1",
-            &[&(ino as i64)],
-        )?;
-        Ok(r.map(|r| r.try_get(0)).transpose()?)
-    }
-
-    fn xattr(&mut self, ino: Ino, name: &[u8]) -> TxResult<Option<Vec<u8>>> {
-        let r = self.query_opt(
-            "SELECT value FROM unkai_xattr WHERE ino=$1 AND name=$2",
-            &[&(ino as i64), &name],
-        )?;
-        Ok(r.map(|r| r.try_get(0)).transpose()?)
-    }
-
-    fn has_xattr(&mut self, ino: Ino, name: &[u8]) -> TxResult<bool> {
-        Ok(self
-            .query_opt(
-                "SELECT 1 FROM unkai_xattr WHERE ino=$1 AND name=$2",
-                &[&(ino as i64), &name],
-            )?
-            .is_some())
-    }
-
-    fn put_xattr(&mut self, ino: Ino, name: &[u8], value: &[u8]) -> TxResult<()> {
-        self.execute(
-            "INSERT INTO unkai_xattr (ino, name, value) VALUES ($1, $2, $3)
-             ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
-            &[&(ino as i64), &name, &value],
-        )?;
-        Ok(())
-    }
-
-    fn delete_xattr(&mut self, ino: Ino, name: &[u8]) -> TxResult<bool> {
-        let n = self.execute(
-            "DELETE FROM unkai_xattr WHERE ino=$1 AND name=$2",
-            &[&(ino as i64), &name],
-        )?;
-        Ok(n > 0)
-    }
-
-    fn xattr_names(&mut self, ino: Ino) -> TxResult<Vec<Vec<u8>>> {
-        let rows = self.query(
-            "SELECT name FROM unkai_xattr WHERE ino=$1 ORDER BY name",
-            &[&(ino as i64)],
-        )?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            out.push(r.try_get(0)?);
-        }
-        Ok(out)
-    }
-
-    fn chunk(&mut self, ino: Ino, index: u32) -> TxResult<Vec<SliceRec>> {
-        match self.query_opt(
-            "SELECT slices FROM unkai_chunk WHERE ino=$1 AND indx=$2",
-            &[&(ino as i64), &(index as i64)],
-        )? {
-            None => Ok(Vec::new()),
-            Some(r) => slice::decode(r.try_get::<_, &[u8]>(0)?)
-                .ok_or_else(|| corrupt(format!("chunk {index} of inode {ino} is corrupt"))),
-        }
-    }
-
     fn append_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<usize> {
         let r = self.query_one(
             "INSERT INTO unkai_chunk (ino, indx, slices) VALUES ($1, $2, $3)
@@ -927,30 +738,6 @@ impl Txn for Db<'_> {
             &[&(ino as i64), &(index as i64), &slice::encode(recs)],
         )?;
         Ok(r.try_get::<_, i64>(0)? as usize / slice::REC_SIZE)
-    }
-
-    fn set_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<()> {
-        if recs.is_empty() {
-            self.execute(
-                "DELETE FROM unkai_chunk WHERE ino=$1 AND indx=$2",
-                &[&(ino as i64), &(index as i64)],
-            )?;
-        } else {
-            self.execute(
-                "UPDATE unkai_chunk SET slices=$3 WHERE ino=$1 AND indx=$2",
-                &[&(ino as i64), &(index as i64), &slice::encode(recs)],
-            )?;
-        }
-        Ok(())
-    }
-
-    fn drop_chunks(&mut self, ino: Ino, from: u64, to: u64) -> TxResult<Vec<SliceRec>> {
-        let lim = |i: u64| i.min(u32::MAX as u64 + 1) as i64;
-        let rows = self.query(
-            "DELETE FROM unkai_chunk WHERE ino=$1 AND indx>=$2 AND indx<$3 RETURNING slices",
-            &[&(ino as i64), &lim(from), &lim(to)],
-        )?;
-        decoded(&rows)
     }
 
     /// In one statement.
@@ -1009,119 +796,9 @@ impl Txn for Db<'_> {
         Ok(())
     }
 
-    fn set_slice_refs(&mut self, id: u64, size: u32, refs: u32, now: Nanos) -> TxResult<()> {
-        let (id, size) = (id as i64, size as i64);
-        if refs == 0 {
-            self.execute("DELETE FROM unkai_slice_ref WHERE id=$1", &[&id])?;
-            self.execute(
-                "INSERT INTO unkai_dead_slice (id, size, died) VALUES ($1, $2, $3)
-                 ON CONFLICT (id) DO NOTHING",
-                &[&id, &size, &now],
-            )?;
-        } else {
-            self.execute(
-                "INSERT INTO unkai_slice_ref (id, size, refs) VALUES ($1, $2, $3)
-                 ON CONFLICT (id) DO UPDATE SET refs=excluded.refs, size=excluded.size",
-                &[&id, &size, &(refs as i64)],
-            )?;
-        }
-        Ok(())
-    }
-
-    fn dead_slices(&mut self, cutoff: Option<Nanos>, limit: usize) -> TxResult<Vec<DeadSlice>> {
-        let rows = self.query(
-            "SELECT id, size FROM unkai_dead_slice WHERE died <= $1 ORDER BY id LIMIT $2",
-            &[
-                &cutoff.unwrap_or(i64::MAX),
-                &(limit.min(i64::MAX as usize) as i64),
-            ],
-        )?;
-        Ok(ids_of(&rows)?
-            .into_iter()
-            .map(|(id, size)| DeadSlice {
-                id,
-                size: size as u32,
-            })
-            .collect())
-    }
-
     fn forget_dead(&mut self, ids: &[u64]) -> TxResult<()> {
         let ids: Vec<i64> = ids.iter().map(|i| *i as i64).collect();
         self.execute("DELETE FROM unkai_dead_slice WHERE id = ANY($1)", &[&ids])?;
-        Ok(())
-    }
-
-    fn insert_session(&mut self, info: &str, now: Nanos) -> TxResult<u64> {
-        let r = self.query_one(
-            "INSERT INTO unkai_session (info, heartbeat) VALUES ($1, $2) RETURNING id",
-            &[&info, &now],
-        )?;
-        Ok(r.try_get::<_, i64>(0)? as u64)
-    }
-
-    fn touch_session(&mut self, id: u64, now: Nanos) -> TxResult<bool> {
-        let n = self.execute(
-            "UPDATE unkai_session SET heartbeat=$2 WHERE id=$1",
-            &[&(id as i64), &now],
-        )?;
-        Ok(n > 0)
-    }
-
-    fn session(&mut self, id: u64) -> TxResult<Option<SessionRow>> {
-        let r = self.query_opt(
-            "SELECT info, heartbeat FROM unkai_session WHERE id=$1",
-            &[&(id as i64)],
-        )?;
-        Ok(match r {
-            Some(r) => Some((id, r.try_get(0)?, r.try_get(1)?)),
-            None => None,
-        })
-    }
-
-    fn sessions(&mut self) -> TxResult<Vec<SessionRow>> {
-        let rows = self.query(
-            "SELECT id, info, heartbeat FROM unkai_session ORDER BY id",
-            &[],
-        )?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            out.push((r.try_get::<_, i64>(0)? as u64, r.try_get(1)?, r.try_get(2)?));
-        }
-        Ok(out)
-    }
-
-    fn delete_session(&mut self, id: u64) -> TxResult<()> {
-        self.execute("DELETE FROM unkai_session WHERE id=$1", &[&(id as i64)])?;
-        Ok(())
-    }
-
-    /// (`unkai_sustained` is what binaries of schema 1 recorded.)
-    fn take_session_opens(&mut self, session: u64) -> TxResult<Vec<Ino>> {
-        let rows = self.query(
-            "WITH o AS (DELETE FROM unkai_open WHERE session=$1 RETURNING ino),
-                  s AS (DELETE FROM unkai_sustained WHERE session=$1 RETURNING ino)
-             SELECT ino, 0::BIGINT FROM o UNION SELECT ino, 0::BIGINT FROM s ORDER BY 1",
-            &[&(session as i64)],
-        )?;
-        Ok(ids_of(&rows)?.into_iter().map(|(ino, _)| ino).collect())
-    }
-
-    fn insert_open(&mut self, ino: Ino, session: u64) -> TxResult<()> {
-        self.execute(
-            "INSERT INTO unkai_open (ino, session) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[&(ino as i64), &(session as i64)],
-        )?;
-        Ok(())
-    }
-
-    fn delete_open(&mut self, ino: Ino, session: Option<u64>) -> TxResult<()> {
-        match session {
-            Some(s) => self.execute(
-                "DELETE FROM unkai_open WHERE ino=$1 AND session=$2",
-                &[&(ino as i64), &(s as i64)],
-            )?,
-            None => self.execute("DELETE FROM unkai_open WHERE ino=$1", &[&(ino as i64)])?,
-        };
         Ok(())
     }
 
@@ -1155,150 +832,6 @@ impl Txn for Db<'_> {
         Ok(match r {
             Some(r) => Some(r.try_get::<_, i64>(0)? as u32),
             None => None,
-        })
-    }
-
-    fn open_anywhere(&mut self, ino: Ino) -> TxResult<bool> {
-        Ok(self
-            .query_opt(
-                "SELECT 1 FROM unkai_open WHERE ino=$1 LIMIT 1",
-                &[&(ino as i64)],
-            )?
-            .is_some())
-    }
-
-    fn insert_sustained(&mut self, session: u64, ino: Ino) -> TxResult<()> {
-        self.execute(
-            "INSERT INTO unkai_sustained (session, ino) VALUES ($1, $2) ON CONFLICT DO NOTHING",
-            &[&(session as i64), &(ino as i64)],
-        )?;
-        Ok(())
-    }
-
-    fn delete_sustained(&mut self, ino: Ino, session: Option<u64>) -> TxResult<()> {
-        match session {
-            Some(s) => self.execute(
-                "DELETE FROM unkai_sustained WHERE session=$1 AND ino=$2",
-                &[&(s as i64), &(ino as i64)],
-            )?,
-            None => self.execute("DELETE FROM unkai_sustained WHERE ino=$1", &[&(ino as i64)])?,
-        };
-        Ok(())
-    }
-
-    fn open_records(&mut self) -> TxResult<Vec<(u64, Ino)>> {
-        let rows = self.query(
-            "SELECT session, ino FROM unkai_sustained
-             UNION SELECT session, ino FROM unkai_open ORDER BY 1, 2",
-            &[],
-        )?;
-        ids_of(&rows)
-    }
-
-    fn locks(&mut self, ino: Ino) -> TxResult<Vec<(LockOwner, LockRange)>> {
-        let rows = self.query(
-            "SELECT session, owner, kind, start, last, pid FROM unkai_plock \
-             WHERE ino=$1 AND session IN (SELECT id FROM unkai_session)",
-            &[&(ino as i64)],
-        )?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in rows {
-            let g = |i: usize| r.try_get::<_, i64>(i);
-            out.push((
-                LockOwner {
-                    session: g(0)? as u64,
-                    owner: g(1)? as u64,
-                },
-                LockRange {
-                    kind: LockKind::from_code(g(2)?),
-                    start: g(3)? as u64,
-                    end: g(4)? as u64,
-                    pid: g(5)? as u32,
-                },
-            ));
-        }
-        Ok(out)
-    }
-
-    fn drop_orphan_locks(&mut self, ino: Ino) -> TxResult<()> {
-        self.execute(
-            "DELETE FROM unkai_plock WHERE ino=$1 \
-             AND session NOT IN (SELECT id FROM unkai_session)",
-            &[&(ino as i64)],
-        )?;
-        Ok(())
-    }
-
-    fn store_locks(&mut self, ino: Ino, me: LockOwner, ranges: &[LockRange]) -> TxResult<()> {
-        let (ino, session, owner) = (ino as i64, me.session as i64, me.owner as i64);
-        self.execute(
-            "DELETE FROM unkai_plock WHERE ino=$1 AND session=$2 AND owner=$3",
-            &[&ino, &session, &owner],
-        )?;
-        for r in ranges {
-            self.execute(
-                "INSERT INTO unkai_plock (ino, session, owner, kind, start, last, pid) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7)",
-                &[
-                    &ino,
-                    &session,
-                    &owner,
-                    &r.kind.code(),
-                    &(r.start as i64),
-                    &(r.end as i64),
-                    &(r.pid as i64),
-                ],
-            )?;
-        }
-        Ok(())
-    }
-
-    fn slice_refs(&mut self) -> TxResult<Vec<(u64, u32, u32)>> {
-        let rows = self.query(
-            "SELECT id, size, refs FROM unkai_slice_ref ORDER BY id",
-            &[],
-        )?;
-        let mut out = Vec::with_capacity(rows.len());
-        for r in &rows {
-            let g = |i: usize| r.try_get::<_, i64>(i);
-            out.push((g(0)? as u64, g(1)? as u32, g(2)? as u32));
-        }
-        Ok(out)
-    }
-
-    fn scan_nodes(&mut self, f: &mut dyn FnMut(&Attr)) -> TxResult<()> {
-        let sql = concat!("SELECT ", node_cols!(), " FROM unkai_node n ORDER BY n.ino");
-        self.scan(sql, |r| {
-            f(&row_attr(r, 0)?);
-            Ok(())
-        })
-    }
-
-    fn scan_entries(&mut self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> TxResult<()> {
-        let sql = "SELECT parent, name, ino, kind FROM unkai_edge ORDER BY parent, id";
-        self.scan(sql, |r| {
-            let name: &[u8] = r.try_get(1)?;
-            let kind: i64 = r.try_get(3)?;
-            f(
-                r.try_get::<_, i64>(0)? as u64,
-                name,
-                r.try_get::<_, i64>(2)? as u64,
-                u8::try_from(kind).ok().and_then(Kind::from_u8),
-            );
-            Ok(())
-        })
-    }
-
-    fn scan_chunks(&mut self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> TxResult<()> {
-        let sql = "SELECT ino, indx, slices FROM unkai_chunk ORDER BY ino, indx";
-        self.scan(sql, |r| {
-            let blob: &[u8] = r.try_get(2)?;
-            f(
-                r.try_get::<_, i64>(0)? as u64,
-                r.try_get::<_, i64>(1)? as u32,
-                slice::decode(blob),
-            );
-            Ok(())
         })
     }
 }

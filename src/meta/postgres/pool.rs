@@ -105,14 +105,15 @@ impl Conn {
         Ok(self.client.execute(&s, p)?)
     }
 
-    /// Streams the rows of a query without parameters to `f`.
-    pub(super) fn scan(
+    /// Streams the rows of a query to `f`.
+    pub(super) fn stream<Q: ToSql>(
         &mut self,
         sql: &'static str,
+        p: &[Q],
         mut f: impl FnMut(&Row) -> TxResult<()>,
     ) -> TxResult<()> {
         let s = self.stmt(sql)?;
-        let mut it = self.client.query_raw(&s, Vec::<i64>::new())?;
+        let mut it = self.client.query_raw(&s, p)?;
         while let Some(r) = it.next()? {
             f(&r)?;
         }
