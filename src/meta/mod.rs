@@ -369,9 +369,9 @@ pub trait Meta: Send + Sync {
 
     // ---- open files ----
     /// Notes that this client opened the inode (an open file outlives its last name).
-    fn open(&self, ino: Ino) -> Result<Attr>;
+    fn open_inode(&self, ino: Ino) -> Result<Attr>;
     /// Notes a close; the last close of an unlinked inode reclaims it.
-    fn close(&self, ino: Ino) -> Result<()>;
+    fn close_inode(&self, ino: Ino) -> Result<()>;
 
     // ---- file locks, shared by every client of the volume (see [`lock`]) ----
     /// The first lock of another owner that conflicts with `kind` over `start..=end`.

@@ -23,18 +23,18 @@ pub(crate) struct OpenCounts {
 struct OpenState {
     counts: HashMap<Ino, u32>,
     /// Opens are recorded in the volume (other clients may unlink what is open here).
-    shared: bool,
+    recorded: bool,
 }
 
 const STRIPES: usize = 64;
 
 impl OpenCounts {
-    /// `shared`: record opens in the volume from the start (PostgreSQL).
-    pub(crate) fn new(shared: bool) -> OpenCounts {
+    /// `recorded`: record opens in the volume from the start (PostgreSQL).
+    pub(crate) fn new(recorded: bool) -> OpenCounts {
         OpenCounts {
             state: Mutex::new(OpenState {
                 counts: HashMap::new(),
-                shared,
+                recorded,
             }),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
         }
@@ -52,23 +52,23 @@ impl OpenCounts {
         let mut st = self.state.lock();
         let n = st.counts.entry(ino).or_insert(0);
         *n += 1;
-        (*n == 1, st.shared)
+        (*n == 1, st.recorded)
     }
 
     /// Counts a close. Returns (last open here, opens are recorded in the volume).
     pub(crate) fn remove(&self, ino: Ino) -> (bool, bool) {
         let mut st = self.state.lock();
-        let shared = st.shared;
+        let recorded = st.recorded;
         match st.counts.get_mut(&ino) {
             Some(n) if *n > 1 => {
                 *n -= 1;
-                (false, shared)
+                (false, recorded)
             }
             Some(_) => {
                 st.counts.remove(&ino);
-                (true, shared)
+                (true, recorded)
             }
-            None => (false, shared),
+            None => (false, recorded),
         }
     }
 
@@ -76,16 +76,16 @@ impl OpenCounts {
         self.state.lock().counts.get(&ino).is_some_and(|n| *n > 0)
     }
 
-    pub(crate) fn is_shared(&self) -> bool {
-        self.state.lock().shared
+    pub(crate) fn is_recorded(&self) -> bool {
+        self.state.lock().recorded
     }
 
     /// Starts recording opens in the volume; returns the inodes open now, whose rows the
     /// caller writes (in a transaction that serializes with the rows of transitions: a
-    /// transition after this call sees `shared` and writes or removes its own row).
-    pub(crate) fn share(&self) -> Vec<Ino> {
+    /// transition after this call sees `recorded` and writes or removes its own row).
+    pub(crate) fn record_all(&self) -> Vec<Ino> {
         let mut st = self.state.lock();
-        st.shared = true;
+        st.recorded = true;
         st.counts.keys().copied().collect()
     }
 }

@@ -288,7 +288,7 @@ impl<E: Engine> EngineMeta<E> {
     /// cost is one write per first open and last close. (Engines that record every open
     /// from the start have nothing to do.)
     fn share_opens(&self) -> Result<()> {
-        if E::RECORDS_OPENS || self.opens.is_shared() {
+        if E::RECORDS_OPENS || self.opens.is_recorded() {
             return Ok(());
         }
         let sid = self.sid();
@@ -301,9 +301,9 @@ impl<E: Engine> EngineMeta<E> {
             return Ok(());
         }
         let n = self.engine.write(&[], false, |tx| {
-            // Inside the write transaction: a first open or last close that saw `shared`
+            // Inside the write transaction: a first open or last close that saw `recorded`
             // false has written nothing, and one that sees it true writes its row after this.
-            let open = self.opens.share();
+            let open = self.opens.record_all();
             for ino in &open {
                 tx.insert_open(*ino, sid)?;
             }
@@ -927,7 +927,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         )
     }
 
-    fn open(&self, ino: Ino) -> Result<Attr> {
+    fn open_inode(&self, ino: Ino) -> Result<Attr> {
         let t = self.opens.transition(ino);
         // Counted before the lookup: an unlink or a rename over the name committing after the
         // lookup then sees the open and keeps the inode.
@@ -940,7 +940,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             // it has committed, the lookup below fails, or it saw the count and kept the inode.
             self.engine.settle_writes();
             return self.getattr(ino).inspect_err(|_| {
-                let _ = self.close(ino);
+                let _ = self.close_inode(ino);
             });
         }
         // The first open here, recorded for other clients' unlinks to see: an unlink that
@@ -954,7 +954,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             })
     }
 
-    fn close(&self, ino: Ino) -> Result<()> {
+    fn close_inode(&self, ino: Ino) -> Result<()> {
         let _t = self.opens.transition(ino);
         let (last, recorded) = self.opens.remove(ino);
         if !last {

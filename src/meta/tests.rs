@@ -980,8 +980,8 @@ fn unlinked_open_file_lives_until_close(e: Engine) {
         let f = mkfile(m, ROOT_INO, "f");
         let s = write(m, f.ino, 0, 10_000);
         let inodes = m.usage().unwrap().inodes;
-        m.open(f.ino).unwrap();
-        m.open(f.ino).unwrap();
+        m.open_inode(f.ino).unwrap();
+        m.open_inode(f.ino).unwrap();
         let a = m.unlink(&CTX, ROOT_INO, b"f").unwrap();
         assert_eq!(a.nlink, 0);
         assert_errno(lookup(m, ROOT_INO, "f"), libc::ENOENT);
@@ -995,11 +995,11 @@ fn unlinked_open_file_lives_until_close(e: Engine) {
         let s2 = write(m, f.ino, 10_000, 100);
         assert_eq!(m.getattr(f.ino).unwrap().length, 10_100);
         // First close: another handle is open.
-        m.close(f.ino).unwrap();
+        m.close_inode(f.ino).unwrap();
         assert_eq!(m.getattr(f.ino).unwrap().nlink, 0);
         assert!(!dead_ids(m).contains(&s));
         // Last close: gone, slices dead (trash_days 0).
-        m.close(f.ino).unwrap();
+        m.close_inode(f.ino).unwrap();
         assert_errno(m.getattr(f.ino), libc::ENOENT);
         let dead = m.dead_slices(1000).unwrap();
         assert!(
@@ -1015,11 +1015,11 @@ fn unlinked_open_file_lives_until_close(e: Engine) {
         assert_eq!(m.usage().unwrap().inodes, inodes - 1);
         assert_eq!(m.usage().unwrap().used_bytes, 0);
         // Opening a missing inode fails.
-        assert_errno(m.open(999_999), libc::ENOENT);
+        assert_errno(m.open_inode(999_999), libc::ENOENT);
         // A close of a file that is still linked keeps it.
         let h = mkfile(m, ROOT_INO, "h");
-        m.open(h.ino).unwrap();
-        m.close(h.ino).unwrap();
+        m.open_inode(h.ino).unwrap();
+        m.close_inode(h.ino).unwrap();
         assert_eq!(m.getattr(h.ino).unwrap().nlink, 1);
         // Unlinked, not open: gone at once, slices dead at once.
         let s3 = write(m, h.ino, 0, 4096);
@@ -1141,11 +1141,11 @@ fn rename_over_file(e: Engine) {
         assert_eq!(lookup(m, ROOT_INO, "c2").unwrap().ino, c.ino);
         // Over an open file: kept until closed.
         let e = mkfile(m, d.ino, "e");
-        m.open(e.ino).unwrap();
+        m.open_inode(e.ino).unwrap();
         let victim = rename(m, ROOT_INO, "c2", d.ino, "e").unwrap().unwrap();
         assert_eq!((victim.ino, victim.nlink), (e.ino, 0));
         assert_eq!(m.getattr(e.ino).unwrap().nlink, 0);
-        m.close(e.ino).unwrap();
+        m.close_inode(e.ino).unwrap();
         assert_errno(m.getattr(e.ino), libc::ENOENT);
     });
 }
@@ -2438,8 +2438,8 @@ fn close_session_reclaims_unlinked_open_inodes(e: Engine) {
         let s = write(m, f.ino, 0, 4096);
         let keep = mkfile(m, ROOT_INO, "keep");
         let inodes = m.usage().unwrap().inodes;
-        m.open(f.ino).unwrap();
-        m.open(keep.ino).unwrap();
+        m.open_inode(f.ino).unwrap();
+        m.open_inode(keep.ino).unwrap();
         m.unlink(&CTX, ROOT_INO, b"f").unwrap();
         assert_eq!(m.getattr(f.ino).unwrap().nlink, 0);
         assert!(!dead_ids(m).contains(&s));
@@ -2450,8 +2450,8 @@ fn close_session_reclaims_unlinked_open_inodes(e: Engine) {
         // Open but linked: kept.
         assert_eq!(m.getattr(keep.ino).unwrap().nlink, 1);
         // Late closes of the handles are harmless.
-        m.close(f.ino).unwrap();
-        m.close(keep.ino).unwrap();
+        m.close_inode(f.ino).unwrap();
+        m.close_inode(keep.ino).unwrap();
         assert_eq!(m.getattr(keep.ino).unwrap().nlink, 1);
     });
 }
@@ -2472,14 +2472,14 @@ fn new_session_reclaims_dead_sessions(e: Engine) {
         a.new_session(info).unwrap();
         let f = mkfile(&*a, ROOT_INO, "f");
         let s = write(&*a, f.ino, 0, 4096);
-        a.open(f.ino).unwrap();
+        a.open_inode(f.ino).unwrap();
         a.unlink(&CTX, ROOT_INO, b"f").unwrap();
         assert_eq!(a.getattr(f.ino).unwrap().nlink, 0);
         // Client C, alive (this process), also keeps one.
         let c = (place.open)().unwrap();
         c.new_session(session_info("/mnt/c")).unwrap();
         let g = mkfile(&*c, ROOT_INO, "g");
-        c.open(g.ino).unwrap();
+        c.open_inode(g.ino).unwrap();
         c.unlink(&CTX, ROOT_INO, b"g").unwrap();
         std::mem::forget(a); // as if the process died: no close_session
         // Client B mounts: A's leftovers are reclaimed, C's are not.
@@ -2494,7 +2494,7 @@ fn new_session_reclaims_dead_sessions(e: Engine) {
         assert_errno(bm.getattr(f.ino), libc::ENOENT);
         assert!(dead_ids(&*bm).contains(&s));
         assert_eq!(bm.getattr(g.ino).unwrap().nlink, 0);
-        c.close(g.ino).unwrap();
+        c.close_inode(g.ino).unwrap();
         assert_errno(bm.getattr(g.ino), libc::ENOENT);
     }
 }
@@ -2531,7 +2531,7 @@ fn open_in_one_client_survives_unlink_in_another(e: Engine) {
         let f = mkfile(m1, ROOT_INO, "f");
         let s = write(m1, f.ino, 0, 10_000);
         let inodes = m1.usage().unwrap().inodes;
-        m2.open(f.ino).unwrap();
+        m2.open_inode(f.ino).unwrap();
         let a = m1.unlink(&CTX, ROOT_INO, b"f").unwrap();
         assert_eq!(a.nlink, 0);
         assert_errno(lookup(m1, ROOT_INO, "f"), libc::ENOENT);
@@ -2546,11 +2546,11 @@ fn open_in_one_client_survives_unlink_in_another(e: Engine) {
         let sid2 = session_id(m1, "/mnt/two");
         assert!(m1.sustained().unwrap().contains(&(sid2, f.ino)));
         // Client 1 opening and closing it does not delete it: client 2 still has it.
-        m1.open(f.ino).unwrap();
-        m1.close(f.ino).unwrap();
+        m1.open_inode(f.ino).unwrap();
+        m1.close_inode(f.ino).unwrap();
         assert_eq!(m2.getattr(f.ino).unwrap().nlink, 0);
         // The last close anywhere deletes it.
-        m2.close(f.ino).unwrap();
+        m2.close_inode(f.ino).unwrap();
         assert_errno(m1.getattr(f.ino), libc::ENOENT);
         let dead = dead_ids(m1);
         assert!(dead.contains(&s) && dead.contains(&s2), "{dead:?}");
@@ -2559,24 +2559,24 @@ fn open_in_one_client_survives_unlink_in_another(e: Engine) {
 
         // Open in both: the last of the two closes deletes, whichever it is.
         let h = mkfile(m1, ROOT_INO, "h");
-        m1.open(h.ino).unwrap();
-        m2.open(h.ino).unwrap();
+        m1.open_inode(h.ino).unwrap();
+        m2.open_inode(h.ino).unwrap();
         m2.unlink(&CTX, ROOT_INO, b"h").unwrap();
-        m1.close(h.ino).unwrap();
+        m1.close_inode(h.ino).unwrap();
         assert_eq!(m2.getattr(h.ino).unwrap().nlink, 0);
-        m2.close(h.ino).unwrap();
+        m2.close_inode(h.ino).unwrap();
         assert_errno(m1.getattr(h.ino), libc::ENOENT);
 
         // Not open anywhere (opened and closed in 2 before): deleted at once.
         let k = mkfile(m1, ROOT_INO, "k");
-        m2.open(k.ino).unwrap();
-        m2.close(k.ino).unwrap();
+        m2.open_inode(k.ino).unwrap();
+        m2.close_inode(k.ino).unwrap();
         m1.unlink(&CTX, ROOT_INO, b"k").unwrap();
         assert_errno(m2.getattr(k.ino), libc::ENOENT);
 
         // Client 2 ends its session with an unlinked file open: reclaimed then.
         let l = mkfile(m1, ROOT_INO, "l");
-        m2.open(l.ino).unwrap();
+        m2.open_inode(l.ino).unwrap();
         m1.unlink(&CTX, ROOT_INO, b"l").unwrap();
         assert_eq!(m1.getattr(l.ino).unwrap().nlink, 0);
         m2.close_session().unwrap();
@@ -2590,14 +2590,14 @@ fn open_in_one_client_survives_rename_over_in_another(e: Engine) {
         let (m1, m2) = (&*m1, &*m2);
         let old = mkfile(m1, ROOT_INO, "target");
         let s = write(m1, old.ino, 0, 4096);
-        m2.open(old.ino).unwrap();
+        m2.open_inode(old.ino).unwrap();
         let new = mkfile(m1, ROOT_INO, "new");
         let victim = rename(m1, ROOT_INO, "new", ROOT_INO, "target").unwrap();
         assert_eq!(victim.map(|v| (v.ino, v.nlink)), Some((old.ino, 0)));
         assert_eq!(lookup(m2, ROOT_INO, "target").unwrap().ino, new.ino);
         assert_eq!(extents(m2, old.ino, 0, 4096), vec![(0, 4096, s, 0)]);
         assert!(!dead_ids(m1).contains(&s));
-        m2.close(old.ino).unwrap();
+        m2.close_inode(old.ino).unwrap();
         assert_errno(m1.getattr(old.ino), libc::ENOENT);
         assert!(dead_ids(m1).contains(&s));
     }
@@ -2614,7 +2614,7 @@ fn opens_before_another_client_joins_are_shared(e: Engine) {
         m1.new_session(session_info("/mnt/one")).unwrap();
         let f = mkfile(&*m1, ROOT_INO, "f");
         let s = write(&*m1, f.ino, 0, 4096);
-        m1.open(f.ino).unwrap();
+        m1.open_inode(f.ino).unwrap();
         let m2 = (place.open)().unwrap();
         m2.new_session(session_info("/mnt/two")).unwrap();
         // What the mount's background thread does every tick.
@@ -2623,10 +2623,10 @@ fn opens_before_another_client_joins_are_shared(e: Engine) {
         assert_eq!(m2.getattr(f.ino).unwrap().nlink, 0);
         assert_eq!(extents(&*m1, f.ino, 0, 4096), vec![(0, 4096, s, 0)]);
         // A second open and close in 1, then the last close: deleted.
-        m1.open(f.ino).unwrap();
-        m1.close(f.ino).unwrap();
+        m1.open_inode(f.ino).unwrap();
+        m1.close_inode(f.ino).unwrap();
         assert_eq!(m2.getattr(f.ino).unwrap().nlink, 0);
-        m1.close(f.ino).unwrap();
+        m1.close_inode(f.ino).unwrap();
         assert_errno(m2.getattr(f.ino), libc::ENOENT);
         assert!(dead_ids(&*m2).contains(&s));
     }
@@ -2652,12 +2652,12 @@ fn dead_client_opens_are_reclaimed_on_heartbeat(e: Engine) {
         let f = mkfile(&*live, ROOT_INO, "f");
         let s = write(&*live, f.ino, 0, 4096);
         let g = mkfile(&*live, ROOT_INO, "g");
-        dying.open(f.ino).unwrap();
-        dying.open(g.ino).unwrap();
+        dying.open_inode(f.ino).unwrap();
+        dying.open_inode(g.ino).unwrap();
         // Also open in the live client: that one is kept.
         let h = mkfile(&*live, ROOT_INO, "h");
-        dying.open(h.ino).unwrap();
-        live.open(h.ino).unwrap();
+        dying.open_inode(h.ino).unwrap();
+        live.open_inode(h.ino).unwrap();
         live.unlink(&CTX, ROOT_INO, b"f").unwrap();
         live.unlink(&CTX, ROOT_INO, b"h").unwrap();
         assert_eq!(live.getattr(f.ino).unwrap().nlink, 0);
@@ -2670,7 +2670,7 @@ fn dead_client_opens_are_reclaimed_on_heartbeat(e: Engine) {
         let sid = session_id(&*live, "/mnt/live");
         let open = live.sustained().unwrap();
         assert!(open.iter().all(|(s, _)| *s == sid), "{open:?}");
-        live.close(h.ino).unwrap();
+        live.close_inode(h.ino).unwrap();
         assert_errno(live.getattr(h.ino), libc::ENOENT);
     }
 }
@@ -2691,9 +2691,9 @@ fn an_old_schema_is_upgraded(e: Engine) {
         assert_eq!(m.format().schema, SCHEMA_VERSION);
         m.new_session(session_info("/mnt/x")).unwrap();
         let f = mkfile(&*m, ROOT_INO, "f");
-        m.open(f.ino).unwrap();
+        m.open_inode(f.ino).unwrap();
         m.unlink(&CTX, ROOT_INO, b"f").unwrap();
-        m.close(f.ino).unwrap();
+        m.close_inode(f.ino).unwrap();
         assert_errno(m.getattr(f.ino), libc::ENOENT);
         let again = (place.open)().unwrap();
         assert_eq!(again.format().schema, SCHEMA_VERSION);

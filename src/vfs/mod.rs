@@ -430,7 +430,7 @@ impl Vfs {
     /// has of the file (false if the file changed elsewhere since this mount last saw it).
     pub fn open(&self, ino: Ino, flags: i32) -> Result<(u64, Attr, bool)> {
         let mark = self.attr_mark();
-        let a = self.meta.open(ino)?;
+        let a = self.meta.open_inode(ino)?;
         let keep = self.stamp_open(&a);
         let fh = self.handles.insert(ino, flags);
         Ok((fh, self.overlay_attr(mark, a), keep))
@@ -451,9 +451,9 @@ impl Vfs {
     }
 
     pub fn opendir(&self, ino: Ino, flags: i32) -> Result<u64> {
-        let a = self.meta.open(ino)?;
+        let a = self.meta.open_inode(ino)?;
         if a.kind != Kind::Dir {
-            self.meta.close(ino)?;
+            self.meta.close_inode(ino)?;
             return sys(libc::ENOTDIR);
         }
         Ok(self.handles.insert(ino, flags))
@@ -567,7 +567,7 @@ impl Vfs {
                 self.retired.lock().add(h.ino);
             }
         }
-        self.meta.close(h.ino)?;
+        self.meta.close_inode(h.ino)?;
         res
     }
 
@@ -626,7 +626,7 @@ impl Vfs {
         let Some(h) = self.handles.remove(fh) else {
             return sys(libc::EBADF);
         };
-        Ok(self.meta.close(h.ino)?)
+        Ok(self.meta.close_inode(h.ino)?)
     }
 
     /// Makes the file's data and metadata durable: in the bucket and in the engine.
