@@ -1,7 +1,7 @@
 //! unkai: a shared POSIX file system whose data lives in object storage.
 //!
 //! Layers, top to bottom (data flows downward only): [`cli`] → [`fuse`] → [`vfs`] →
-//! [`meta`] and [`data`] → [`object`]. [`volume`] opens and formats volumes for the CLI;
+//! [`meta`] and [`data`] → [`object`]. [`volume`] opens, formats and serves volumes for the CLI;
 //! [`bench`] runs the benchmark suite against any directories.
 
 pub mod admin;
