@@ -1,14 +1,17 @@
 //! unkai: a shared POSIX file system whose data lives in object storage.
 //!
 //! Layers, top to bottom (data flows downward only): [`cli`] → [`fuse`] → [`vfs`] →
-//! [`meta`] and [`data`] → [`object`]. [`volume`] opens and formats volumes for the CLI;
-//! [`bench`] runs the benchmark suite against any directories.
+//! [`meta`] and [`data`] → [`object`]. [`admin`] (fsck, gc) sits beside [`vfs`]; both reclaim
+//! dead slices and tell leaked objects through [`garbage`], which uses [`meta`] and [`data`].
+//! [`volume`] opens, formats and serves volumes for the CLI; [`bench`] runs the benchmark
+//! suite against any directories.
 
 pub mod admin;
 pub mod bench;
 pub mod cli;
 pub mod data;
 pub mod fuse;
+pub mod garbage;
 pub mod meta;
 pub mod object;
 pub mod vfs;

@@ -1,7 +1,11 @@
 //! Volumes as a user names them: META-URLs, the embedded default volume, formatting and
-//! opening (metadata engine + bucket) with errors that say what to do.
+//! opening (metadata engine + bucket) with errors that say what to do; [`serve`] runs the
+//! life of a mount of an opened volume.
 //!
-//! Not for: serving a mount (that is `vfs` + `fuse`).
+//! Not for: parsing flags (that is `cli`), or the file system a mount serves (that is `vfs`
+//! + `fuse`).
+
+pub mod serve;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -5,7 +5,9 @@
 //! nobody holds open); directories' parent links; chunks that cannot be decoded, lie beyond
 //! their file's end, or hold records out of bounds; slice reference counts; slices whose
 //! objects are missing or the wrong size; objects no slice references (leaked: harmless
-//! garbage, `unkai gc` deletes them); usage counters.
+//! garbage, `unkai gc` deletes them); open-file records of sessions that are gone; usage
+//! counters. [`check`] runs one function per invariant, in a fixed order, and reports in it;
+//! the slice table and what counts as leaked come from `garbage`, as for `gc` and a mount.
 //!
 //! Not for: deleting leaked objects (that is `gc`).
 
@@ -13,7 +15,8 @@ use std::collections::{HashMap, HashSet};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::meta::{Attr, CHUNK_SIZE, Fix, Format, Ino, Kind, Meta, ROOT_INO};
+use crate::garbage::{self, SliceTable};
+use crate::meta::{Attr, CHUNK_SIZE, Fix, Format, Ino, Kind, Meta, ROOT_INO, SliceRec};
 use crate::object::{ObjectInfo, ObjectStorage};
 
 /// How bad a finding is.
@@ -112,7 +115,49 @@ fn align4k(n: u64) -> u64 {
     n.div_ceil(4096) * 4096
 }
 
+impl Report {
+    /// Records an inconsistency and the repairs that fix it.
+    fn error(&mut self, message: String, fixes: Vec<Fix>) {
+        self.problems.push(Problem {
+            severity: Severity::Error,
+            message,
+            fixes,
+        });
+    }
+}
+
+/// A directory entry: (parent, name, inode, kind recorded in the entry).
+type Entry = (Ino, Vec<u8>, Ino, Option<Kind>);
+
+/// The namespace as read once: every inode, every entry, and the paths they give.
+struct Namespace {
+    nodes: HashMap<Ino, Attr>,
+    entries: Vec<Entry>,
+    names: Names,
+}
+
+/// What the valid directory entries say about their inodes.
+#[derive(Default)]
+struct Links {
+    /// Inode -> how many entries name it.
+    refs: HashMap<Ino, u32>,
+    /// Directory -> how many subdirectories it holds.
+    subdirs: HashMap<Ino, u32>,
+    /// Directory -> the directories that name it.
+    dir_parents: HashMap<Ino, Vec<Ino>>,
+}
+
+/// What the chunks say about slices.
+#[derive(Default)]
+struct SliceRefs {
+    /// Slice -> (size, references), counted over all chunks.
+    counted: HashMap<u64, (u32, u32)>,
+    /// Slice -> the first file found referencing it.
+    owner: HashMap<u64, Ino>,
+}
+
 /// Checks a volume. `objects`: the bucket, to check objects too (None: metadata only).
+/// The checks run in this order, and report in it.
 pub fn check(
     meta: &dyn Meta,
     objects: Option<&ObjectStorage>,
@@ -120,15 +165,26 @@ pub fn check(
 ) -> anyhow::Result<Report> {
     let fmt = meta.format().clone();
     let mut r = Report::default();
-    let err = |r: &mut Report, message: String, fixes: Vec<Fix>| {
-        r.problems.push(Problem {
-            severity: Severity::Error,
-            message,
-            fixes,
-        });
-    };
+    let ns = read_namespace(meta, quiet, &mut r)?;
+    let links = check_entries(&ns, &mut r);
+    let held = check_open_files(meta, &mut r)?;
+    check_inodes(&ns, &links, &held, &mut r);
+    check_dirs_reachable(&ns, &links, &mut r);
+    let slices = check_chunks(meta, &ns, quiet, &mut r)?;
+    let table = SliceTable::load(meta)?;
+    check_slice_table(&ns, &slices, &table, &mut r);
+    if let Some(obj) = objects {
+        let listed = list_objects(obj, &fmt, quiet)?;
+        r.objects = listed.len() as u64;
+        check_objects_present(&fmt, &listed, &ns, &slices, &mut r);
+        report_leaked(&fmt, &listed, &slices, &table, &mut r);
+    }
+    check_usage(meta, &ns, &mut r)?;
+    Ok(r)
+}
 
-    // Inodes.
+/// Reads every inode and every directory entry.
+fn read_namespace(meta: &dyn Meta, quiet: bool, r: &mut Report) -> anyhow::Result<Namespace> {
     let pb = spinner("reading inodes", quiet);
     let mut nodes: HashMap<Ino, Attr> = HashMap::new();
     meta.scan_nodes(&mut |a| {
@@ -138,9 +194,8 @@ pub fn check(
     pb.finish_and_clear();
     r.inodes = nodes.len() as u64;
 
-    // Entries.
     let pb = spinner("reading directory entries", quiet);
-    let mut entries: Vec<(Ino, Vec<u8>, Ino, Option<Kind>)> = Vec::new();
+    let mut entries: Vec<Entry> = Vec::new();
     meta.scan_entries(&mut |p, n, i, k| {
         entries.push((p, n.to_vec(), i, k));
         pb.inc(1);
@@ -153,71 +208,86 @@ pub fn check(
     for (p, n, i, _) in &entries {
         names.first.entry(*i).or_insert_with(|| (*p, n.clone()));
     }
+    Ok(Namespace {
+        nodes,
+        entries,
+        names,
+    })
+}
 
-    let mut refs: HashMap<Ino, u32> = HashMap::new();
-    let mut subdirs: HashMap<Ino, u32> = HashMap::new();
-    let mut dir_parents: HashMap<Ino, Vec<Ino>> = HashMap::new();
-    for (parent, name, ino, kind) in &entries {
-        let path = names.entry_path(*parent, name);
-        match nodes.get(parent) {
-            Some(p) if p.kind == Kind::Dir => {}
-            Some(_) => {
-                err(
-                    &mut r,
-                    format!("entry {path}: its parent (inode {parent}) is not a directory"),
-                    vec![Fix::RemoveEntry {
-                        parent: *parent,
-                        name: name.clone(),
-                    }],
-                );
-                continue;
-            }
-            None => {
-                err(
-                    &mut r,
-                    format!("entry {path}: its parent directory (inode {parent}) does not exist"),
-                    vec![Fix::RemoveEntry {
-                        parent: *parent,
-                        name: name.clone(),
-                    }],
-                );
-                continue;
-            }
-        }
-        let Some(node) = nodes.get(ino) else {
-            err(
-                &mut r,
-                format!("entry {path} points to inode {ino}, which does not exist"),
-                vec![Fix::RemoveEntry {
-                    parent: *parent,
-                    name: name.clone(),
-                }],
-            );
+/// Entries live in existing directories, point to existing inodes and record their kind;
+/// counts the names of inodes (valid entries only).
+fn check_entries(ns: &Namespace, r: &mut Report) -> Links {
+    let mut links = Links::default();
+    for entry in &ns.entries {
+        let Some(node) = check_entry(ns, entry, r) else {
             continue;
         };
-        if *kind != Some(node.kind) {
-            err(
-                &mut r,
-                format!(
-                    "entry {path} records kind {kind:?} but inode {ino} is {:?}",
-                    node.kind
-                ),
-                vec![Fix::SetEntryKind {
-                    parent: *parent,
-                    name: name.clone(),
-                    kind: node.kind,
-                }],
-            );
-        }
-        *refs.entry(*ino).or_default() += 1;
+        let (parent, _, ino, _) = entry;
+        *links.refs.entry(*ino).or_default() += 1;
         if node.kind == Kind::Dir {
-            *subdirs.entry(*parent).or_default() += 1;
-            dir_parents.entry(*ino).or_default().push(*parent);
+            *links.subdirs.entry(*parent).or_default() += 1;
+            links.dir_parents.entry(*ino).or_default().push(*parent);
         }
     }
+    links
+}
 
-    // Sessions and the inodes they hold open (an unlinked inode open in a live session is
-    // alive; one only sessions that no longer exist held is reclaimed).
+/// One entry: its parent is an existing directory, its inode exists and has the kind the
+/// entry records. Returns the inode if the entry counts as a name of it.
+fn check_entry<'a>(ns: &'a Namespace, entry: &Entry, r: &mut Report) -> Option<&'a Attr> {
+    let (parent, name, ino, kind) = entry;
+    let path = ns.names.entry_path(*parent, name);
+    let remove = || {
+        vec![Fix::RemoveEntry {
+            parent: *parent,
+            name: name.clone(),
+        }]
+    };
+    match ns.nodes.get(parent) {
+        Some(p) if p.kind == Kind::Dir => {}
+        Some(_) => {
+            r.error(
+                format!("entry {path}: its parent (inode {parent}) is not a directory"),
+                remove(),
+            );
+            return None;
+        }
+        None => {
+            r.error(
+                format!("entry {path}: its parent directory (inode {parent}) does not exist"),
+                remove(),
+            );
+            return None;
+        }
+    }
+    let Some(node) = ns.nodes.get(ino) else {
+        r.error(
+            format!("entry {path} points to inode {ino}, which does not exist"),
+            remove(),
+        );
+        return None;
+    };
+    if *kind != Some(node.kind) {
+        r.error(
+            format!(
+                "entry {path} records kind {kind:?} but inode {ino} is {:?}",
+                node.kind
+            ),
+            vec![Fix::SetEntryKind {
+                parent: *parent,
+                name: name.clone(),
+                kind: node.kind,
+            }],
+        );
+    }
+    Some(node)
+}
+
+/// Open-file records belong to live sessions. Returns the inodes live sessions hold open
+/// (an unlinked inode open in a live session is alive; one only sessions that no longer
+/// exist held is reclaimed).
+fn check_open_files(meta: &dyn Meta, r: &mut Report) -> anyhow::Result<HashSet<Ino>> {
     let live: HashSet<u64> = meta.sessions()?.iter().map(|s| s.id).collect();
     let opens = meta.sustained()?;
     let held: HashSet<Ino> = opens
@@ -227,129 +297,156 @@ pub fn check(
         .collect();
     for (session, ino) in opens {
         if !live.contains(&session) {
-            // An unlinked inode nothing else holds is reclaimed below (once, however many
-            // dead sessions had it open).
+            // An unlinked inode nothing else holds is reclaimed by `check_unlinked_reclaimed`
+            // (once, however many dead sessions had it open).
             let fixes = vec![Fix::RemoveSustained { session, ino }];
-            err(
-                &mut r,
+            r.error(
                 format!("inode {ino} is held open by session {session}, which no longer exists"),
                 fixes,
             );
         }
     }
+    Ok(held)
+}
 
-    // Link counts, reachability, parents.
+/// Every inode, in order of number: the root has no names; unlinked inodes are reclaimed
+/// unless held open; link counts; directories' parents. Then inodes in no directory.
+fn check_inodes(ns: &Namespace, links: &Links, held: &HashSet<Ino>, r: &mut Report) {
     let mut lost: Vec<&Attr> = Vec::new();
-    let mut ids: Vec<&Ino> = nodes.keys().collect();
+    let mut ids: Vec<&Ino> = ns.nodes.keys().collect();
     ids.sort();
     for ino in ids {
-        let a = &nodes[ino];
-        let n = refs.get(ino).copied().unwrap_or(0);
+        let a = &ns.nodes[ino];
+        let n = links.refs.get(ino).copied().unwrap_or(0);
         if *ino == ROOT_INO {
-            if n != 0 {
-                err(
-                    &mut r,
-                    format!("the root directory has {n} names; it should have none"),
-                    vec![],
-                );
-            }
+            check_root_has_no_names(n, r);
         } else if n == 0 {
             if a.nlink == 0 {
-                if !held.contains(ino) {
-                    err(
-                        &mut r,
-                        format!(
-                            "inode {ino} ({:?}, {} bytes) was unlinked but never reclaimed",
-                            a.kind, a.length
-                        ),
-                        vec![Fix::DeleteInode { ino: *ino }],
-                    );
-                }
+                check_unlinked_reclaimed(a, held, r);
             } else {
                 lost.push(a);
             }
             continue;
         }
-        let want = if a.kind == Kind::Dir {
-            2 + subdirs.get(ino).copied().unwrap_or(0)
-        } else {
-            n
-        };
-        if a.nlink != want {
-            err(
-                &mut r,
-                format!(
-                    "link count of {} is {}, should be {want}",
-                    names.path(*ino),
-                    a.nlink
-                ),
-                vec![Fix::SetNlink {
-                    ino: *ino,
-                    nlink: want,
-                }],
-            );
-        }
+        check_link_count(ns, links, a, n, r);
         if a.kind == Kind::Dir && *ino != ROOT_INO {
-            let ps = &dir_parents[ino];
-            if ps.len() > 1 {
-                err(
-                    &mut r,
-                    format!(
-                        "directory {} has {} names (hard-linked directory)",
-                        names.path(*ino),
-                        ps.len()
-                    ),
-                    vec![],
-                );
-            } else if a.parent != ps[0] {
-                err(
-                    &mut r,
-                    format!(
-                        "directory {} records parent {} but lives in {}",
-                        names.path(*ino),
-                        a.parent,
-                        ps[0]
-                    ),
-                    vec![Fix::SetParent {
-                        ino: *ino,
-                        parent: ps[0],
-                    }],
-                );
-            }
+            check_dir_parent(ns, links, a, r);
         }
     }
     for a in lost {
-        let name = format!("inode-{}", a.ino).into_bytes();
-        let mut fixes = vec![Fix::Link {
-            ino: a.ino,
-            parent: 0,
-            name,
-            kind: a.kind,
-        }];
-        if a.kind == Kind::Dir {
-            fixes.push(Fix::SetParent {
-                ino: a.ino,
-                parent: 0,
-            });
-        } else {
-            fixes.push(Fix::SetNlink {
-                ino: a.ino,
-                nlink: 1,
-            });
-        }
-        err(
-            &mut r,
-            format!(
-                "inode {} ({:?}, {} bytes) is in no directory (will go to /lost+found)",
-                a.ino, a.kind, a.length
-            ),
-            fixes,
+        report_in_no_directory(a, r);
+    }
+}
+
+/// No entry names the root directory.
+fn check_root_has_no_names(n: u32, r: &mut Report) {
+    if n != 0 {
+        r.error(
+            format!("the root directory has {n} names; it should have none"),
+            vec![],
         );
     }
-    // Directories not reachable from the root (cycles).
+}
+
+/// An unlinked inode is gone once nobody holds it open.
+fn check_unlinked_reclaimed(a: &Attr, held: &HashSet<Ino>, r: &mut Report) {
+    if !held.contains(&a.ino) {
+        r.error(
+            format!(
+                "inode {} ({:?}, {} bytes) was unlinked but never reclaimed",
+                a.ino, a.kind, a.length
+            ),
+            vec![Fix::DeleteInode { ino: a.ino }],
+        );
+    }
+}
+
+/// The link count of an inode with `n` names: `n` for a file, 2 + its subdirectories for a
+/// directory.
+fn check_link_count(ns: &Namespace, links: &Links, a: &Attr, n: u32, r: &mut Report) {
+    let want = if a.kind == Kind::Dir {
+        2 + links.subdirs.get(&a.ino).copied().unwrap_or(0)
+    } else {
+        n
+    };
+    if a.nlink != want {
+        r.error(
+            format!(
+                "link count of {} is {}, should be {want}",
+                ns.names.path(a.ino),
+                a.nlink
+            ),
+            vec![Fix::SetNlink {
+                ino: a.ino,
+                nlink: want,
+            }],
+        );
+    }
+}
+
+/// A directory (not the root) has one name, in the parent it records.
+fn check_dir_parent(ns: &Namespace, links: &Links, a: &Attr, r: &mut Report) {
+    let ps = &links.dir_parents[&a.ino];
+    if ps.len() > 1 {
+        r.error(
+            format!(
+                "directory {} has {} names (hard-linked directory)",
+                ns.names.path(a.ino),
+                ps.len()
+            ),
+            vec![],
+        );
+    } else if a.parent != ps[0] {
+        r.error(
+            format!(
+                "directory {} records parent {} but lives in {}",
+                ns.names.path(a.ino),
+                a.parent,
+                ps[0]
+            ),
+            vec![Fix::SetParent {
+                ino: a.ino,
+                parent: ps[0],
+            }],
+        );
+    }
+}
+
+/// A linked inode no entry names goes to /lost+found (parent 0 stands for it until
+/// `repair` creates it).
+fn report_in_no_directory(a: &Attr, r: &mut Report) {
+    let name = format!("inode-{}", a.ino).into_bytes();
+    let mut fixes = vec![Fix::Link {
+        ino: a.ino,
+        parent: 0,
+        name,
+        kind: a.kind,
+    }];
+    if a.kind == Kind::Dir {
+        fixes.push(Fix::SetParent {
+            ino: a.ino,
+            parent: 0,
+        });
+    } else {
+        fixes.push(Fix::SetNlink {
+            ino: a.ino,
+            nlink: 1,
+        });
+    }
+    r.error(
+        format!(
+            "inode {} ({:?}, {} bytes) is in no directory (will go to /lost+found)",
+            a.ino, a.kind, a.length
+        ),
+        fixes,
+    );
+}
+
+/// Every named directory is reachable from the root (no cycles).
+fn check_dirs_reachable(ns: &Namespace, links: &Links, r: &mut Report) {
     let mut reach: HashSet<Ino> = HashSet::from([ROOT_INO]);
     let mut children: HashMap<Ino, Vec<Ino>> = HashMap::new();
-    for (p, _, i, _) in &entries {
+    for (p, _, i, _) in &ns.entries {
         children.entry(*p).or_default().push(*i);
     }
     let mut stack = vec![ROOT_INO];
@@ -360,96 +457,115 @@ pub fn check(
             }
         }
     }
-    for (ino, _) in refs.iter().filter(|(i, _)| !reach.contains(i)) {
-        if nodes.get(ino).is_some_and(|a| a.kind == Kind::Dir) {
-            err(
-                &mut r,
+    for (ino, _) in links.refs.iter().filter(|(i, _)| !reach.contains(i)) {
+        if ns.nodes.get(ino).is_some_and(|a| a.kind == Kind::Dir) {
+            r.error(
                 format!("directory inode {ino} is not reachable from the root (a cycle)"),
                 vec![],
             );
         }
     }
+}
 
-    // Chunks and slice references.
+/// Every chunk (see `check_chunk`); counts the references of slices.
+fn check_chunks(
+    meta: &dyn Meta,
+    ns: &Namespace,
+    quiet: bool,
+    r: &mut Report,
+) -> anyhow::Result<SliceRefs> {
     let pb = spinner("reading chunks", quiet);
-    let mut counted: HashMap<u64, (u32, u32)> = HashMap::new(); // id -> (size, refs)
-    let mut owner: HashMap<u64, Ino> = HashMap::new();
-    let mut chunk_errs: Vec<(String, Vec<Fix>)> = Vec::new();
+    let mut refs = SliceRefs::default();
     meta.scan_chunks(&mut |ino, index, recs| {
         pb.inc(1);
         r.chunks += 1;
-        let fix = vec![Fix::DropChunk { ino, index }];
-        let Some(node) = nodes.get(&ino) else {
-            chunk_errs.push((
-                format!("chunk {index} belongs to inode {ino}, which does not exist"),
-                fix,
-            ));
-            return;
-        };
-        let path = names.path(ino);
-        let Some(recs) = recs else {
-            chunk_errs.push((format!("chunk {index} of {path} cannot be decoded"), fix));
-            return;
-        };
-        if node.kind != Kind::File {
-            chunk_errs.push((
-                format!("{path} is a {:?} but has data chunk {index}", node.kind),
-                fix,
-            ));
-            return;
-        }
-        if index as u64 * CHUNK_SIZE >= node.length && recs.iter().any(|x| x.id != 0) {
-            chunk_errs.push((
-                format!(
-                    "chunk {index} of {path} lies beyond the end of the file ({} bytes)",
-                    node.length
-                ),
-                fix,
-            ));
-            return;
-        }
-        for x in &recs {
-            if x.end() > CHUNK_SIZE || (x.id != 0 && x.off as u64 + x.len as u64 > x.size as u64) {
-                chunk_errs.push((
-                    format!("chunk {index} of {path} has a record out of bounds: {x:?}"),
-                    vec![],
-                ));
-            }
-            if x.id != 0 {
-                let e = counted.entry(x.id).or_insert((x.size, 0));
-                if e.0 != x.size {
-                    chunk_errs.push((
-                        format!(
-                            "slice {} has two sizes ({} and {}) in {path}",
-                            x.id, e.0, x.size
-                        ),
-                        vec![],
-                    ));
-                }
-                e.1 += 1;
-                owner.entry(x.id).or_insert(ino);
-            }
-        }
+        check_chunk(ns, ino, index, recs, &mut refs, r);
     })?;
     pb.finish_and_clear();
-    for (m, f) in chunk_errs {
-        err(&mut r, m, f);
+    Ok(refs)
+}
+
+/// One chunk belongs to an existing file, decodes, lies within the file and holds records
+/// within bounds, each slice with one size; counts its slices' references.
+fn check_chunk(
+    ns: &Namespace,
+    ino: Ino,
+    index: u32,
+    recs: Option<Vec<SliceRec>>,
+    refs: &mut SliceRefs,
+    r: &mut Report,
+) {
+    let fix = vec![Fix::DropChunk { ino, index }];
+    let Some(node) = ns.nodes.get(&ino) else {
+        r.error(
+            format!("chunk {index} belongs to inode {ino}, which does not exist"),
+            fix,
+        );
+        return;
+    };
+    let path = ns.names.path(ino);
+    let Some(recs) = recs else {
+        r.error(format!("chunk {index} of {path} cannot be decoded"), fix);
+        return;
+    };
+    if node.kind != Kind::File {
+        r.error(
+            format!("{path} is a {:?} but has data chunk {index}", node.kind),
+            fix,
+        );
+        return;
     }
-    let table: HashMap<u64, (u32, u32)> = meta
-        .all_slices()?
-        .into_iter()
-        .map(|(id, size, refs)| (id, (size, refs)))
-        .collect();
-    let dead: HashMap<u64, u32> = meta
-        .all_dead_slices()?
-        .into_iter()
-        .map(|d| (d.id, d.size))
-        .collect();
-    for (id, (size, refs)) in &table {
-        let actual = counted.get(id).map(|c| c.1).unwrap_or(0);
+    if index as u64 * CHUNK_SIZE >= node.length && recs.iter().any(|x| x.id != 0) {
+        r.error(
+            format!(
+                "chunk {index} of {path} lies beyond the end of the file ({} bytes)",
+                node.length
+            ),
+            fix,
+        );
+        return;
+    }
+    for x in &recs {
+        if x.end() > CHUNK_SIZE || (x.id != 0 && x.off as u64 + x.len as u64 > x.size as u64) {
+            r.error(
+                format!("chunk {index} of {path} has a record out of bounds: {x:?}"),
+                vec![],
+            );
+        }
+        if x.id != 0 {
+            let e = refs.counted.entry(x.id).or_insert((x.size, 0));
+            if e.0 != x.size {
+                r.error(
+                    format!(
+                        "slice {} has two sizes ({} and {}) in {path}",
+                        x.id, e.0, x.size
+                    ),
+                    vec![],
+                );
+            }
+            e.1 += 1;
+            refs.owner.entry(x.id).or_insert(ino);
+        }
+    }
+}
+
+/// The slice table agrees with the chunks: recorded reference counts, every referenced
+/// slice recorded and none of them queued for deletion.
+fn check_slice_table(ns: &Namespace, slices: &SliceRefs, table: &SliceTable, r: &mut Report) {
+    check_recorded_refs(slices, table, r);
+    for (id, (size, n)) in &slices.counted {
+        check_slice_recorded(ns, slices, table, *id, *size, *n, r);
+        check_slice_not_dead(ns, slices, table, *id, r);
+    }
+    r.slices = slices.counted.len() as u64;
+}
+
+/// Each recorded slice has the references it is recorded with.
+fn check_recorded_refs(slices: &SliceRefs, table: &SliceTable, r: &mut Report) {
+    for (id, (size, refs)) in &table.live {
+        let actual = slices.counted.get(id).map(|c| c.1).unwrap_or(0);
         if actual != *refs {
-            err(
-                &mut r,
+            r.error(
                 format!("slice {id} is recorded with {refs} references but has {actual}"),
                 vec![Fix::SetSliceRefs {
                     id: *id,
@@ -459,139 +575,141 @@ pub fn check(
             );
         }
     }
-    for (id, (size, n)) in &counted {
-        if !table.contains_key(id) {
-            err(
-                &mut r,
-                format!(
-                    "slice {id} of {} is referenced {n} times but not recorded",
-                    names.path(owner[id])
-                ),
-                vec![Fix::SetSliceRefs {
-                    id: *id,
-                    size: *size,
-                    refs: *n,
-                }],
-            );
-        }
-        if dead.contains_key(id) {
-            err(
-                &mut r,
-                format!(
-                    "slice {id} of {} is still referenced but queued for deletion",
-                    names.path(owner[id])
-                ),
-                vec![Fix::UndeadSlice { id: *id }],
-            );
-        }
-    }
-    r.slices = counted.len() as u64;
+}
 
-    // Objects.
-    if let Some(obj) = objects {
-        let pb = spinner("listing objects", quiet);
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?;
-        let mut listed = Vec::new();
-        for prefix in fmt.chunks_prefixes() {
-            listed.extend(rt.block_on(obj.list(&prefix))?);
-        }
-        pb.finish_and_clear();
-        r.objects = listed.len() as u64;
-        let sizes: HashMap<&str, u64> = listed.iter().map(|o| (o.key.as_str(), o.size)).collect();
-        let mut ids: Vec<_> = counted.iter().collect();
-        ids.sort();
-        for (id, (size, _)) in ids {
-            for (i, len) in fmt.blocks_of(*size) {
-                let key = fmt.block_key(*id, i, len);
-                match sizes.get(key.as_str()) {
-                    Some(s) if *s == fmt.object_size(len) => {}
-                    Some(s) => err(
-                        &mut r,
-                        format!(
-                            "object {key} of {} is {s} bytes, should be {}",
-                            names.path(owner[id]),
-                            fmt.object_size(len)
-                        ),
-                        vec![],
+/// A slice the chunks reference `n` times is recorded.
+fn check_slice_recorded(
+    ns: &Namespace,
+    slices: &SliceRefs,
+    table: &SliceTable,
+    id: u64,
+    size: u32,
+    n: u32,
+    r: &mut Report,
+) {
+    if !table.live.contains_key(&id) {
+        r.error(
+            format!(
+                "slice {id} of {} is referenced {n} times but not recorded",
+                ns.names.path(slices.owner[&id])
+            ),
+            vec![Fix::SetSliceRefs { id, size, refs: n }],
+        );
+    }
+}
+
+/// A slice the chunks reference is not queued for deletion.
+fn check_slice_not_dead(
+    ns: &Namespace,
+    slices: &SliceRefs,
+    table: &SliceTable,
+    id: u64,
+    r: &mut Report,
+) {
+    if table.dead.contains_key(&id) {
+        r.error(
+            format!(
+                "slice {id} of {} is still referenced but queued for deletion",
+                ns.names.path(slices.owner[&id])
+            ),
+            vec![Fix::UndeadSlice { id }],
+        );
+    }
+}
+
+/// Lists the objects where slices' blocks live.
+fn list_objects(obj: &ObjectStorage, fmt: &Format, quiet: bool) -> anyhow::Result<Vec<ObjectInfo>> {
+    let pb = spinner("listing objects", quiet);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let listed = rt.block_on(garbage::list_block_objects(obj, fmt))?;
+    pb.finish_and_clear();
+    Ok(listed)
+}
+
+/// Every block of every referenced slice is in the bucket, with the right size (slices in
+/// order of id).
+fn check_objects_present(
+    fmt: &Format,
+    listed: &[ObjectInfo],
+    ns: &Namespace,
+    slices: &SliceRefs,
+    r: &mut Report,
+) {
+    let sizes: HashMap<&str, u64> = listed.iter().map(|o| (o.key.as_str(), o.size)).collect();
+    let mut ids: Vec<_> = slices.counted.iter().collect();
+    ids.sort();
+    for (id, (size, _)) in ids {
+        let owner = || ns.names.path(slices.owner[id]);
+        for (i, len) in fmt.blocks_of(*size) {
+            let key = fmt.block_key(*id, i, len);
+            match sizes.get(key.as_str()) {
+                Some(s) if *s == fmt.object_size(len) => {}
+                Some(s) => r.error(
+                    format!(
+                        "object {key} of {} is {s} bytes, should be {}",
+                        owner(),
+                        fmt.object_size(len)
                     ),
-                    None => err(
-                        &mut r,
-                        format!(
-                            "object {key} of {} is missing (slice {id}, block {i})",
-                            names.path(owner[id])
-                        ),
-                        vec![],
+                    vec![],
+                ),
+                None => r.error(
+                    format!(
+                        "object {key} of {} is missing (slice {id}, block {i})",
+                        owner()
                     ),
-                }
+                    vec![],
+                ),
             }
         }
-        r.leaked = leaked_objects(&fmt, &listed, &counted, &dead);
-        for o in &r.leaked {
-            r.problems.push(Problem {
-                severity: Severity::Garbage,
-                message: format!(
-                    "object {} ({} bytes) is not referenced by any slice (leaked)",
-                    o.key, o.size
-                ),
-                fixes: vec![],
-            });
-        }
     }
+}
 
-    // Usage counters.
-    let used: u64 = nodes
+/// Objects no referenced or dying slice owns: harmless garbage, for `gc`.
+fn report_leaked(
+    fmt: &Format,
+    listed: &[ObjectInfo],
+    slices: &SliceRefs,
+    table: &SliceTable,
+    r: &mut Report,
+) {
+    r.leaked = garbage::leaked_objects(fmt, listed, &slices.counted, &table.dead);
+    for o in &r.leaked {
+        r.problems.push(Problem {
+            severity: Severity::Garbage,
+            message: format!(
+                "object {} ({} bytes) is not referenced by any slice (leaked)",
+                o.key, o.size
+            ),
+            fixes: vec![],
+        });
+    }
+}
+
+/// The usage counters match the files' sizes (rounded up to 4 KiB) and the inode count.
+fn check_usage(meta: &dyn Meta, ns: &Namespace, r: &mut Report) -> anyhow::Result<()> {
+    let used: u64 = ns
+        .nodes
         .values()
         .filter(|a| a.kind == Kind::File)
         .map(|a| align4k(a.length))
         .sum();
     let u = meta.usage()?;
-    if u.used_bytes != used || u.inodes != nodes.len() as u64 {
-        err(
-            &mut r,
+    let inodes = ns.nodes.len() as u64;
+    if u.used_bytes != used || u.inodes != inodes {
+        r.error(
             format!(
                 "usage counters say {} bytes in {} inodes; the volume holds {used} bytes in {} inodes",
-                u.used_bytes,
-                u.inodes,
-                nodes.len()
+                u.used_bytes, u.inodes, inodes
             ),
             vec![Fix::SetUsage {
                 used_bytes: used,
-                inodes: nodes.len() as u64,
+                inodes,
             }],
         );
     }
-    Ok(r)
-}
-
-/// Objects under the chunks prefix that belong to no live or dying slice.
-pub fn leaked_objects(
-    fmt: &Format,
-    listed: &[ObjectInfo],
-    live: &HashMap<u64, (u32, u32)>,
-    dead: &HashMap<u64, u32>,
-) -> Vec<ObjectInfo> {
-    listed
-        .iter()
-        .filter(|o| {
-            let Some((id, index, len)) = Format::parse_block_key(&o.key) else {
-                return !o.key.rsplit('/').next().unwrap_or("").starts_with('.');
-            };
-            let size = live
-                .get(&id)
-                .map(|x| x.0)
-                .or_else(|| dead.get(&id).copied());
-            match size {
-                None => true,
-                Some(size) => {
-                    !fmt.blocks_of(size).any(|(i, l)| i == index && l == len)
-                        || fmt.block_key(id, index, len) != o.key
-                }
-            }
-        })
-        .cloned()
-        .collect()
+    Ok(())
 }
 
 /// Applies every fix of the report; returns how many were applied. Run `check` again after:

@@ -2,18 +2,19 @@
 //! by an interrupted deletion), and the objects of dead slices whose trash period is over.
 //!
 //! On a mounted volume, a fresh unreferenced object may be an upload about to be committed:
-//! objects younger than `min_age` are then left alone.
+//! objects younger than `min_age` are then left alone. Reclaiming and telling leaked objects
+//! are `garbage`'s, shared with a mount's background work and with `fsck`.
+//!
+//! Not for: checking the volume (that is `fsck`).
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::data::DataStore;
+use crate::garbage::{self, SliceTable};
 use crate::meta::{Meta, now_nanos};
 use crate::object::ObjectInfo;
-
-use super::fsck::leaked_objects;
 
 #[derive(Debug, Default)]
 pub struct GcReport {
@@ -36,30 +37,12 @@ pub fn gc(
 ) -> anyhow::Result<GcReport> {
     let mut rep = GcReport::default();
     if delete {
-        loop {
-            let n = crate::vfs::background::reclaim(meta, store, 1000)?;
-            rep.reclaimed += n;
-            if n < 1000 {
-                break;
-            }
-        }
+        rep.reclaimed = garbage::reclaim_all(meta, store)?;
     }
     let fmt = meta.format().clone();
-    let mut listed = Vec::new();
-    for prefix in fmt.chunks_prefixes() {
-        listed.extend(store.block_on(store.storage().list(&prefix))?);
-    }
-    let live: HashMap<u64, (u32, u32)> = meta
-        .all_slices()?
-        .into_iter()
-        .map(|(id, size, refs)| (id, (size, refs)))
-        .collect();
-    let dead: HashMap<u64, u32> = meta
-        .all_dead_slices()?
-        .into_iter()
-        .map(|d| (d.id, d.size))
-        .collect();
-    rep.leaked = leaked_objects(&fmt, &listed, &live, &dead);
+    let listed = store.block_on(garbage::list_block_objects(store.storage(), &fmt))?;
+    let table = SliceTable::load(meta)?;
+    rep.leaked = garbage::leaked_objects(&fmt, &listed, &table.live, &table.dead);
     if !delete || rep.leaked.is_empty() {
         return Ok(rep);
     }

@@ -2,22 +2,24 @@
 //!
 //! Everything that can be checked is checked before anything starts, so a bad argument gets
 //! a one-line error on the terminal (with `-d` too: the daemon reports back before detaching).
+//! Then the checked flags go, as a plain [`MountConfig`], to `volume::serve`, which runs the
+//! mount itself.
+//!
+//! Not for: the life of a mount (sessions, the kernel's cache policy, signals, the pid file,
+//! shutdown: that is `volume::serve`).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::{Context, bail};
-use nix::sys::signal::{SigSet, Signal};
 
-use crate::data;
-use crate::fuse::{self, CacheConfig, MountOptions, mounts};
-use crate::meta::SessionInfo;
-use crate::vfs::{self, Vfs};
-use crate::volume;
+use crate::fuse::mounts;
+use crate::volume::{
+    self,
+    serve::{self, MountConfig, Writeback},
+};
 
 /// Mount a volume. With only MOUNTPOINT, mounts the embedded default volume (created on first
 /// use under ~/.local/share/unkai/default).
@@ -83,24 +85,8 @@ pub enum Toggle {
     Off,
 }
 
-/// TTLs of the kernel's caches when this mount is the volume's only client: nobody else can
-/// change what the kernel remembers.
-const EXCLUSIVE_TTL: f64 = 30.0;
-/// ... and when others may write: how late another client's change may show.
-const SHARED_TTL: f64 = 1.0;
-/// ... and when others' changes are pushed (PostgreSQL): how late one may show if its
-/// notification is lost (the channel breaks, a client dies between commit and notify).
-const PUSHED_TTL: f64 = 5.0;
-
 /// Set in the environment of the daemon: the fd to report readiness on.
 const READY_FD_ENV: &str = "UNKAI_READY_FD";
-
-fn ttl(secs: f64, what: &str) -> anyhow::Result<Duration> {
-    if !secs.is_finite() || secs < 0.0 {
-        bail!("invalid --{what} {secs}: must be a number of seconds >= 0");
-    }
-    Ok(Duration::from_secs_f64(secs))
-}
 
 /// Checks the mountpoint: it must exist, be a directory and not be mounted already.
 fn check_mountpoint(mp: &Path) -> anyhow::Result<PathBuf> {
@@ -148,14 +134,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             .ok()
             .and_then(|v| v.parse::<i32>().ok()),
     );
-    let res = serve(a, &mut ready);
+    let res = check_and_serve(a, &mut ready);
     if let Err(e) = &res {
         ready.report(Err(&format!("{e:#}")));
     }
     res
 }
 
-fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
+/// Checks the flags, the mountpoint and the volume, then daemonizes or serves.
+fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     let (meta_url, mountpoint) = match a.targets.as_slice() {
         [mp] => (None, PathBuf::from(mp)),
         [url, mp] => (Some(url.clone()), PathBuf::from(mp)),
@@ -173,7 +160,7 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         (a.negative_ttl, "negative-ttl"),
     ] {
         if let Some(v) = v {
-            ttl(v, what)?;
+            serve::ttl(v, what)?;
         }
     }
     let cache_bytes = volume::parse_size(&a.cache_size)? as usize;
@@ -191,149 +178,26 @@ fn serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         return spawn_daemon(&a, &mountpoint, &fmt.name);
     }
 
-    // The foreground server (or the daemon). Signals are handled by one thread: block them
-    // before any thread starts so every thread inherits the mask.
-    let mut sigs = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        sigs.add(s);
-    }
-    sigs.thread_block()?;
-
-    let store = volume::open_data(
-        &fmt,
-        data::Config {
-            cache_bytes,
-            ..data::Config::default()
-        },
-    )?;
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    meta.new_session(SessionInfo {
-        host,
-        pid: std::process::id(),
-        mountpoint: mountpoint.display().to_string(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        started: 0,
-        heartbeat: 0,
-        id: 0,
-    })?;
-    // Alone on the volume? An SQLite volume lives on this machine; if no other mount of it
-    // is alive, the kernel may cache for long and write back (a later second mount of the
-    // same file is warned about in the docs: mount both with --attr-ttl 1 --writeback off).
-    let others = meta
-        .sessions()?
-        .into_iter()
-        .filter(|s| s.pid != std::process::id())
-        .count();
-    let exclusive = meta_url.starts_with("sqlite:") && others == 0;
-    // Other clients' changes pushed into the kernel's caches as they happen (PostgreSQL).
-    let coherence = Arc::new(fuse::Coherence::default());
-    let pushed = !exclusive && meta.watch(coherence.sink())?;
-    let default_ttl = if exclusive {
-        EXCLUSIVE_TTL
-    } else if pushed {
-        PUSHED_TTL
-    } else {
-        SHARED_TTL
-    };
-    let attr_ttl = a.attr_ttl.unwrap_or(default_ttl);
-    let cache = CacheConfig {
-        attr_ttl: ttl(attr_ttl, "attr-ttl")?,
-        entry_ttl: ttl(a.entry_ttl.unwrap_or(attr_ttl), "entry-ttl")?,
-        negative_ttl: ttl(a.negative_ttl.unwrap_or(attr_ttl), "negative-ttl")?,
-        keep_cache: !a.no_keep_cache,
-        writeback: match a.writeback {
-            Toggle::Auto => exclusive,
-            Toggle::On => true,
-            Toggle::Off => false,
-        },
-        shared: !exclusive,
-        fallback_ttl: pushed.then(|| Duration::from_secs_f64(SHARED_TTL)),
-    };
-    tracing::info!(
-        "{}: kernel caches attributes {:?}, entries {:?}, writeback cache {}",
-        if exclusive {
-            "this mount has the volume to itself"
-        } else if pushed {
-            "the volume may be shared; other mounts' changes are pushed"
-        } else {
-            "the volume may be shared"
-        },
-        cache.attr_ttl,
-        cache.entry_ttl,
-        if cache.writeback { "on" } else { "off" }
-    );
-    let vfs = Arc::new(Vfs::new(
-        meta.clone(),
-        store,
-        vfs::Config {
-            buffer_limit: buffer_bytes,
-            background: true,
-            append_at_end: !cache.writeback,
-        },
-    ));
-    let opts = MountOptions {
+    let cfg = MountConfig {
+        pid_file: crate::cli::pid_file(&mountpoint),
+        mountpoint,
         allow_other: a.allow_other || nix::unistd::geteuid().is_root(),
         read_only: a.read_only,
         threads: a.threads,
-        volume: fmt.name.clone(),
-        cache,
-        coherence,
+        attr_ttl: a.attr_ttl,
+        entry_ttl: a.entry_ttl,
+        negative_ttl: a.negative_ttl,
+        writeback: match a.writeback {
+            Toggle::Auto => Writeback::Auto,
+            Toggle::On => Writeback::On,
+            Toggle::Off => Writeback::Off,
+        },
+        keep_cache: !a.no_keep_cache,
+        cache_bytes,
+        buffer_bytes,
+        foreground: daemon.is_none(),
     };
-    let mut session = match fuse::mount(vfs.clone(), &mountpoint, &opts) {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = vfs.shutdown();
-            bail!("cannot mount at {}: {e}", mountpoint.display());
-        }
-    };
-    let pid_path = crate::cli::pid_file(&mountpoint);
-    if let Some(dir) = pid_path.parent() {
-        let _ = std::fs::create_dir_all(dir);
-    }
-    let _ = std::fs::write(&pid_path, format!("{}\n", std::process::id()));
-    tracing::info!(
-        "volume '{}' mounted at {} (pid {})",
-        fmt.name,
-        mountpoint.display(),
-        std::process::id()
-    );
-    if daemon.is_none() {
-        eprintln!(
-            "unkai: volume '{}' mounted at {} (Ctrl-C to unmount)",
-            fmt.name,
-            mountpoint.display()
-        );
-    }
-    ready.report(Ok(()));
-
-    let mut unmounter = session.unmount_callable();
-    let mp = mountpoint.clone();
-    std::thread::Builder::new()
-        .name("unkai-signals".into())
-        .spawn(move || {
-            while let Ok(sig) = sigs.wait() {
-                tracing::info!("{sig:?}: unmounting {}", mp.display());
-                if let Err(e) = unmounter.unmount() {
-                    tracing::warn!(
-                        "{} is busy ({e}); detaching it, files still open keep working",
-                        mp.display()
-                    );
-                    if let Err(e) = mounts::unmount(&mp, true) {
-                        tracing::error!("cannot unmount {}: {e}", mp.display());
-                    }
-                }
-            }
-        })?;
-
-    let served = session.run();
-    let res = vfs.shutdown();
-    let _ = std::fs::remove_file(&pid_path);
-    served.context("serving FUSE requests")?;
-    res.context("flushing at unmount")?;
-    tracing::info!("unmounted {}", mountpoint.display());
-    Ok(())
+    serve::serve(meta, &cfg, || ready.report(Ok(())))
 }
 
 /// The daemon's line back to its parent: how the mount went (reported once; no-op in the

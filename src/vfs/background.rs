@@ -1,5 +1,5 @@
 //! Background work of a mounted volume: compaction of fragmented chunks, deleting the objects
-//! of dead slices, and the session heartbeat.
+//! of dead slices (with `garbage::reclaim_all`, as `gc` does), and the session heartbeat.
 //!
 //! Not for: anything an application waits on.
 
@@ -10,6 +10,7 @@ use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
 use crate::data::{DataStore, SliceUpload};
+use crate::garbage;
 use crate::meta::{Ino, Meta, SliceRec, slice};
 
 use super::Result;
@@ -83,20 +84,6 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
     Ok(replaced)
 }
 
-/// Deletes the objects of dead slices; returns how many slices were reclaimed.
-pub fn reclaim(meta: &dyn Meta, store: &DataStore, limit: usize) -> Result<usize> {
-    let dead = meta.dead_slices(limit)?;
-    let mut done = Vec::with_capacity(dead.len());
-    for d in &dead {
-        match store.delete_slice(d.id, d.size) {
-            Ok(()) => done.push(d.id),
-            Err(e) => tracing::warn!("deleting objects of slice {}: {e}", d.id),
-        }
-    }
-    meta.forget_dead_slices(&done)?;
-    Ok(done.len())
-}
-
 /// The background thread of a mount; stops (after one last round) when dropped.
 pub struct Background {
     stop: Arc<(Mutex<bool>, Condvar)>,
@@ -154,15 +141,8 @@ fn round(meta: &dyn Meta, store: &DataStore) {
         }
         Err(e) => tracing::warn!("listing fragmented chunks: {e}"),
     }
-    loop {
-        match reclaim(meta, store, 1000) {
-            Ok(n) if n >= 1000 => continue,
-            Ok(_) => break,
-            Err(e) => {
-                tracing::warn!("reclaiming dead slices: {e}");
-                break;
-            }
-        }
+    if let Err(e) = garbage::reclaim_all(meta, store) {
+        tracing::warn!("reclaiming dead slices: {e}");
     }
 }
 

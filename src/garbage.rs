@@ -1,0 +1,127 @@
+//! A volume's garbage, one way for everyone: deleting the objects of dead slices (reclaim),
+//! the slice table that says which slices are live or dying, and which objects in the bucket
+//! no slice references (leaked).
+//!
+//! Used by a mount's background work (`vfs::background`) and by `admin` (`fsck`, `gc`), so
+//! that both reclaim and tell garbage from data the same way. Sits below both, above `meta`
+//! and `data`.
+//!
+//! Not for: deciding when to reclaim or whether to delete leaked objects (the callers do), or
+//! checking that referenced objects are present (that is `admin::fsck`).
+
+use std::collections::HashMap;
+
+use crate::data::{self, DataStore};
+use crate::meta::{self, Format, Meta};
+use crate::object::{self, ObjectInfo, ObjectStorage};
+
+/// Errors of reclaiming.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Meta(#[from] meta::Error),
+    #[error(transparent)]
+    Data(#[from] data::Error),
+}
+
+pub type Result<T> = std::result::Result<T, Error>;
+
+/// Dead slices reclaimed per round.
+const RECLAIM_BATCH: usize = 1000;
+
+/// Deletes the objects of up to `limit` dead slices and forgets them; returns how many slices
+/// were reclaimed. A slice whose objects cannot be deleted is logged and left for later.
+pub fn reclaim(meta: &dyn Meta, store: &DataStore, limit: usize) -> Result<usize> {
+    let dead = meta.dead_slices(limit)?;
+    let mut done = Vec::with_capacity(dead.len());
+    for d in &dead {
+        match store.delete_slice(d.id, d.size) {
+            Ok(()) => done.push(d.id),
+            Err(e) => tracing::warn!("deleting objects of slice {}: {e}", d.id),
+        }
+    }
+    meta.forget_dead_slices(&done)?;
+    Ok(done.len())
+}
+
+/// Reclaims dead slices in rounds until a round finds fewer than a full batch; returns how
+/// many slices were reclaimed. Stops at the first error.
+pub fn reclaim_all(meta: &dyn Meta, store: &DataStore) -> Result<usize> {
+    let mut total = 0;
+    loop {
+        let n = reclaim(meta, store, RECLAIM_BATCH)?;
+        total += n;
+        if n < RECLAIM_BATCH {
+            return Ok(total);
+        }
+    }
+}
+
+/// The volume's slice table: live slices (referenced by chunks) and dead ones (queued for
+/// deletion).
+#[derive(Clone, Debug, Default)]
+pub struct SliceTable {
+    /// Live slices: id -> (size, references).
+    pub live: HashMap<u64, (u32, u32)>,
+    /// Dead slices: id -> size.
+    pub dead: HashMap<u64, u32>,
+}
+
+impl SliceTable {
+    /// Reads the whole table (live slices first, then dead ones).
+    pub fn load(meta: &dyn Meta) -> meta::Result<SliceTable> {
+        let live = meta
+            .all_slices()?
+            .into_iter()
+            .map(|(id, size, refs)| (id, (size, refs)))
+            .collect();
+        let dead = meta
+            .all_dead_slices()?
+            .into_iter()
+            .map(|d| (d.id, d.size))
+            .collect();
+        Ok(SliceTable { live, dead })
+    }
+}
+
+/// Lists every object under the volume's chunks prefixes (where slices' blocks live).
+pub async fn list_block_objects(
+    obj: &ObjectStorage,
+    fmt: &Format,
+) -> object::Result<Vec<ObjectInfo>> {
+    let mut listed = Vec::new();
+    for prefix in fmt.chunks_prefixes() {
+        listed.extend(obj.list(&prefix).await?);
+    }
+    Ok(listed)
+}
+
+/// Objects under the chunks prefix that belong to no live or dying slice. `live`: id ->
+/// (size, references); `dead`: id -> size.
+pub fn leaked_objects(
+    fmt: &Format,
+    listed: &[ObjectInfo],
+    live: &HashMap<u64, (u32, u32)>,
+    dead: &HashMap<u64, u32>,
+) -> Vec<ObjectInfo> {
+    listed
+        .iter()
+        .filter(|o| {
+            let Some((id, index, len)) = Format::parse_block_key(&o.key) else {
+                return !o.key.rsplit('/').next().unwrap_or("").starts_with('.');
+            };
+            let size = live
+                .get(&id)
+                .map(|x| x.0)
+                .or_else(|| dead.get(&id).copied());
+            match size {
+                None => true,
+                Some(size) => {
+                    !fmt.blocks_of(size).any(|(i, l)| i == index && l == len)
+                        || fmt.block_key(id, index, len) != o.key
+                }
+            }
+        })
+        .cloned()
+        .collect()
+}

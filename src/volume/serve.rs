@@ -1,0 +1,340 @@
+//! The life of one mount: from registering the session to the flush at unmount.
+//!
+//! [`serve`] takes an opened volume and a plain [`MountConfig`], decides how long the kernel
+//! may cache (from the engine's kind, who else has the volume mounted and whether their
+//! changes are pushed), mounts, writes the pid file, unmounts on SIGINT, SIGTERM or SIGHUP,
+//! and flushes everything before it returns.
+//!
+//! Not for: parsing or checking flags, the mountpoint or the volume (that is `cli::mount`,
+//! which reports such errors on the terminal before anything starts), daemonizing (also
+//! `cli::mount`), or translating kernel requests (that is `fuse`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use nix::sys::signal::{SigSet, Signal};
+
+use crate::data;
+use crate::fuse::{self, CacheConfig, MountOptions, mounts};
+use crate::meta::{EngineKind, Meta, SessionInfo};
+use crate::vfs::{self, Vfs};
+
+/// TTLs of the kernel's caches when this mount is the volume's only client: nobody else can
+/// change what the kernel remembers.
+const EXCLUSIVE_TTL: f64 = 30.0;
+/// ... and when others may write: how late another client's change may show.
+const SHARED_TTL: f64 = 1.0;
+/// ... and when others' changes are pushed (PostgreSQL): how late one may show if its
+/// notification is lost (the channel breaks, a client dies between commit and notify).
+const PUSHED_TTL: f64 = 5.0;
+
+/// Whether the kernel's writeback cache is used.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Writeback {
+    /// When this mount has the volume to itself.
+    Auto,
+    On,
+    Off,
+}
+
+/// How to serve a mount; every field already checked by the caller.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    /// Where to mount (canonical, an existing directory not mounted yet).
+    pub mountpoint: PathBuf,
+    /// The pid file of the mount, written once it is ready and removed at unmount.
+    pub pid_file: PathBuf,
+    /// Let other users use the mount.
+    pub allow_other: bool,
+    pub read_only: bool,
+    /// Threads serving kernel requests.
+    pub threads: usize,
+    /// Seconds the kernel caches attributes (None: the policy's default).
+    pub attr_ttl: Option<f64>,
+    /// Seconds the kernel caches directory entries (None: as attributes).
+    pub entry_ttl: Option<f64>,
+    /// Seconds the kernel remembers a missing name (None: as attributes).
+    pub negative_ttl: Option<f64>,
+    pub writeback: Writeback,
+    /// Keep the kernel's page cache of a file across opens (false: drop it at every open).
+    pub keep_cache: bool,
+    /// Memory for cached blocks.
+    pub cache_bytes: usize,
+    /// Memory for buffered writes.
+    pub buffer_bytes: usize,
+    /// Served in the foreground of a terminal (not as a daemon): say so on stderr when ready.
+    pub foreground: bool,
+}
+
+/// Checks a TTL given in seconds; `what` names its flag.
+pub fn ttl(secs: f64, what: &str) -> anyhow::Result<Duration> {
+    if !secs.is_finite() || secs < 0.0 {
+        bail!("invalid --{what} {secs}: must be a number of seconds >= 0");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// Who else may change the volume, as far as the kernel's caches are concerned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sharing {
+    /// This mount has the volume to itself.
+    Exclusive,
+    /// Others may write; their changes are pushed into the kernel's caches.
+    Pushed,
+    /// Others may write, unannounced.
+    Shared,
+}
+
+impl Sharing {
+    /// Alone on the volume? A volume of a one-machine engine (SQLite) lives on this machine;
+    /// if no other mount of it is alive, the kernel may cache for long and write back (a
+    /// later second mount of the same file is warned about in the docs: mount both with
+    /// --attr-ttl 1 --writeback off).
+    fn alone(engine: EngineKind, other_sessions: usize) -> bool {
+        engine.one_machine() && other_sessions == 0
+    }
+
+    fn default_ttl(self) -> f64 {
+        match self {
+            Sharing::Exclusive => EXCLUSIVE_TTL,
+            Sharing::Pushed => PUSHED_TTL,
+            Sharing::Shared => SHARED_TTL,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Sharing::Exclusive => "this mount has the volume to itself",
+            Sharing::Pushed => "the volume may be shared; other mounts' changes are pushed",
+            Sharing::Shared => "the volume may be shared",
+        }
+    }
+}
+
+/// The kernel's cache settings for a mount shared as `sharing`, with the user's overrides.
+fn cache_config(cfg: &MountConfig, sharing: Sharing) -> anyhow::Result<CacheConfig> {
+    let exclusive = sharing == Sharing::Exclusive;
+    let attr_ttl = cfg.attr_ttl.unwrap_or(sharing.default_ttl());
+    Ok(CacheConfig {
+        attr_ttl: ttl(attr_ttl, "attr-ttl")?,
+        entry_ttl: ttl(cfg.entry_ttl.unwrap_or(attr_ttl), "entry-ttl")?,
+        negative_ttl: ttl(cfg.negative_ttl.unwrap_or(attr_ttl), "negative-ttl")?,
+        keep_cache: cfg.keep_cache,
+        writeback: match cfg.writeback {
+            Writeback::Auto => exclusive,
+            Writeback::On => true,
+            Writeback::Off => false,
+        },
+        shared: !exclusive,
+        fallback_ttl: (sharing == Sharing::Pushed).then(|| Duration::from_secs_f64(SHARED_TTL)),
+    })
+}
+
+/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after),
+/// for one thread to wait for them.
+fn block_signals() -> anyhow::Result<SigSet> {
+    let mut sigs = SigSet::empty();
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        sigs.add(s);
+    }
+    sigs.thread_block()?;
+    Ok(sigs)
+}
+
+/// Registers this mount's session in the volume.
+fn register_session(meta: &dyn Meta, cfg: &MountConfig) -> anyhow::Result<()> {
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    meta.new_session(SessionInfo {
+        host,
+        pid: std::process::id(),
+        mountpoint: cfg.mountpoint.display().to_string(),
+        version: env!("CARGO_PKG_VERSION").into(),
+        started: 0,
+        heartbeat: 0,
+        id: 0,
+    })?;
+    Ok(())
+}
+
+/// Decides how the volume is shared, and starts other clients' changes flowing into
+/// `coherence` when it may be.
+fn sharing(meta: &dyn Meta, coherence: &Arc<fuse::Coherence>) -> anyhow::Result<Sharing> {
+    let others = meta
+        .sessions()?
+        .into_iter()
+        .filter(|s| s.pid != std::process::id())
+        .count();
+    if Sharing::alone(meta.engine(), others) {
+        return Ok(Sharing::Exclusive);
+    }
+    // Other clients' changes pushed into the kernel's caches as they happen (PostgreSQL).
+    Ok(if meta.watch(coherence.sink())? {
+        Sharing::Pushed
+    } else {
+        Sharing::Shared
+    })
+}
+
+/// Unmounts on SIGINT, SIGTERM or SIGHUP (detaching the mount if it is busy).
+fn spawn_signal_thread(
+    sigs: SigSet,
+    mut unmounter: fuser::SessionUnmounter,
+    mp: PathBuf,
+) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("unkai-signals".into())
+        .spawn(move || {
+            while let Ok(sig) = sigs.wait() {
+                tracing::info!("{sig:?}: unmounting {}", mp.display());
+                if let Err(e) = unmounter.unmount() {
+                    tracing::warn!(
+                        "{} is busy ({e}); detaching it, files still open keep working",
+                        mp.display()
+                    );
+                    if let Err(e) = mounts::unmount(&mp, true) {
+                        tracing::error!("cannot unmount {}: {e}", mp.display());
+                    }
+                }
+            }
+        })?;
+    Ok(())
+}
+
+fn write_pid_file(path: &std::path::Path) {
+    if let Some(dir) = path.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(path, format!("{}\n", std::process::id()));
+}
+
+/// Serves the opened volume `meta` at `cfg.mountpoint` until it is unmounted (by a signal or
+/// `unkai umount`), then flushes. Calls `ready` once the mount is in place.
+pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> anyhow::Result<()> {
+    let fmt = meta.format().clone();
+    // Signals are handled by one thread: block them before any thread starts so every thread
+    // inherits the mask.
+    let sigs = block_signals()?;
+    let store = super::open_data(
+        &fmt,
+        data::Config {
+            cache_bytes: cfg.cache_bytes,
+            ..data::Config::default()
+        },
+    )?;
+    register_session(&*meta, cfg)?;
+    let coherence = Arc::new(fuse::Coherence::default());
+    let sharing = sharing(&*meta, &coherence)?;
+    let cache = cache_config(cfg, sharing)?;
+    tracing::info!(
+        "{}: kernel caches attributes {:?}, entries {:?}, writeback cache {}",
+        sharing.describe(),
+        cache.attr_ttl,
+        cache.entry_ttl,
+        if cache.writeback { "on" } else { "off" }
+    );
+    let vfs = Arc::new(Vfs::new(
+        meta.clone(),
+        store,
+        vfs::Config {
+            buffer_limit: cfg.buffer_bytes,
+            background: true,
+            append_at_end: !cache.writeback,
+        },
+    ));
+    let opts = MountOptions {
+        allow_other: cfg.allow_other,
+        read_only: cfg.read_only,
+        threads: cfg.threads,
+        volume: fmt.name.clone(),
+        cache,
+        coherence,
+    };
+    let mountpoint = &cfg.mountpoint;
+    let mut session = match fuse::mount(vfs.clone(), mountpoint, &opts) {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = vfs.shutdown();
+            bail!("cannot mount at {}: {e}", mountpoint.display());
+        }
+    };
+    write_pid_file(&cfg.pid_file);
+    tracing::info!(
+        "volume '{}' mounted at {} (pid {})",
+        fmt.name,
+        mountpoint.display(),
+        std::process::id()
+    );
+    if cfg.foreground {
+        eprintln!(
+            "unkai: volume '{}' mounted at {} (Ctrl-C to unmount)",
+            fmt.name,
+            mountpoint.display()
+        );
+    }
+    ready();
+
+    spawn_signal_thread(sigs, session.unmount_callable(), mountpoint.clone())?;
+
+    let served = session.run();
+    let res = vfs.shutdown();
+    let _ = std::fs::remove_file(&cfg.pid_file);
+    served.context("serving FUSE requests")?;
+    res.context("flushing at unmount")?;
+    tracing::info!("unmounted {}", mountpoint.display());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg() -> MountConfig {
+        MountConfig {
+            mountpoint: "/mnt".into(),
+            pid_file: "/run/x.pid".into(),
+            allow_other: false,
+            read_only: false,
+            threads: 1,
+            attr_ttl: None,
+            entry_ttl: None,
+            negative_ttl: None,
+            writeback: Writeback::Auto,
+            keep_cache: true,
+            cache_bytes: 0,
+            buffer_bytes: 0,
+            foreground: true,
+        }
+    }
+
+    #[test]
+    fn alone_only_on_one_machine_engines() {
+        assert!(Sharing::alone(EngineKind::Sqlite, 0));
+        assert!(!Sharing::alone(EngineKind::Sqlite, 1));
+        assert!(!Sharing::alone(EngineKind::Postgres, 0));
+    }
+
+    #[test]
+    fn ttl_defaults_and_overrides() {
+        let c = cache_config(&cfg(), Sharing::Exclusive).unwrap();
+        assert_eq!(c.attr_ttl, Duration::from_secs(30));
+        assert_eq!(c.negative_ttl, Duration::from_secs(30));
+        assert!(c.writeback && !c.shared && c.fallback_ttl.is_none());
+        let c = cache_config(&cfg(), Sharing::Pushed).unwrap();
+        assert_eq!(c.entry_ttl, Duration::from_secs(5));
+        assert_eq!(c.fallback_ttl, Some(Duration::from_secs(1)));
+        assert!(!c.writeback && c.shared);
+        let mut o = cfg();
+        o.attr_ttl = Some(2.0);
+        o.negative_ttl = Some(0.0);
+        o.writeback = Writeback::On;
+        let c = cache_config(&o, Sharing::Shared).unwrap();
+        assert_eq!(c.attr_ttl, Duration::from_secs(2));
+        assert_eq!(c.entry_ttl, Duration::from_secs(2));
+        assert_eq!(c.negative_ttl, Duration::ZERO);
+        assert!(c.writeback && c.fallback_ttl.is_none());
+    }
+}
