@@ -13,6 +13,7 @@
 
 mod common;
 
+use common::rng::XorShift;
 use common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
@@ -402,23 +403,6 @@ fn wait_store(
 // ---------------------------------------------------------------------------------------------
 // File helpers.
 
-/// Deterministic xorshift random numbers.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
-/// Drops the kernel's page cache of a file, so that reads go to the file system.
-fn drop_cache(f: &File) {
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-}
-
 /// Reads a whole file from the file system (not the page cache).
 fn read_uncached(p: &Path) -> Vec<u8> {
     let f = File::open(p).unwrap_or_else(|e| panic!("open {}: {e}", p.display()));
@@ -460,24 +444,12 @@ fn check_file(p: &Path, want: &[u8]) {
     assert_same(&p.display().to_string(), &read_uncached(p), want);
 }
 
-fn names(p: &Path) -> BTreeSet<String> {
-    fs::read_dir(p)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect()
-}
-
 fn set(v: &[&str]) -> BTreeSet<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
 
 fn last_err() -> std::io::Error {
     std::io::Error::last_os_error()
-}
-
-fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
-    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off as i64, len as i64) };
-    if r == 0 { Ok(()) } else { Err(last_err()) }
 }
 
 /// copy_file_range until `len` bytes are copied (or the source ends).
@@ -661,10 +633,10 @@ fn namespace(kind: Kind) {
 fn random_writes(kind: Kind) {
     let st = Store::start(kind);
     let vol = st.format("testvol", &[]);
-    let mut rng = Rng(0x2545_f491_4f6c_dd1d ^ kind as u64);
+    let mut rng = XorShift(0x2545_f491_4f6c_dd1d ^ kind as u64);
     let mut model = Vec::new();
     let mut seed = 100;
-    let mut round = |m: &Mount, model: &mut Vec<u8>, rng: &mut Rng, ops: usize| {
+    let mut round = |m: &Mount, model: &mut Vec<u8>, rng: &mut XorShift, ops: usize| {
         let open = || {
             OpenOptions::new()
                 .read(true)

@@ -4,11 +4,11 @@
 
 mod common;
 
+use common::rng::XorShift;
 use common::*;
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,11 +18,6 @@ use std::time::Duration;
 
 const MIB: usize = 1 << 20;
 
-/// Drops the kernel's page cache of a file, so that reads go to the file system.
-fn drop_cache(f: &File) {
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
-}
-
 /// Reads a whole file from the file system (not the page cache).
 fn read_uncached(p: &Path) -> Vec<u8> {
     let f = File::open(p).unwrap();
@@ -31,25 +26,6 @@ fn read_uncached(p: &Path) -> Vec<u8> {
     let mut buf = vec![0u8; len];
     f.read_exact_at(&mut buf, 0).unwrap();
     buf
-}
-
-fn names(p: &Path) -> BTreeSet<String> {
-    fs::read_dir(p)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .collect()
-}
-
-/// Deterministic xorshift random numbers.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 fn file_size(t: usize, i: usize) -> usize {
@@ -145,7 +121,7 @@ fn threads_writing_disjoint_ranges_of_one_file() {
             thread::spawn(move || {
                 let f = OpenOptions::new().write(true).open(&p).unwrap();
                 let mut mine: Vec<usize> = (0..stripes).filter(|s| s % threads == t).collect();
-                let mut rng = Rng(t as u64 * 7 + 1);
+                let mut rng = XorShift(t as u64 * 7 + 1);
                 for i in (1..mine.len()).rev() {
                     mine.swap(i, rng.below(i as u64 + 1) as usize);
                 }
@@ -270,8 +246,7 @@ fn concurrent_create_and_unlink_in_one_directory() {
         if got != format!("{t}:{i}") {
             let md = fs::metadata(d.join(n)).unwrap();
             let statx_size = {
-                use std::os::unix::ffi::OsStrExt;
-                let c = std::ffi::CString::new(d.join(n).as_os_str().as_bytes()).unwrap();
+                let c = cpath(&d.join(n));
                 let mut sx: libc::statx = unsafe { std::mem::zeroed() };
                 unsafe {
                     libc::statx(

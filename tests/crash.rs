@@ -20,7 +20,8 @@
 
 mod common;
 
-use common::{Mount, Volume};
+use common::rng::noise;
+use common::{Mount, Volume, tail};
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -36,24 +37,8 @@ use rand::{Rng, SeedableRng};
 const WRITER_ENV: &str = "UNKAI_CRASH_WRITER";
 
 // ---------------------------------------------------------------------------------------------
-// Data and hashes, fast enough in a debug build (a byte-at-a-time SHA-256 manages ~3 MB/s
-// there, `common::pattern` ~12 MB/s).
-
-/// Deterministic pseudo-random bytes, 8 at a time.
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
-    if x == 0 {
-        x = 1;
-    }
-    let mut out = vec![0u8; len];
-    for c in out.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
-    }
-    out
-}
+// Data (`common::rng::noise`) and hashes, fast enough in a debug build (a byte-at-a-time
+// SHA-256 manages ~3 MB/s there, `common::pattern` ~12 MB/s).
 
 /// A 128-bit hash of the whole content (two independent multiply-xorshift lanes over 64-bit
 /// words, finished with the length): not cryptographic, but any corruption changes it.
@@ -641,11 +626,6 @@ fn seed() -> u64 {
             .unwrap()
             .as_nanos() as u64,
     }
-}
-
-fn tail(s: &str, lines: usize) -> String {
-    let v: Vec<&str> = s.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }
 
 /// Runs fsck; records a problem unless the volume is consistent (exit 0, no ERROR line) and,

@@ -75,11 +75,6 @@ fn mount_log_len(vol: &Volume) -> usize {
     fs::metadata(vol.dir.path().join("mount.log")).map_or(0, |m| m.len() as usize)
 }
 
-fn tail(s: &str, lines: usize) -> String {
-    let v: Vec<&str> = s.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
-}
-
 /// Runs a test body; if it panics, prints the end of the mount log first (it lives in a
 /// temporary directory that is gone afterwards).
 fn show_log_on_panic<R>(log: &Path, f: impl FnOnce() -> R) -> R {

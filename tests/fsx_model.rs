@@ -21,6 +21,7 @@
 
 mod common;
 
+use common::rng::SplitMix;
 use common::*;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
@@ -37,47 +38,9 @@ const PAGE: u64 = 4096;
 const HISTORY: usize = 24;
 
 // ---------------------------------------------------------------------------------------------
-// PRNG: splitmix64, small and good enough for test sequences.
+// PRNG: splitmix64 (`common::rng::SplitMix`), salted with this test's constant.
 
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5eed_f5c0_ffee_1234)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, n) (0 when n is 0).
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-
-    /// Uniform in [lo, hi] (inclusive).
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-
-    /// True with probability num/den.
-    fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.below(den) < num
-    }
-
-    fn fill(&mut self, len: usize) -> Vec<u8> {
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            v.extend_from_slice(&self.next().to_le_bytes());
-        }
-        v.truncate(len);
-        v
-    }
-}
+const RNG_SALT: u64 = 0x5eed_f5c0_ffee_1234;
 
 /// Random bytes for writes: slices of one pool filled once (generating bytes one by one is
 /// slow in debug builds), at random offsets so no two writes look alike.
@@ -87,7 +50,7 @@ const POOL: usize = 8 << 20;
 
 impl Pool {
     fn new(seed: u64) -> Pool {
-        Pool(Rng::new(seed ^ 0x9001).fill(POOL))
+        Pool(SplitMix::salted(seed ^ 0x9001, RNG_SALT).fill(POOL))
     }
 }
 
@@ -154,11 +117,6 @@ fn errname(e: &std::io::Error) -> String {
     format!("{e} (errno {})", e.raw_os_error().unwrap_or(0))
 }
 
-fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
-    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off as i64, len as i64) };
-    if r == 0 { Ok(()) } else { Err(last_err()) }
-}
-
 fn copy_file_range(
     src: &File,
     src_off: u64,
@@ -179,13 +137,6 @@ fn copy_file_range(
         )
     };
     if r < 0 { Err(last_err()) } else { Ok(r as u64) }
-}
-
-/// Drops the clean page cache of the file so that the next reads reach the file system.
-fn drop_cache(f: &File) {
-    unsafe {
-        libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED);
-    }
 }
 
 /// The size as the file system reports it now (a FUSE GETATTR, not the kernel's cache).
@@ -385,7 +336,7 @@ struct Fsx<'v> {
     mount: Option<Mount>,
     vol: &'v Volume,
     cfg: Cfg,
-    rng: Rng,
+    rng: SplitMix,
     pool: Pool,
     model: Vec<u8>,
     hmodel: Vec<u8>,
@@ -1037,7 +988,7 @@ fn run(cfg: Cfg) {
         helper: None,
         mount: Some(mount),
         vol: &vol,
-        rng: Rng::new(cfg.seed),
+        rng: SplitMix::salted(cfg.seed, RNG_SALT),
         pool: Pool::new(cfg.seed),
         cfg: cfg.clone(),
         model: Vec::new(),

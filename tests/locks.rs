@@ -86,19 +86,8 @@ fn rw(p: &std::path::Path) -> File {
     OpenOptions::new().read(true).write(true).open(p).unwrap()
 }
 
-/// Waits (up to `limit`) for `f`; true when it held.
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if f() {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
+/// How often `eventually_every` tries again here.
+const POLL: Duration = Duration::from_millis(20);
 
 fn fcntl_locks_conflict_across_mounts(vol: &Volume) {
     let a = vol.mount();
@@ -170,7 +159,7 @@ fn a_blocked_fcntl_lock_is_granted_when_the_other_mount_unlocks(vol: &Volume) {
     assert_eq!(fs::read(b.p("f")).unwrap(), b"x");
     setlk(&fa, libc::F_UNLCK, 0, 0, false).unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || got.load(Ordering::SeqCst)),
+        eventually_every(Duration::from_secs(10), POLL, || got.load(Ordering::SeqCst)),
         "B's wait did not end after A unlocked"
     );
     let fb = waiter.join().unwrap().expect("F_SETLKW granted");
@@ -213,7 +202,7 @@ fn flock_across_mounts_and_close_releases(vol: &Volume) {
     assert!(!got.load(Ordering::SeqCst), "flock on B returned early");
     drop(fa);
     assert!(
-        eventually(Duration::from_secs(10), || got.load(Ordering::SeqCst)),
+        eventually_every(Duration::from_secs(10), POLL, || got.load(Ordering::SeqCst)),
         "closing A's descriptor did not release its flock"
     );
     let fb = waiter.join().unwrap().expect("flock granted");

@@ -22,10 +22,10 @@
 
 mod common;
 
+use common::rng::SplitMix;
 use common::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -39,40 +39,9 @@ const MODES: [u32; 10] = [
 ];
 
 // ---------------------------------------------------------------------------------------------
-// PRNG: splitmix64.
+// PRNG: splitmix64 (`common::rng::SplitMix`), salted with this test's constant.
 
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x0a11_ce5e_ed00_0000)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        if n == 0 { 0 } else { self.next() % n }
-    }
-
-    fn chance(&mut self, num: u64, den: u64) -> bool {
-        self.below(den) < num
-    }
-
-    fn pick<T: Copy>(&mut self, v: &[T]) -> T {
-        v[self.below(v.len() as u64) as usize]
-    }
-
-    fn bytes(&mut self, max: u64) -> Vec<u8> {
-        let n = self.below(max + 1) as usize;
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
+const RNG_SALT: u64 = 0x0a11_ce5e_ed00_0000;
 
 fn env_u64(name: &str) -> Option<u64> {
     let v = std::env::var(name).ok()?;
@@ -225,10 +194,6 @@ impl std::fmt::Display for Op {
     }
 }
 
-fn cpath(root: &Path, rel: &str) -> CString {
-    CString::new(root.join(rel).as_os_str().as_bytes()).unwrap()
-}
-
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
 }
@@ -268,7 +233,7 @@ fn open_write(path: &CString, flags: i32, mode: u32, data: &[u8]) -> Result<(), 
 
 /// Applies `op` under `root`; Ok or the errno.
 fn apply(op: &Op, root: &Path) -> Result<(), i32> {
-    let p = |rel: &str| cpath(root, rel);
+    let p = |rel: &str| cpath(&root.join(rel));
     unsafe {
         match op {
             Op::Create {
@@ -388,38 +353,17 @@ struct Tree {
 }
 
 fn list_xattrs(p: &Path) -> Result<BTreeMap<String, Vec<u8>>, String> {
-    let c = CString::new(p.as_os_str().as_bytes()).unwrap();
-    let mut buf = vec![0u8; 4096];
-    let n =
-        unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if n < 0 {
-        return Err(format!("llistxattr {}: {}", p.display(), errname(errno())));
-    }
-    buf.truncate(n as usize);
+    let (_, buf) = xattr::llistxattr_sized(p, 4096)
+        .map_err(|e| format!("llistxattr {}: {}", p.display(), errname(common::errno(&e))))?;
     let mut out = BTreeMap::new();
-    for name in buf.split(|b| *b == 0).filter(|s| !s.is_empty()) {
-        let name = String::from_utf8_lossy(name).into_owned();
-        if !name.starts_with("user.") {
-            continue;
-        }
-        let cn = CString::new(name.clone()).unwrap();
-        let mut v = vec![0u8; 65536];
-        let n = unsafe {
-            libc::lgetxattr(
-                c.as_ptr(),
-                cn.as_ptr(),
-                v.as_mut_ptr() as *mut libc::c_void,
-                v.len(),
-            )
-        };
-        if n < 0 {
-            return Err(format!(
+    for name in xattr::user_names(&buf) {
+        let (_, v) = xattr::lgetxattr_sized(p, &name, 65536).map_err(|e| {
+            format!(
                 "lgetxattr {} {name}: {}",
                 p.display(),
-                errname(errno())
-            ));
-        }
-        v.truncate(n as usize);
+                errname(common::errno(&e))
+            )
+        })?;
         out.insert(name, v);
     }
     Ok(out)
@@ -593,7 +537,7 @@ struct Run<'v> {
     vol: &'v Volume,
     local: tempfile::TempDir,
     cfg: Cfg,
-    rng: Rng,
+    rng: SplitMix,
     history: VecDeque<String>,
     op: usize,
     counts: BTreeMap<String, (u64, u64)>,
@@ -890,7 +834,7 @@ fn run(cfg: Cfg) {
         mount: Some(mount),
         vol: &vol,
         local,
-        rng: Rng::new(cfg.seed),
+        rng: SplitMix::salted(cfg.seed, RNG_SALT),
         cfg: cfg.clone(),
         history: VecDeque::new(),
         op: 0,

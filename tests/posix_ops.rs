@@ -3,6 +3,10 @@
 
 mod common;
 
+use common::rng::XorShift;
+use common::xattr::{
+    getxattr, getxattr_sized, listxattr, listxattr_sized, lsetxattr, removexattr, setxattr,
+};
 use common::*;
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::{CStr, CString};
@@ -25,10 +29,6 @@ const MIB: usize = 1 << 20;
 /// A known umask, so that create modes are predictable (every test sets the same value).
 fn setup() {
     unsafe { libc::umask(0o022) };
-}
-
-fn c(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
 }
 
 /// A libc return value as an io::Result.
@@ -73,11 +73,6 @@ fn io<T>(r: io::Result<T>) -> Result<T, i32> {
 /// that it cannot be mistaken for an errno). Never panic in a forked child.
 fn ensure(cond: bool, code: i32) -> Result<(), i32> {
     if cond { Ok(()) } else { Err(code) }
-}
-
-/// Drops the kernel's page cache of a file, so that the next reads go to the file system.
-fn drop_cache(f: &File) {
-    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
 }
 
 /// Reads the whole file through `f` from the file system (page cache dropped first).
@@ -150,7 +145,7 @@ fn now_secs() -> i64 {
 }
 
 fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
-    let (a, b) = (c(from), c(to));
+    let (a, b) = (cpath(from), cpath(to));
     cvt(unsafe {
         libc::renameat2(
             libc::AT_FDCWD,
@@ -164,26 +159,22 @@ fn renameat2(from: &Path, to: &Path, flags: libc::c_uint) -> io::Result<()> {
 }
 
 fn mknod(p: &Path, mode: u32, dev: libc::dev_t) -> io::Result<()> {
-    let cp = c(p);
+    let cp = cpath(p);
     cvt(unsafe { libc::mknod(cp.as_ptr(), mode, dev) }).map(|_| ())
 }
 
 fn access(p: &Path, how: i32) -> io::Result<()> {
-    let cp = c(p);
+    let cp = cpath(p);
     cvt(unsafe { libc::access(cp.as_ptr(), how) }).map(|_| ())
 }
 
 fn utimensat(p: &Path, times: [(i64, i64); 2], flags: i32) -> io::Result<()> {
-    let cp = c(p);
+    let cp = cpath(p);
     let ts = times.map(|(s, n)| libc::timespec {
         tv_sec: s as libc::time_t,
         tv_nsec: n as _,
     });
     cvt(unsafe { libc::utimensat(libc::AT_FDCWD, cp.as_ptr(), ts.as_ptr(), flags) }).map(|_| ())
-}
-
-fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> io::Result<()> {
-    cvt(unsafe { libc::fallocate(f.as_raw_fd(), mode, off as i64, len as i64) }).map(|_| ())
 }
 
 fn lseek(f: &File, off: u64, whence: i32) -> io::Result<u64> {
@@ -195,102 +186,12 @@ fn lseek(f: &File, off: u64, whence: i32) -> io::Result<u64> {
     }
 }
 
-fn setxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> io::Result<()> {
-    let (cp, cn) = (c(p), CString::new(name).unwrap());
-    cvt(unsafe {
-        libc::setxattr(
-            cp.as_ptr(),
-            cn.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            flags,
-        )
-    })
-    .map(|_| ())
-}
-
-fn lsetxattr(p: &Path, name: &str, value: &[u8], flags: i32) -> io::Result<()> {
-    let (cp, cn) = (c(p), CString::new(name).unwrap());
-    cvt(unsafe {
-        libc::lsetxattr(
-            cp.as_ptr(),
-            cn.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            flags,
-        )
-    })
-    .map(|_| ())
-}
-
-/// getxattr with a buffer of `size` bytes (0: asks for the size); returns the bytes read (or
-/// the size, with `size` 0).
-fn getxattr_sized(p: &Path, name: &str, size: usize) -> io::Result<(usize, Vec<u8>)> {
-    let (cp, cn) = (c(p), CString::new(name).unwrap());
-    let mut buf = vec![0u8; size];
-    let n = cvt_size(unsafe {
-        libc::getxattr(
-            cp.as_ptr(),
-            cn.as_ptr(),
-            if size == 0 {
-                std::ptr::null_mut()
-            } else {
-                buf.as_mut_ptr().cast()
-            },
-            size,
-        )
-    })?;
-    buf.truncate(n.min(size));
-    Ok((n, buf))
-}
-
-fn getxattr(p: &Path, name: &str) -> io::Result<Vec<u8>> {
-    let (n, _) = getxattr_sized(p, name, 0)?;
-    let (m, v) = getxattr_sized(p, name, n.max(1))?;
-    assert_eq!(m, n, "size query and read disagree for {name}");
-    Ok(v)
-}
-
-fn listxattr_sized(p: &Path, size: usize) -> io::Result<(usize, Vec<u8>)> {
-    let cp = c(p);
-    let mut buf = vec![0u8; size];
-    let n = cvt_size(unsafe {
-        libc::listxattr(
-            cp.as_ptr(),
-            if size == 0 {
-                std::ptr::null_mut()
-            } else {
-                buf.as_mut_ptr().cast()
-            },
-            size,
-        )
-    })?;
-    buf.truncate(n.min(size));
-    Ok((n, buf))
-}
-
-fn listxattr(p: &Path) -> io::Result<BTreeSet<String>> {
-    let (n, _) = listxattr_sized(p, 0)?;
-    let (m, buf) = listxattr_sized(p, n.max(1))?;
-    assert_eq!(m, n, "size query and list disagree");
-    Ok(buf
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8(s.to_vec()).unwrap())
-        .collect())
-}
-
-fn removexattr(p: &Path, name: &str) -> io::Result<()> {
-    let (cp, cn) = (c(p), CString::new(name).unwrap());
-    cvt(unsafe { libc::removexattr(cp.as_ptr(), cn.as_ptr()) }).map(|_| ())
-}
-
 /// A directory stream read with readdir(3): every entry, "." and ".." included.
 struct RawDir(*mut libc::DIR);
 
 impl RawDir {
     fn open(p: &Path) -> io::Result<RawDir> {
-        let cp = c(p);
+        let cp = cpath(p);
         let d = unsafe { libc::opendir(cp.as_ptr()) };
         if d.is_null() {
             Err(io::Error::last_os_error())
@@ -328,30 +229,6 @@ impl RawDir {
 impl Drop for RawDir {
     fn drop(&mut self) {
         unsafe { libc::closedir(self.0) };
-    }
-}
-
-/// Names in a directory, via std (which skips "." and "..").
-fn names(p: &Path) -> BTreeSet<String> {
-    fs::read_dir(p)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect()
-}
-
-/// Deterministic xorshift random numbers.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 
@@ -880,7 +757,7 @@ fn random_writes_match_a_model() {
         .unwrap();
     let reader = File::open(&p).unwrap();
     let mut model: Vec<u8> = Vec::new();
-    let mut rng = Rng(0x9e3779b97f4a7c15);
+    let mut rng = XorShift(0x9e3779b97f4a7c15);
     let space = 6 * MIB as u64; // spans a block boundary
     for i in 0..1500u64 {
         let off = rng.below(space) as usize;
@@ -1593,7 +1470,7 @@ fn statfs_reports_blocks_and_inodes() {
     let used0 = s.blocks() - s.blocks_free();
 
     let mut fsf: libc::statfs = unsafe { std::mem::zeroed() };
-    let cp = c(&m.path);
+    let cp = cpath(&m.path);
     cvt(unsafe { libc::statfs(cp.as_ptr(), &mut fsf) }).unwrap();
     assert_eq!(fsf.f_type as i64, 0x65735546, "not a FUSE file system");
 
@@ -2043,7 +1920,7 @@ fn random_operations_across_the_chunk_boundary_match_a_model() {
         .open(m.p("f"))
         .unwrap();
     let mut model: Vec<u8> = Vec::new();
-    let mut rng = Rng(0x5eed);
+    let mut rng = XorShift(0x5eed);
     let mut log: Vec<String> = Vec::new();
     for i in 0..400u64 {
         let off = lo + rng.below((hi - lo) as u64) as usize;

@@ -62,68 +62,20 @@ fn digest(data: &[u8]) -> u64 {
     })
 }
 
-fn cpath(p: &Path) -> std::ffi::CString {
-    std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap()
-}
-
 fn xattr_set(p: &Path, name: &str, value: &[u8]) {
-    let n = std::ffi::CString::new(name).unwrap();
-    let r = unsafe {
-        libc::lsetxattr(
-            cpath(p).as_ptr(),
-            n.as_ptr(),
-            value.as_ptr().cast(),
-            value.len(),
-            0,
-        )
-    };
-    assert_eq!(r, 0, "setxattr {name}: {}", std::io::Error::last_os_error());
+    if let Err(e) = xattr::lsetxattr(p, name, value, 0) {
+        panic!("setxattr {name}: {e}");
+    }
 }
 
 fn xattr_get(p: &Path, name: &str) -> Option<Vec<u8>> {
-    let n = std::ffi::CString::new(name).unwrap();
-    let mut buf = vec![0u8; 65536];
-    let r = unsafe {
-        libc::lgetxattr(
-            cpath(p).as_ptr(),
-            n.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if r < 0 {
-        return None;
-    }
-    buf.truncate(r as usize);
-    Some(buf)
+    xattr::lgetxattr_sized(p, name, 65536).ok().map(|(_, v)| v)
 }
 
 fn xattr_list(p: &Path) -> Vec<String> {
-    let mut buf = vec![0u8; 65536];
-    let r = unsafe { libc::llistxattr(cpath(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if r <= 0 {
-        return Vec::new();
-    }
-    buf[..r as usize]
-        .split(|b| *b == 0)
-        .filter(|n| !n.is_empty())
-        .map(|n| String::from_utf8_lossy(n).into_owned())
-        .filter(|n| n.starts_with("user."))
-        .collect()
-}
-
-/// Waits (at most `limit`) until `f` holds; returns whether it did. For what another mount
-/// may show only once its kernel cache expires (the attr/entry TTLs, 1 s by default).
-fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let start = Instant::now();
-    loop {
-        if f() {
-            return true;
-        }
-        if start.elapsed() > limit {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
+    match xattr::llistxattr_sized(p, 65536) {
+        Ok((_, buf)) => xattr::user_names(&buf).collect(),
+        Err(_) => Vec::new(),
     }
 }
 

@@ -16,13 +16,12 @@
 
 mod common;
 
-use common::{Mount, Volume};
+use common::rng::noise;
+use common::{Mount, Volume, errno, tail, xattr};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
-use std::ffi::CString;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -40,22 +39,6 @@ const THREAD_BYTES: usize = 8 << 20;
 
 // ---------------------------------------------------------------------------------------------
 // Data.
-
-/// Deterministic pseudo-random bytes, 8 at a time (fast enough in a debug build).
-fn noise(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed ^ 0x9E37_79B9_7F4A_7C15;
-    if x == 0 {
-        x = 1;
-    }
-    let mut out = vec![0u8; len];
-    for c in out.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        c.copy_from_slice(&x.to_le_bytes()[..c.len()]);
-    }
-    out
-}
 
 /// A file for the shared directories: seed and length, then that many bytes of noise.
 fn published(seed: u64, len: usize) -> Vec<u8> {
@@ -112,66 +95,22 @@ fn diff(got: &[u8], want: &[u8]) -> String {
 // ---------------------------------------------------------------------------------------------
 // Extended attributes (std has no API for them).
 
-fn cpath(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).unwrap()
-}
-
 fn setx(p: &Path, k: &str, v: &[u8]) -> io::Result<()> {
-    let k = CString::new(k).unwrap();
-    let r = unsafe { libc::setxattr(cpath(p).as_ptr(), k.as_ptr(), v.as_ptr().cast(), v.len(), 0) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
+    xattr::setxattr(p, k, v, 0)
 }
 
 fn getx(p: &Path, k: &str) -> io::Result<Vec<u8>> {
-    let k = CString::new(k).unwrap();
-    let mut buf = vec![0u8; 64 << 10];
-    let r = unsafe {
-        libc::getxattr(
-            cpath(p).as_ptr(),
-            k.as_ptr(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-        )
-    };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(r as usize);
-    Ok(buf)
+    xattr::getxattr_sized(p, k, 64 << 10).map(|(_, v)| v)
 }
 
 /// The `user.` attributes of `p`.
 fn listx(p: &Path) -> io::Result<BTreeSet<String>> {
-    let mut buf = vec![0u8; 64 << 10];
-    let r = unsafe { libc::listxattr(cpath(p).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
-    if r < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(r as usize);
-    Ok(buf
-        .split(|&b| b == 0)
-        .filter(|s| !s.is_empty())
-        .map(|s| String::from_utf8_lossy(s).into_owned())
-        .filter(|s| s.starts_with("user."))
-        .collect())
+    let (_, buf) = xattr::listxattr_sized(p, 64 << 10)?;
+    Ok(xattr::user_names(&buf).collect())
 }
 
 fn rmx(p: &Path, k: &str) -> io::Result<()> {
-    let k = CString::new(k).unwrap();
-    let r = unsafe { libc::removexattr(cpath(p).as_ptr(), k.as_ptr()) };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
-    }
-}
-
-fn errno(e: &io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(0)
+    xattr::removexattr(p, k)
 }
 
 /// Ok(Some) on success, Ok(None) for an error the racing threads make expected, Err else.
@@ -1002,11 +941,6 @@ fn seed() -> u64 {
             .unwrap()
             .as_nanos() as u64,
     }
-}
-
-fn tail(s: &str, lines: usize) -> String {
-    let v: Vec<&str> = s.lines().collect();
-    v[v.len().saturating_sub(lines)..].join("\n")
 }
 
 /// fsck must find the volume consistent and without leaked objects.

@@ -3,8 +3,15 @@
 #![allow(dead_code)]
 
 pub mod postgres;
+pub mod rng;
 pub mod servers;
+pub mod xattr;
 
+use std::collections::BTreeSet;
+use std::ffi::CString;
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -379,4 +386,59 @@ pub fn as_user(uid: u32, gid: u32, f: impl FnOnce() -> Result<(), i32>) -> Resul
 /// The errno of an io::Error.
 pub fn errno(e: &std::io::Error) -> i32 {
     e.raw_os_error().unwrap_or(0)
+}
+
+/// A path as a C string, for libc calls.
+pub fn cpath(p: &Path) -> CString {
+    CString::new(p.as_os_str().as_bytes()).expect("path with NUL")
+}
+
+/// Drops the kernel's clean page cache of a file, so that the next reads reach the file system.
+pub fn drop_cache(f: &File) {
+    unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+}
+
+/// fallocate(2).
+pub fn fallocate(f: &File, mode: i32, off: u64, len: u64) -> std::io::Result<()> {
+    let r = unsafe { libc::fallocate(f.as_raw_fd(), mode, off as i64, len as i64) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// The names in a directory, via std (which skips "." and ".."; invalid UTF-8 replaced).
+pub fn names(p: &Path) -> BTreeSet<String> {
+    std::fs::read_dir(p)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// The last `lines` lines of `s`.
+pub fn tail(s: &str, lines: usize) -> String {
+    let v: Vec<&str> = s.lines().collect();
+    v[v.len().saturating_sub(lines)..].join("\n")
+}
+
+/// Waits (at most `limit`) until `f` holds, trying every 50 ms; returns whether it did. For
+/// what another mount may show only once its kernel cache expires (the attr/entry TTLs, 1 s by
+/// default).
+pub fn eventually(limit: Duration, f: impl FnMut() -> bool) -> bool {
+    eventually_every(limit, Duration::from_millis(50), f)
+}
+
+/// `eventually`, trying every `poll`.
+pub fn eventually_every(limit: Duration, poll: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(poll);
+    }
 }

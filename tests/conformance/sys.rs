@@ -2,8 +2,7 @@
 //! panics (they run in forked children too), and does exactly one call, so that what is
 //! asserted is what the kernel and the file system answered.
 
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use crate::common::cpath;
 use std::path::Path;
 
 /// A result carrying the raw errno.
@@ -11,10 +10,6 @@ pub type R<T> = Result<T, i32>;
 
 /// "Leave unchanged" for chown's uid and gid (-1).
 pub const KEEP: u32 = u32::MAX;
-
-fn c(p: &Path) -> CString {
-    CString::new(p.as_os_str().as_bytes()).expect("path with NUL")
-}
 
 fn errno() -> i32 {
     std::io::Error::last_os_error().raw_os_error().unwrap_or(0)
@@ -102,13 +97,13 @@ fn st(s: &libc::stat) -> St {
 
 pub fn stat(p: impl AsRef<Path>) -> R<St> {
     let mut s: libc::stat = unsafe { std::mem::zeroed() };
-    chk(unsafe { libc::stat(c(p.as_ref()).as_ptr(), &mut s) })?;
+    chk(unsafe { libc::stat(cpath(p.as_ref()).as_ptr(), &mut s) })?;
     Ok(st(&s))
 }
 
 pub fn lstat(p: impl AsRef<Path>) -> R<St> {
     let mut s: libc::stat = unsafe { std::mem::zeroed() };
-    chk(unsafe { libc::lstat(c(p.as_ref()).as_ptr(), &mut s) })?;
+    chk(unsafe { libc::lstat(cpath(p.as_ref()).as_ptr(), &mut s) })?;
     Ok(st(&s))
 }
 
@@ -119,7 +114,7 @@ pub fn fstat(fd: &Fd) -> R<St> {
 }
 
 pub fn open(p: impl AsRef<Path>, flags: i32, mode: u32) -> R<Fd> {
-    let fd = unsafe { libc::open(c(p.as_ref()).as_ptr(), flags | libc::O_CLOEXEC, mode) };
+    let fd = unsafe { libc::open(cpath(p.as_ref()).as_ptr(), flags | libc::O_CLOEXEC, mode) };
     if fd < 0 { Err(errno()) } else { Ok(Fd(fd)) }
 }
 
@@ -164,7 +159,7 @@ pub fn lseek(fd: &Fd, off: i64, whence: i32) -> R<i64> {
 }
 
 pub fn chmod(p: impl AsRef<Path>, mode: u32) -> R<()> {
-    chk(unsafe { libc::chmod(c(p.as_ref()).as_ptr(), mode) })
+    chk(unsafe { libc::chmod(cpath(p.as_ref()).as_ptr(), mode) })
 }
 
 pub fn fchmod(fd: &Fd, mode: u32) -> R<()> {
@@ -172,11 +167,11 @@ pub fn fchmod(fd: &Fd, mode: u32) -> R<()> {
 }
 
 pub fn chown(p: impl AsRef<Path>, uid: u32, gid: u32) -> R<()> {
-    chk(unsafe { libc::chown(c(p.as_ref()).as_ptr(), uid, gid) })
+    chk(unsafe { libc::chown(cpath(p.as_ref()).as_ptr(), uid, gid) })
 }
 
 pub fn lchown(p: impl AsRef<Path>, uid: u32, gid: u32) -> R<()> {
-    chk(unsafe { libc::lchown(c(p.as_ref()).as_ptr(), uid, gid) })
+    chk(unsafe { libc::lchown(cpath(p.as_ref()).as_ptr(), uid, gid) })
 }
 
 pub fn fchown(fd: &Fd, uid: u32, gid: u32) -> R<()> {
@@ -184,7 +179,7 @@ pub fn fchown(fd: &Fd, uid: u32, gid: u32) -> R<()> {
 }
 
 pub fn truncate(p: impl AsRef<Path>, len: i64) -> R<()> {
-    chk(unsafe { libc::truncate(c(p.as_ref()).as_ptr(), len) })
+    chk(unsafe { libc::truncate(cpath(p.as_ref()).as_ptr(), len) })
 }
 
 pub fn ftruncate(fd: &Fd, len: i64) -> R<()> {
@@ -204,40 +199,40 @@ pub fn fallocate(fd: &Fd, mode: i32, off: i64, len: i64) -> R<()> {
 }
 
 pub fn link(from: impl AsRef<Path>, to: impl AsRef<Path>) -> R<()> {
-    chk(unsafe { libc::link(c(from.as_ref()).as_ptr(), c(to.as_ref()).as_ptr()) })
+    chk(unsafe { libc::link(cpath(from.as_ref()).as_ptr(), cpath(to.as_ref()).as_ptr()) })
 }
 
 pub fn linkat_follow(from: impl AsRef<Path>, to: impl AsRef<Path>) -> R<()> {
     chk(unsafe {
         libc::linkat(
             libc::AT_FDCWD,
-            c(from.as_ref()).as_ptr(),
+            cpath(from.as_ref()).as_ptr(),
             libc::AT_FDCWD,
-            c(to.as_ref()).as_ptr(),
+            cpath(to.as_ref()).as_ptr(),
             libc::AT_SYMLINK_FOLLOW,
         )
     })
 }
 
 pub fn mkdir(p: impl AsRef<Path>, mode: u32) -> R<()> {
-    chk(unsafe { libc::mkdir(c(p.as_ref()).as_ptr(), mode) })
+    chk(unsafe { libc::mkdir(cpath(p.as_ref()).as_ptr(), mode) })
 }
 
 pub fn mkfifo(p: impl AsRef<Path>, mode: u32) -> R<()> {
-    chk(unsafe { libc::mkfifo(c(p.as_ref()).as_ptr(), mode) })
+    chk(unsafe { libc::mkfifo(cpath(p.as_ref()).as_ptr(), mode) })
 }
 
 pub fn mknod(p: impl AsRef<Path>, mode: u32, major: u32, minor: u32) -> R<()> {
     let dev = libc::makedev(major, minor);
-    chk(unsafe { libc::mknod(c(p.as_ref()).as_ptr(), mode, dev) })
+    chk(unsafe { libc::mknod(cpath(p.as_ref()).as_ptr(), mode, dev) })
 }
 
 pub fn rename(from: impl AsRef<Path>, to: impl AsRef<Path>) -> R<()> {
-    chk(unsafe { libc::rename(c(from.as_ref()).as_ptr(), c(to.as_ref()).as_ptr()) })
+    chk(unsafe { libc::rename(cpath(from.as_ref()).as_ptr(), cpath(to.as_ref()).as_ptr()) })
 }
 
 pub fn renameat2(from: impl AsRef<Path>, to: impl AsRef<Path>, flags: u32) -> R<()> {
-    let (a, b) = (c(from.as_ref()), c(to.as_ref()));
+    let (a, b) = (cpath(from.as_ref()), cpath(to.as_ref()));
     let r = unsafe {
         libc::syscall(
             libc::SYS_renameat2,
@@ -252,20 +247,26 @@ pub fn renameat2(from: impl AsRef<Path>, to: impl AsRef<Path>, flags: u32) -> R<
 }
 
 pub fn rmdir(p: impl AsRef<Path>) -> R<()> {
-    chk(unsafe { libc::rmdir(c(p.as_ref()).as_ptr()) })
+    chk(unsafe { libc::rmdir(cpath(p.as_ref()).as_ptr()) })
 }
 
 pub fn unlink(p: impl AsRef<Path>) -> R<()> {
-    chk(unsafe { libc::unlink(c(p.as_ref()).as_ptr()) })
+    chk(unsafe { libc::unlink(cpath(p.as_ref()).as_ptr()) })
 }
 
 pub fn symlink(target: impl AsRef<Path>, p: impl AsRef<Path>) -> R<()> {
-    chk(unsafe { libc::symlink(c(target.as_ref()).as_ptr(), c(p.as_ref()).as_ptr()) })
+    chk(unsafe { libc::symlink(cpath(target.as_ref()).as_ptr(), cpath(p.as_ref()).as_ptr()) })
 }
 
 pub fn readlink(p: impl AsRef<Path>) -> R<Vec<u8>> {
     let mut buf = vec![0u8; 8192];
-    let n = unsafe { libc::readlink(c(p.as_ref()).as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    let n = unsafe {
+        libc::readlink(
+            cpath(p.as_ref()).as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
     if n < 0 {
         return Err(errno());
     }
@@ -297,7 +298,7 @@ fn timespecs(t: [Time; 2]) -> [libc::timespec; 2] {
 pub fn utimensat(p: impl AsRef<Path>, times: Option<[Time; 2]>, flags: i32) -> R<()> {
     let ts = times.map(timespecs);
     let ptr = ts.as_ref().map_or(std::ptr::null(), |t| t.as_ptr());
-    chk(unsafe { libc::utimensat(libc::AT_FDCWD, c(p.as_ref()).as_ptr(), ptr, flags) })
+    chk(unsafe { libc::utimensat(libc::AT_FDCWD, cpath(p.as_ref()).as_ptr(), ptr, flags) })
 }
 
 pub fn futimens(fd: &Fd, times: [Time; 2]) -> R<()> {
@@ -306,5 +307,5 @@ pub fn futimens(fd: &Fd, times: [Time; 2]) -> R<()> {
 }
 
 pub fn access(p: impl AsRef<Path>, mode: i32) -> R<()> {
-    chk(unsafe { libc::access(c(p.as_ref()).as_ptr(), mode) })
+    chk(unsafe { libc::access(cpath(p.as_ref()).as_ptr(), mode) })
 }
