@@ -8,6 +8,13 @@ cd "$(dirname "$0")/.."
 ensure_build_deps
 
 start=$(date +%s)
+echo "==> lint (rustfmt, clippy: warnings are errors)"
+if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then
+  rustup component add clippy rustfmt >/dev/null 2>&1 || true
+fi
+cargo fmt --check
+cargo clippy --release --locked --all-targets -- -D warnings
+
 echo "==> building (release)"
 cargo build --release --locked --all-targets
 

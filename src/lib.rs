@@ -6,6 +6,8 @@
 //! [`volume`] opens, formats and serves volumes for the CLI; [`bench`] runs the benchmark
 //! suite against any directories.
 
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod admin;
 pub mod bench;
 pub mod cli;

@@ -322,11 +322,11 @@ pub trait Txn {
         self.exec(UPDATE_NODE, &node_vals(a))?;
         Ok(())
     }
-    /// Applies a setattr to the inode and writes it (see `ops::apply_set`): an engine may do
+    /// Applies a setattr to the inode and writes it (see [`SetAttr::apply`](super::SetAttr::apply)): an engine may do
     /// both in one statement.
     fn set_attr(&mut self, ino: Ino, set: &super::SetAttr, now: Nanos) -> TxResult<Attr> {
         let mut a = self.lock_node(ino)?;
-        if super::ops::apply_set(&mut a, set, now) {
+        if set.apply(&mut a, now) {
             self.update_node(&a)?;
         }
         Ok(a)

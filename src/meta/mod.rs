@@ -198,6 +198,50 @@ pub struct SetAttr {
     pub mtime: Option<SetTime>,
 }
 
+impl SetAttr {
+    /// Applies the change to `a`; true if anything changed (then ctime is `now`).
+    pub fn apply(&self, a: &mut Attr, now: Nanos) -> bool {
+        let time = |t: SetTime| match t {
+            SetTime::Now => now,
+            SetTime::At(n) => n,
+        };
+        let mut changed = false;
+        if let Some(m) = self.mode {
+            a.mode = m & 0o7777;
+            changed = true;
+        }
+        if let Some(u) = self.uid {
+            a.uid = u;
+            changed = true;
+        }
+        if let Some(g) = self.gid {
+            a.gid = g;
+            changed = true;
+        }
+        if let Some(t) = self.atime {
+            a.atime = time(t);
+            changed = true;
+        }
+        if let Some(t) = self.mtime {
+            a.mtime = time(t);
+            changed = true;
+        }
+        if changed {
+            a.ctime = now;
+        }
+        changed
+    }
+
+    /// Whether it changes nothing.
+    pub fn is_empty(&self) -> bool {
+        self.mode.is_none()
+            && self.uid.is_none()
+            && self.gid.is_none()
+            && self.atime.is_none()
+            && self.mtime.is_none()
+    }
+}
+
 /// One entry of a directory listing.
 #[derive(Clone, Debug)]
 pub struct DirEntry {

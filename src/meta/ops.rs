@@ -44,39 +44,6 @@ fn check_len(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Applies a setattr to `a`; true if anything changed (then ctime is `now`).
-pub(crate) fn apply_set(a: &mut Attr, set: &SetAttr, now: Nanos) -> bool {
-    let time = |t: SetTime| match t {
-        SetTime::Now => now,
-        SetTime::At(n) => n,
-    };
-    let mut changed = false;
-    if let Some(m) = set.mode {
-        a.mode = m & 0o7777;
-        changed = true;
-    }
-    if let Some(u) = set.uid {
-        a.uid = u;
-        changed = true;
-    }
-    if let Some(g) = set.gid {
-        a.gid = g;
-        changed = true;
-    }
-    if let Some(t) = set.atime {
-        a.atime = time(t);
-        changed = true;
-    }
-    if let Some(t) = set.mtime {
-        a.mtime = time(t);
-        changed = true;
-    }
-    if changed {
-        a.ctime = now;
-    }
-    changed
-}
-
 /// The root directory of a new volume.
 pub(crate) fn root_node(now: Nanos) -> Attr {
     Attr {
@@ -568,12 +535,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn setattr(&self, _ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
-        if set.mode.is_none()
-            && set.uid.is_none()
-            && set.gid.is_none()
-            && set.atime.is_none()
-            && set.mtime.is_none()
-        {
+        if set.is_empty() {
             return self.getattr(ino);
         }
         let now = now_nanos();
