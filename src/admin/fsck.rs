@@ -13,6 +13,7 @@ use std::collections::{HashMap, HashSet};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::data::layout::{self, Layout};
 use crate::meta::{Attr, CHUNK_SIZE, Fix, Format, Ino, Kind, Meta, ROOT_INO};
 use crate::object::{ObjectInfo, ObjectStorage};
 
@@ -493,8 +494,9 @@ pub fn check(
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
+        let layout = Layout::new(&fmt);
         let mut listed = Vec::new();
-        for prefix in fmt.chunks_prefixes() {
+        for prefix in layout.chunks_prefixes() {
             listed.extend(rt.block_on(obj.list(&prefix))?);
         }
         pb.finish_and_clear();
@@ -503,16 +505,16 @@ pub fn check(
         let mut ids: Vec<_> = counted.iter().collect();
         ids.sort();
         for (id, (size, _)) in ids {
-            for (i, len) in fmt.blocks_of(*size) {
-                let key = fmt.block_key(*id, i, len);
+            for (i, len) in layout.blocks_of(*size) {
+                let key = layout.block_key(*id, i, len);
                 match sizes.get(key.as_str()) {
-                    Some(s) if *s == fmt.object_size(len) => {}
+                    Some(s) if *s == layout.object_size(len) => {}
                     Some(s) => err(
                         &mut r,
                         format!(
                             "object {key} of {} is {s} bytes, should be {}",
                             names.path(owner[id]),
-                            fmt.object_size(len)
+                            layout.object_size(len)
                         ),
                         vec![],
                     ),
@@ -572,10 +574,11 @@ pub fn leaked_objects(
     live: &HashMap<u64, (u32, u32)>,
     dead: &HashMap<u64, u32>,
 ) -> Vec<ObjectInfo> {
+    let layout = Layout::new(fmt);
     listed
         .iter()
         .filter(|o| {
-            let Some((id, index, len)) = Format::parse_block_key(&o.key) else {
+            let Some((id, index, len)) = layout::parse_block_key(&o.key) else {
                 return !o.key.rsplit('/').next().unwrap_or("").starts_with('.');
             };
             let size = live
@@ -585,8 +588,8 @@ pub fn leaked_objects(
             match size {
                 None => true,
                 Some(size) => {
-                    !fmt.blocks_of(size).any(|(i, l)| i == index && l == len)
-                        || fmt.block_key(id, index, len) != o.key
+                    !layout.blocks_of(size).any(|(i, l)| i == index && l == len)
+                        || layout.block_key(id, index, len) != o.key
                 }
             }
         })

@@ -9,9 +9,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::data::DataStore;
+use crate::data::{DataStore, ObjectInfo};
 use crate::meta::{Meta, now_nanos};
-use crate::object::ObjectInfo;
 
 use super::fsck::leaked_objects;
 
@@ -45,10 +44,7 @@ pub fn gc(
         }
     }
     let fmt = meta.format().clone();
-    let mut listed = Vec::new();
-    for prefix in fmt.chunks_prefixes() {
-        listed.extend(store.block_on(store.storage().list(&prefix))?);
-    }
+    let listed = store.list_blocks()?;
     let live: HashMap<u64, (u32, u32)> = meta
         .all_slices()?
         .into_iter()
@@ -79,7 +75,7 @@ pub fn gc(
             rep.young += 1;
             continue;
         }
-        store.block_on(store.storage().delete(&o.key))?;
+        store.delete_block(&o.key)?;
         rep.deleted += 1;
     }
     pb.finish_and_clear();
