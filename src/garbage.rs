@@ -11,6 +11,7 @@
 
 use std::collections::HashMap;
 
+use crate::data::layout::{self, Layout};
 use crate::data::{self, DataStore};
 use crate::meta::{self, Format, Meta};
 use crate::object::{self, ObjectInfo, ObjectStorage};
@@ -90,7 +91,7 @@ pub async fn list_block_objects(
     fmt: &Format,
 ) -> object::Result<Vec<ObjectInfo>> {
     let mut listed = Vec::new();
-    for prefix in fmt.chunks_prefixes() {
+    for prefix in Layout::new(fmt).chunks_prefixes() {
         listed.extend(obj.list(&prefix).await?);
     }
     Ok(listed)
@@ -104,10 +105,11 @@ pub fn leaked_objects(
     live: &HashMap<u64, (u32, u32)>,
     dead: &HashMap<u64, u32>,
 ) -> Vec<ObjectInfo> {
+    let layout = Layout::new(fmt);
     listed
         .iter()
         .filter(|o| {
-            let Some((id, index, len)) = Format::parse_block_key(&o.key) else {
+            let Some((id, index, len)) = layout::parse_block_key(&o.key) else {
                 return !o.key.rsplit('/').next().unwrap_or("").starts_with('.');
             };
             let size = live
@@ -117,8 +119,8 @@ pub fn leaked_objects(
             match size {
                 None => true,
                 Some(size) => {
-                    !fmt.blocks_of(size).any(|(i, l)| i == index && l == len)
-                        || fmt.block_key(id, index, len) != o.key
+                    !layout.blocks_of(size).any(|(i, l)| i == index && l == len)
+                        || layout.block_key(id, index, len) != o.key
                 }
             }
         })

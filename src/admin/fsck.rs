@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::data::layout::Layout;
 use crate::garbage::{self, SliceTable};
 use crate::meta::{Attr, CHUNK_SIZE, Fix, Format, Ino, Kind, Meta, ROOT_INO, SliceRec};
 use crate::object::{ObjectInfo, ObjectStorage};
@@ -637,20 +638,21 @@ fn check_objects_present(
     slices: &SliceRefs,
     r: &mut Report,
 ) {
+    let layout = Layout::new(fmt);
     let sizes: HashMap<&str, u64> = listed.iter().map(|o| (o.key.as_str(), o.size)).collect();
     let mut ids: Vec<_> = slices.counted.iter().collect();
     ids.sort();
     for (id, (size, _)) in ids {
         let owner = || ns.names.path(slices.owner[id]);
-        for (i, len) in fmt.blocks_of(*size) {
-            let key = fmt.block_key(*id, i, len);
+        for (i, len) in layout.blocks_of(*size) {
+            let key = layout.block_key(*id, i, len);
             match sizes.get(key.as_str()) {
-                Some(s) if *s == fmt.object_size(len) => {}
+                Some(s) if *s == layout.object_size(len) => {}
                 Some(s) => r.error(
                     format!(
                         "object {key} of {} is {s} bytes, should be {}",
                         owner(),
-                        fmt.object_size(len)
+                        layout.object_size(len)
                     ),
                     vec![],
                 ),

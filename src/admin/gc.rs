@@ -40,7 +40,7 @@ pub fn gc(
         rep.reclaimed = garbage::reclaim_all(meta, store)?;
     }
     let fmt = meta.format().clone();
-    let listed = store.block_on(garbage::list_block_objects(store.storage(), &fmt))?;
+    let listed = store.list_blocks()?;
     let table = SliceTable::load(meta)?;
     rep.leaked = garbage::leaked_objects(&fmt, &listed, &table.live, &table.dead);
     if !delete || rep.leaked.is_empty() {
@@ -62,7 +62,7 @@ pub fn gc(
             rep.young += 1;
             continue;
         }
-        store.block_on(store.storage().delete(&o.key))?;
+        store.delete_block(&o.key)?;
         rep.deleted += 1;
     }
     pb.finish_and_clear();

@@ -2,7 +2,7 @@
 //! when the volume has checksums. A whole block or any segment-aligned range can be verified,
 //! so random reads check what they read without fetching whole blocks.
 //!
-//! Not for: where blocks live (keys are `Format::block_key`).
+//! Not for: where blocks live (keys are `data::layout`).
 
 use std::ops::Range;
 

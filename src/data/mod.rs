@@ -1,15 +1,17 @@
 //! The data layer: file bytes as immutable blocks of slices in the bucket.
 //!
 //! A slice (one continuous write inside a chunk) is stored as blocks of up to `block_size`
-//! bytes under keys that never change meaning (see `Format::block_key`). This module reads
-//! ranges of slices (from the block cache or the bucket, blocks in parallel), uploads blocks
-//! (in the background, retried), and deletes the blocks of dead slices.
+//! bytes under keys that never change meaning (see [`layout`]). This module reads ranges of
+//! slices (from the block cache or the bucket, blocks in parallel), uploads blocks (in the
+//! background, retried), and deletes the blocks of dead slices. [`DataStore`] offers what
+//! `vfs` and `admin::gc` need of the bucket, so that they do not reach into `object`.
 //!
-//! Not for: which slice holds which byte of a file (that is `meta`), or buffering writes
-//! (that is `vfs::writer`).
+//! Not for: which slice holds which byte of a file (that is `meta`), buffering writes
+//! (that is `vfs::writer`), or retries and limits of requests (that is `object`).
 
 pub mod block;
 pub mod cache;
+pub mod layout;
 pub mod upload;
 
 use std::sync::Arc;
@@ -20,6 +22,8 @@ use bytes::Bytes;
 use crate::meta::Format;
 use crate::object::{self, ObjectStorage};
 
+pub use crate::object::{ObjectInfo, Traffic};
+pub use layout::Layout;
 pub use upload::SliceUpload;
 
 /// Errors of the data layer.
@@ -65,6 +69,7 @@ impl Default for Config {
 pub(crate) struct Shared {
     pub(crate) obj: ObjectStorage,
     pub(crate) format: Format,
+    pub(crate) layout: Layout,
     pub(crate) cache: cache::MemoryCache,
 }
 
@@ -95,6 +100,7 @@ impl DataStore {
             shared: Arc::new(Shared {
                 obj,
                 cache: cache::MemoryCache::new(cfg.cache_bytes),
+                layout: Layout::new(&format),
                 format,
             }),
             rt: Arc::new(rt),
@@ -109,8 +115,25 @@ impl DataStore {
         &self.shared.format
     }
 
+    /// Where this volume's blocks live in the bucket.
+    pub fn layout(&self) -> &Layout {
+        &self.shared.layout
+    }
+
+    /// The object layer itself, for tests that need raw access to the bucket. The layers
+    /// above use the methods of `DataStore` instead.
     pub fn storage(&self) -> &ObjectStorage {
         &self.shared.obj
+    }
+
+    /// The local directory holding the blocks, for `file://` storage.
+    pub fn local_root(&self) -> Option<&std::path::Path> {
+        self.shared.obj.local_root()
+    }
+
+    /// What the bucket was sent and returned since it was opened.
+    pub fn traffic(&self) -> &Traffic {
+        self.shared.obj.traffic()
     }
 
     pub(crate) fn runtime(&self) -> &tokio::runtime::Runtime {
@@ -133,7 +156,7 @@ impl DataStore {
             let mut b = start / bs;
             while b * bs < end {
                 let blen = (r.size as u64 - b * bs).min(bs) as u32;
-                let key = self.shared.format.block_key(r.id, b as u32, blen);
+                let key = self.shared.layout.block_key(r.id, b as u32, blen);
                 let (s, e) = (
                     start.max(b * bs) - b * bs,
                     end.min(b * bs + blen as u64) - b * bs,
@@ -164,11 +187,10 @@ impl DataStore {
 
     /// Deletes the blocks of a dead slice.
     pub fn delete_slice(&self, id: u64, size: u32) -> Result<()> {
-        let keys: Vec<String> = self
-            .shared
-            .format
+        let layout = &self.shared.layout;
+        let keys: Vec<String> = layout
             .blocks_of(size)
-            .map(|(i, len)| self.shared.format.block_key(id, i, len))
+            .map(|(i, len)| layout.block_key(id, i, len))
             .collect();
         for k in &keys {
             self.shared.cache.remove(k);
@@ -179,6 +201,21 @@ impl DataStore {
             res.into_iter().collect::<object::Result<Vec<()>>>()
         })?;
         Ok(())
+    }
+
+    /// Deletes one block object by its key (a missing object is not an error). The block
+    /// cache is left as it is.
+    pub fn delete_block(&self, key: &str) -> Result<()> {
+        Ok(self.rt.block_on(self.shared.obj.delete(key))?)
+    }
+
+    /// Every object under the volume's block prefixes ([`Layout::chunks_prefixes`]).
+    pub fn list_blocks(&self) -> Result<Vec<ObjectInfo>> {
+        let mut listed = Vec::new();
+        for prefix in self.shared.layout.chunks_prefixes() {
+            listed.extend(self.rt.block_on(self.shared.obj.list(&prefix))?);
+        }
+        Ok(listed)
     }
 
     /// Makes uploaded blocks durable (fsync for a local directory).

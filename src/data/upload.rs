@@ -42,7 +42,7 @@ impl SliceUpload {
 
     fn spawn(&self, index: u32, block: Bytes) -> JoinHandle<Result<String>> {
         let shared = self.store.shared.clone();
-        let key = shared.format.block_key(self.id, index, block.len() as u32);
+        let key = shared.layout.block_key(self.id, index, block.len() as u32);
         // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
             let body = if shared.format.checksums {

@@ -3,16 +3,22 @@
 //! `UNKAI_FAULTS=error=0.1,slowdown=0.05,latency_ms=2,truncate=0.05,corrupt=0.02,down_file=/tmp/x`
 //! (while `down_file` exists, every request fails).
 //!
-//! Faults are injected per attempt, inside the retry loop, exactly where a network failure
-//! would surface. Not for: production use.
+//! [`Faulty`] injects them per attempt, inside the retry loop (`retry::Retried`), exactly
+//! where a network failure would surface; the bytes read are damaged after they were counted
+//! (`traffic::Counted`). Not for: production use.
 
+use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
+
+use super::ObjectInfo;
+use super::bucket::{Bucket, StoreResult};
 
 /// What a request is, for fault decisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,6 +138,49 @@ impl Faults {
             return Bytes::from(v);
         }
         data
+    }
+}
+
+/// Injects `faults` into every request of `inner`: before each (delay, failure), and into
+/// the bytes each read returns.
+pub struct Faulty<B> {
+    inner: B,
+    faults: Arc<Faults>,
+}
+
+impl<B: Bucket> Faulty<B> {
+    pub fn new(inner: B, faults: Arc<Faults>) -> Self {
+        Faulty { inner, faults }
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: Bucket> Bucket for Faulty<B> {
+    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
+        self.faults.before(Op::Put).await?;
+        self.inner.put(key, data).await
+    }
+
+    async fn get(&self, key: &str) -> StoreResult<Bytes> {
+        self.faults.before(Op::Get).await?;
+        Ok(self.faults.after_get(self.inner.get(key).await?))
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+        self.faults.before(Op::Get).await?;
+        Ok(self
+            .faults
+            .after_get(self.inner.get_range(key, range).await?))
+    }
+
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        self.faults.before(Op::Delete).await?;
+        self.inner.delete(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectInfo>> {
+        self.faults.before(Op::List).await?;
+        self.inner.list(prefix).await
     }
 }
 

@@ -1,34 +1,41 @@
 //! The bucket: a thin wrapper over the `object_store` crate.
 //!
 //! [`ObjectStorage`] is built from a storage URL ([`url`]) with one module per backend
-//! ([`local`], [`s3`], [`gcs`], [`azure`]; `memory://` for tests). Every request runs under a
-//! [`retry::Policy`]: a bound on requests in flight, a timeout per attempt, and bounded retries
-//! of transient failures with backoff and jitter. [`faulty`] injects failures for tests.
+//! ([`local`], [`s3`], [`gcs`], [`azure`]; `memory://` for tests). Every request goes through
+//! a stack of wrappers of one concern each ([`bucket`] explains the stack), under a
+//! [`retry::Policy`]: [`limit`] bounds the requests in flight, [`retry`] puts a timeout on
+//! each attempt and retries transient failures with backoff and jitter, [`faulty`] injects
+//! failures for tests (`UNKAI_FAULTS`), [`traffic`] counts objects and bytes.
 //!
 //! Not for: block layout, checksums or caching (that is `data`).
 
 pub mod azure;
+pub mod bucket;
 pub mod faulty;
 pub mod gcs;
+pub mod limit;
 pub mod local;
 pub mod retry;
 pub mod s3;
+pub mod traffic;
 pub mod url;
 
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
-use object_store::path::Path as ObjPath;
+use object_store::ObjectStore;
 use object_store::prefix::PrefixStore;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use tokio::sync::Semaphore;
 
-use faulty::{Faults, Op};
+use bucket::Bucket;
+use faulty::{Faults, Faulty};
+use limit::Limited;
+use retry::Retried;
+use traffic::Counted;
+
 pub use retry::Policy;
+pub use traffic::Traffic;
 pub use url::StorageUrl;
 
 /// Errors of the object layer.
@@ -101,25 +108,37 @@ enum Native {
 
 /// A bucket (or a local directory used as one).
 pub struct ObjectStorage {
-    store: Arc<dyn ObjectStore>,
+    /// The store's requests, wrapped (see [`stack`]).
+    bucket: Box<dyn Bucket>,
     url: String,
     kind: StorageUrl,
     native: Native,
     /// For `file://`: the directory, so that written objects can be fsynced.
     local_root: Option<PathBuf>,
-    policy: Policy,
-    inflight: Arc<Semaphore>,
+    /// The faults the stack injects (`UNKAI_FAULTS`), to count them.
     faults: Option<Arc<Faults>>,
+    /// What the stack counted.
     traffic: Arc<Traffic>,
 }
 
-/// Objects and bytes put and got through one `ObjectStorage` (and its clones) since it opened.
-#[derive(Debug, Default)]
-pub struct Traffic {
-    pub puts: std::sync::atomic::AtomicU64,
-    pub put_bytes: std::sync::atomic::AtomicU64,
-    pub gets: std::sync::atomic::AtomicU64,
-    pub get_bytes: std::sync::atomic::AtomicU64,
+/// The wrappers around every request of `store`, from the outside in: [`Limited`] (one
+/// permit per request, held through its retries), [`Retried`] (a timeout per attempt, the
+/// retries), [`Faulty`] (per attempt, only with faults), [`Counted`] (what the store moved).
+fn stack(
+    store: Arc<dyn ObjectStore>,
+    policy: &Policy,
+    faults: Option<Arc<Faults>>,
+    traffic: Arc<Traffic>,
+) -> Box<dyn Bucket> {
+    let counted = Counted::new(bucket::Native(store), traffic);
+    let max = policy.max_inflight;
+    match faults {
+        None => Box::new(Limited::new(Retried::new(counted, policy.clone()), max)),
+        Some(f) => Box::new(Limited::new(
+            Retried::new(Faulty::new(counted, f), policy.clone()),
+            max,
+        )),
+    }
 }
 
 impl std::fmt::Debug for ObjectStorage {
@@ -191,16 +210,16 @@ impl ObjectStorage {
                 (with_prefix(store, prefix), Native::None, None)
             }
         };
+        let faults = Faults::from_env().map(Arc::new);
+        let traffic = Arc::<Traffic>::default();
         Ok(ObjectStorage {
-            store,
+            bucket: stack(store, &policy, faults.clone(), traffic.clone()),
             url: url.into(),
             kind,
             native,
             local_root,
-            inflight: Arc::new(Semaphore::new(policy.max_inflight.max(1))),
-            traffic: Arc::default(),
-            policy,
-            faults: Faults::from_env().map(Arc::new),
+            faults,
+            traffic,
         })
     }
 
@@ -218,41 +237,8 @@ impl ObjectStorage {
         self.local_root.as_deref()
     }
 
-    /// Runs one request under the policy (in-flight bound, timeout, retries) with faults.
-    async fn run<T, F, Fut>(
-        &self,
-        op: Op,
-        what: &str,
-        f: F,
-    ) -> std::result::Result<T, object_store::Error>
-    where
-        F: Fn() -> Fut,
-        Fut: std::future::Future<Output = std::result::Result<T, object_store::Error>>,
-    {
-        let _permit = self
-            .inflight
-            .acquire()
-            .await
-            .expect("semaphore is never closed");
-        retry::run(&self.policy, what, || async {
-            if let Some(faults) = &self.faults {
-                faults.before(op).await?;
-            }
-            f().await
-        })
-        .await
-    }
-
     pub async fn put(&self, key: &str, data: Bytes) -> Result<()> {
-        let path = ObjPath::from(key);
-        let len = data.len() as u64;
-        self.run(Op::Put, &format!("put {key}"), || {
-            self.store.put(&path, PutPayload::from(data.clone()))
-        })
-        .await?;
-        self.traffic.puts.fetch_add(1, Ordering::Relaxed);
-        self.traffic.put_bytes.fetch_add(len, Ordering::Relaxed);
-        Ok(())
+        Ok(self.bucket.put(key, data).await?)
     }
 
     /// What this storage put and got so far (write amplification: `put_bytes` against the
@@ -262,53 +248,24 @@ impl ObjectStorage {
     }
 
     pub async fn get(&self, key: &str) -> Result<Bytes> {
-        let path = ObjPath::from(key);
-        let res = self
-            .run(Op::Get, &format!("get {key}"), || async {
-                self.store.get(&path).await?.bytes().await
-            })
-            .await;
-        match res {
-            Ok(b) => Ok(self.after_get(b)),
+        match self.bucket.get(key).await {
+            Ok(b) => Ok(b),
             Err(object_store::Error::NotFound { .. }) => Err(Error::NotFound(key.into())),
             Err(e) => Err(e.into()),
         }
     }
 
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        let path = ObjPath::from(key);
-        let res = self
-            .run(Op::Get, &format!("get {key} {range:?}"), || {
-                self.store.get_range(&path, range.clone())
-            })
-            .await;
-        match res {
-            Ok(b) => Ok(self.after_get(b)),
+        match self.bucket.get_range(key, range).await {
+            Ok(b) => Ok(b),
             Err(object_store::Error::NotFound { .. }) => Err(Error::NotFound(key.into())),
             Err(e) => Err(e.into()),
         }
     }
 
-    fn after_get(&self, b: Bytes) -> Bytes {
-        self.traffic.gets.fetch_add(1, Ordering::Relaxed);
-        self.traffic
-            .get_bytes
-            .fetch_add(b.len() as u64, Ordering::Relaxed);
-        match &self.faults {
-            Some(f) => f.after_get(b),
-            None => b,
-        }
-    }
-
     /// Deletes an object; a missing object is not an error.
     pub async fn delete(&self, key: &str) -> Result<()> {
-        let path = ObjPath::from(key);
-        match self
-            .run(Op::Delete, &format!("delete {key}"), || {
-                self.store.delete(&path)
-            })
-            .await
-        {
+        match self.bucket.delete(key).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
             Err(e) => Err(e.into()),
         }
@@ -316,20 +273,7 @@ impl ObjectStorage {
 
     /// Every object under `prefix`.
     pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectInfo>> {
-        let p = ObjPath::from(prefix.trim_end_matches('/'));
-        let items: Vec<object_store::ObjectMeta> = self
-            .run(Op::List, &format!("list {prefix}"), || {
-                self.store.list(Some(&p)).try_collect()
-            })
-            .await?;
-        Ok(items
-            .into_iter()
-            .map(|m| ObjectInfo {
-                key: m.location.to_string(),
-                size: m.size,
-                modified: m.last_modified.timestamp_nanos_opt().unwrap_or(0),
-            })
-            .collect())
+        Ok(self.bucket.list(prefix).await?)
     }
 
     /// Makes the given objects durable (fsync for a local directory; nothing otherwise).
@@ -538,6 +482,39 @@ mod tests {
         assert!(dir.path().join("bucket").is_dir());
         s.sync(&["vol/gone".to_string()]).unwrap();
         assert!(!s.is_remote());
+    }
+
+    /// The order of the wrappers: faults act per attempt inside the retries, the traffic
+    /// counts what the store moved (before a read is damaged), failed attempts count nothing.
+    #[test]
+    fn the_stack_retries_injected_faults_and_counts_what_the_store_moved() {
+        let policy = Policy {
+            attempts: 3,
+            base_backoff: std::time::Duration::from_millis(1),
+            max_backoff: std::time::Duration::from_millis(2),
+            ..Policy::default()
+        };
+        let mem = || Arc::new(object_store::memory::InMemory::new()) as Arc<dyn ObjectStore>;
+        rt().block_on(async {
+            let faults = Arc::new(Faults::parse("error=1.0").unwrap());
+            let traffic = Arc::<Traffic>::default();
+            let b = stack(mem(), &policy, Some(faults.clone()), traffic.clone());
+            assert!(b.put("k", Bytes::from_static(b"abcdef")).await.is_err());
+            let injected = faults.injected.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(injected, 3, "one fault per attempt");
+            assert_eq!(traffic.puts.load(std::sync::atomic::Ordering::Relaxed), 0);
+
+            let faults = Arc::new(Faults::parse("truncate=1.0").unwrap());
+            let traffic = Arc::<Traffic>::default();
+            let b = stack(mem(), &policy, Some(faults), traffic.clone());
+            b.put("k", Bytes::from_static(b"abcdef")).await.unwrap();
+            assert_eq!(b.get("k").await.unwrap().len(), 3);
+            let t = &traffic;
+            let load =
+                |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!((load(&t.puts), load(&t.put_bytes)), (1, 6));
+            assert_eq!((load(&t.gets), load(&t.get_bytes)), (1, 6));
+        });
     }
 
     #[test]

@@ -1,12 +1,20 @@
-//! What happens around every request: a bound on requests in flight, a timeout per attempt,
-//! and retries of transient failures with exponential backoff and full jitter.
+//! [`Retried`]: a timeout per attempt, and retries of transient failures with exponential
+//! backoff and full jitter, under a [`Policy`] (which also carries the bound on requests in
+//! flight that `limit::Limited` applies). This is the one retry layer of a request: the
+//! HTTP clients of object_store are built without retries of their own (`s3::retry_config`).
 //!
-//! Not for: which errors an application sees (mapped in `object::Error::errno`).
+//! Not for: which errors an application sees (mapped in `object::Error::errno`), or the bound
+//! on requests in flight (that is `limit`).
 
 use std::future::Future;
+use std::ops::Range;
 use std::time::Duration;
 
+use bytes::Bytes;
 use rand::Rng;
+
+use super::ObjectInfo;
+use super::bucket::{Bucket, StoreResult};
 
 /// How requests are run.
 #[derive(Clone, Debug)]
@@ -112,6 +120,54 @@ where
         tracing::debug!("{what} failed (attempt {n}), retrying in {wait:?}: {err}");
         tokio::time::sleep(wait).await;
         n += 1;
+    }
+}
+
+/// Runs every request of `inner` under a [`Policy`] (timeout per attempt, retries), naming
+/// it in logs as `put KEY`, `get KEY`, `get KEY RANGE`, `delete KEY` or `list PREFIX`.
+pub struct Retried<B> {
+    inner: B,
+    policy: Policy,
+}
+
+impl<B: Bucket> Retried<B> {
+    pub fn new(inner: B, policy: Policy) -> Self {
+        Retried { inner, policy }
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: Bucket> Bucket for Retried<B> {
+    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
+        run(&self.policy, &format!("put {key}"), || {
+            self.inner.put(key, data.clone())
+        })
+        .await
+    }
+
+    async fn get(&self, key: &str) -> StoreResult<Bytes> {
+        run(&self.policy, &format!("get {key}"), || self.inner.get(key)).await
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+        run(&self.policy, &format!("get {key} {range:?}"), || {
+            self.inner.get_range(key, range.clone())
+        })
+        .await
+    }
+
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        run(&self.policy, &format!("delete {key}"), || {
+            self.inner.delete(key)
+        })
+        .await
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectInfo>> {
+        run(&self.policy, &format!("list {prefix}"), || {
+            self.inner.list(prefix)
+        })
+        .await
     }
 }
 

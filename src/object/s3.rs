@@ -116,10 +116,13 @@ pub(super) fn client_options(policy: &Policy, allow_http: bool) -> ClientOptions
         .with_allow_http(allow_http)
 }
 
-/// object_store's own HTTP-level retries stay short: ours (around every request) do the rest.
+/// No HTTP-level retries in object_store's client (S3, GCS and Azure alike): a request is
+/// retried by `retry::Retried` alone, which logs each retry, keeps the budget of
+/// `Policy::attempts` and puts a timeout on each attempt. Retries here would run inside each
+/// of those attempts and multiply the budget.
 pub(super) fn retry_config(policy: &Policy) -> RetryConfig {
     RetryConfig {
-        max_retries: 1,
+        max_retries: 0,
         retry_timeout: policy.timeout,
         ..RetryConfig::default()
     }

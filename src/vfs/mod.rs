@@ -768,7 +768,7 @@ impl Vfs {
         let cap = self.meta.format().capacity;
         let (total, free) = if cap > 0 {
             (cap, cap.saturating_sub(u.used_bytes))
-        } else if let Some(root) = self.store.storage().local_root() {
+        } else if let Some(root) = self.store.local_root() {
             // A local bucket: what is left is what the disk under it has left.
             match nix::sys::statvfs::statvfs(root) {
                 Ok(s) => {
@@ -812,7 +812,7 @@ impl Vfs {
     pub fn shutdown(&self) -> Result<()> {
         let res = self.flush_all();
         self.background.lock().take();
-        let t = self.store.storage().traffic();
+        let t = self.store.traffic();
         let written = self.written.load(Ordering::Relaxed);
         let put = t.put_bytes.load(Ordering::Relaxed);
         tracing::info!(

@@ -326,7 +326,7 @@ impl FileWriter {
             }
         }
         self.committed = Some(meta.write_slices(self.ino, &recs, self.mtime)?);
-        if store.storage().local_root().is_some() {
+        if store.local_root().is_some() {
             for slices in self.chunks.values() {
                 for s in slices {
                     if let Some(up) = &s.upload {
@@ -360,7 +360,7 @@ impl FileWriter {
         }
         self.packs.clear();
         for k in &keys {
-            if let Err(e) = store.block_on(store.storage().delete(k)) {
+            if let Err(e) = store.delete_block(k) {
                 tracing::warn!("deleting {k} of a discarded write: {e}");
             }
         }

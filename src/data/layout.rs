@@ -1,0 +1,151 @@
+//! Where a volume's blocks live in the bucket and how big their objects are: the key of each
+//! block of a slice, the prefixes its objects are listed under, the size of a block object,
+//! and the split of a slice into blocks.
+//!
+//! The key strings never change meaning: existing volumes must keep finding their blocks.
+//!
+//! Not for: the volume's settings themselves (`meta::Format`, read here), the bytes inside a
+//! block object (`data::block`), or talking to the bucket (`object`).
+
+use crate::meta::Format;
+
+/// The block layout of one volume, taken from its [`Format`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    /// The volume's name: the key prefix of its objects.
+    name: String,
+    /// Size of a block, bytes.
+    block_size: u32,
+    /// Block objects carry a checksum trailer (`data::block`).
+    checksums: bool,
+    /// Keys start with a hashed two-hex-digit prefix.
+    hash_prefix: bool,
+}
+
+impl Layout {
+    pub fn new(fmt: &Format) -> Layout {
+        Layout {
+            name: fmt.name.clone(),
+            block_size: fmt.block_size,
+            checksums: fmt.checksums,
+            hash_prefix: fmt.hash_prefix,
+        }
+    }
+
+    /// The key of block `index` (of length `len`) of slice `id`.
+    ///
+    /// Slices are spread over directories by id so that no directory (or list prefix) grows
+    /// without bound: `NAME/chunks/<id/1M>/<id/1K>/<id>_<index>_<len>`.
+    pub fn block_key(&self, id: u64, index: u32, len: u32) -> String {
+        let hashed = if self.hash_prefix {
+            format!("{:02x}/", key_hash(id))
+        } else {
+            String::new()
+        };
+        format!(
+            "{hashed}{}/chunks/{}/{}/{}_{}_{}",
+            self.name,
+            id / 1_000_000,
+            id / 1_000,
+            id,
+            index,
+            len
+        )
+    }
+
+    /// The prefixes under which the block objects of this volume live (256 with hashed keys).
+    pub fn chunks_prefixes(&self) -> Vec<String> {
+        if self.hash_prefix {
+            (0..=255u8)
+                .map(|h| format!("{h:02x}/{}/chunks/", self.name))
+                .collect()
+        } else {
+            vec![format!("{}/chunks/", self.name)]
+        }
+    }
+
+    /// Size in the bucket of a block holding `len` bytes of data.
+    pub fn object_size(&self, len: u32) -> u64 {
+        len as u64
+            + if self.checksums {
+                super::block::trailer_len(len as usize) as u64
+            } else {
+                0
+            }
+    }
+
+    /// Number of blocks of a slice of `size` bytes, and the length of block `i`.
+    pub fn blocks_of(&self, size: u32) -> impl Iterator<Item = (u32, u32)> + use<> {
+        let bs = self.block_size;
+        let n = size.div_ceil(bs);
+        (0..n).map(move |i| (i, (size - i * bs).min(bs)))
+    }
+}
+
+/// The hashed prefix of a slice's keys: spread evenly over 256 values.
+fn key_hash(id: u64) -> u8 {
+    (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as u8
+}
+
+/// Parses a block key back into `(slice id, block index, length)`.
+pub fn parse_block_key(key: &str) -> Option<(u64, u32, u32)> {
+    let file = key.rsplit('/').next()?;
+    let mut it = file.split('_');
+    let id = it.next()?.parse().ok()?;
+    let index = it.next()?.parse().ok()?;
+    let len = it.next()?.parse().ok()?;
+    if it.next().is_some() {
+        return None;
+    }
+    Some((id, index, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::format::SCHEMA_VERSION;
+
+    fn format(hash_prefix: bool) -> Format {
+        Format {
+            name: "vol".into(),
+            uuid: "u".into(),
+            storage: "memory://".into(),
+            block_size: 4 << 20,
+            trash_days: 0,
+            capacity: 0,
+            created: 0,
+            schema: SCHEMA_VERSION,
+            checksums: true,
+            hash_prefix,
+        }
+    }
+
+    #[test]
+    fn keys_roundtrip() {
+        let l = Layout::new(&format(false));
+        let k = l.block_key(1_234_567, 3, 4096);
+        assert_eq!(k, "vol/chunks/1/1234/1234567_3_4096");
+        assert_eq!(parse_block_key(&k), Some((1_234_567, 3, 4096)));
+        assert_eq!(parse_block_key("vol/chunks/x"), None);
+        let blocks: Vec<_> = l.blocks_of((4 << 20) + 10).collect();
+        assert_eq!(blocks, vec![(0, 4 << 20), (1, 10)]);
+        assert_eq!(l.blocks_of(0).count(), 0);
+    }
+
+    /// The keys of existing volumes: these strings must never change.
+    #[test]
+    fn keys_and_sizes_are_stable() {
+        let l = Layout::new(&format(false));
+        assert_eq!(l.chunks_prefixes(), vec!["vol/chunks/".to_string()]);
+        assert_eq!(l.object_size(4096), 4096 + 4);
+        assert_eq!(l.object_size(0), 0);
+        let mut no_sums = format(false);
+        no_sums.checksums = false;
+        assert_eq!(Layout::new(&no_sums).object_size(4096), 4096);
+        let h = Layout::new(&format(true));
+        assert_eq!(h.block_key(7, 0, 10), "53/vol/chunks/0/0/7_0_10");
+        let p = h.chunks_prefixes();
+        assert_eq!((p.len(), p[0].as_str()), (256, "00/vol/chunks/"));
+        assert_eq!(parse_block_key(&h.block_key(7, 0, 10)), Some((7, 0, 10)));
+    }
+}

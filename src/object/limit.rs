@@ -1,0 +1,109 @@
+//! [`Limited`]: a bound on the requests in flight, as object_store's `LimitStore`. It is the
+//! outermost wrapper: a request holds its permit through all its attempts and backoffs.
+//!
+//! Not for: rates or timeouts (retries and timeouts are `retry`).
+
+use std::ops::Range;
+
+use bytes::Bytes;
+use tokio::sync::Semaphore;
+
+use super::ObjectInfo;
+use super::bucket::{Bucket, StoreResult};
+
+/// At most `max` requests of `inner` at a time; the others wait for a permit.
+pub struct Limited<B> {
+    inner: B,
+    permits: Semaphore,
+}
+
+impl<B: Bucket> Limited<B> {
+    pub fn new(inner: B, max: usize) -> Self {
+        Limited {
+            inner,
+            permits: Semaphore::new(max.max(1)),
+        }
+    }
+
+    async fn permit(&self) -> tokio::sync::SemaphorePermit<'_> {
+        self.permits
+            .acquire()
+            .await
+            .expect("semaphore is never closed")
+    }
+}
+
+#[async_trait::async_trait]
+impl<B: Bucket> Bucket for Limited<B> {
+    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
+        let _permit = self.permit().await;
+        self.inner.put(key, data).await
+    }
+
+    async fn get(&self, key: &str) -> StoreResult<Bytes> {
+        let _permit = self.permit().await;
+        self.inner.get(key).await
+    }
+
+    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+        let _permit = self.permit().await;
+        self.inner.get_range(key, range).await
+    }
+
+    async fn delete(&self, key: &str) -> StoreResult<()> {
+        let _permit = self.permit().await;
+        self.inner.delete(key).await
+    }
+
+    async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectInfo>> {
+        let _permit = self.permit().await;
+        self.inner.list(prefix).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    /// Gets that take a while, recording how many run at once.
+    #[derive(Default)]
+    struct Slow {
+        now: AtomicUsize,
+        most: AtomicUsize,
+    }
+
+    #[async_trait::async_trait]
+    impl Bucket for Slow {
+        async fn put(&self, _: &str, _: Bytes) -> StoreResult<()> {
+            unimplemented!()
+        }
+        async fn get(&self, _: &str) -> StoreResult<Bytes> {
+            let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(n, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            Ok(Bytes::new())
+        }
+        async fn get_range(&self, _: &str, _: Range<u64>) -> StoreResult<Bytes> {
+            unimplemented!()
+        }
+        async fn delete(&self, _: &str) -> StoreResult<()> {
+            unimplemented!()
+        }
+        async fn list(&self, _: &str) -> StoreResult<Vec<ObjectInfo>> {
+            unimplemented!()
+        }
+    }
+
+    #[tokio::test]
+    async fn at_most_max_requests_in_flight() {
+        let l = Limited::new(Slow::default(), 3);
+        let gets = (0..12).map(|_| l.get("k"));
+        for r in futures::future::join_all(gets).await {
+            r.unwrap();
+        }
+        assert_eq!(l.inner.most.load(Ordering::SeqCst), 3);
+    }
+}
