@@ -18,7 +18,7 @@ use super::slice::SliceRec;
 use super::{
     Attr, Change, ChangeSink, DeadSlice, DirEntry, EngineKind, Error, Ino, Kind, LockKind, Nanos,
 };
-use super::{Result, Usage};
+use super::{EntryVisitor, Result, Usage};
 
 /// How a statement or a transaction failed: a POSIX outcome or an engine failure (ended), or
 /// a conflict with another transaction (`Conflict`: the engine runs it again).
@@ -894,7 +894,7 @@ pub trait Txn {
             Ok(())
         })
     }
-    fn scan_entries(&mut self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> TxResult<()> {
+    fn scan_entries(&mut self, f: &mut EntryVisitor<'_>) -> TxResult<()> {
         let sql = "SELECT parent, name, ino, kind FROM unkai_edge ORDER BY parent, id";
         self.scan(sql, &[], &mut |r| {
             let kind = u8::try_from(r.int(3)?).ok().and_then(Kind::from_u8);

@@ -343,6 +343,10 @@ impl EngineKind {
     }
 }
 
+/// Called with each directory entry of a scan: (parent, name, inode, kind recorded in the
+/// entry).
+pub type EntryVisitor<'a> = dyn FnMut(Ino, &[u8], Ino, Option<Kind>) + 'a;
+
 /// Receives the [`Change`]s of [`Meta::watch`], on a thread of the engine.
 pub type ChangeSink = Box<dyn Fn(Change) + Send + Sync>;
 
@@ -492,7 +496,7 @@ pub trait Meta: Send + Sync {
     /// Every inode.
     fn scan_nodes(&self, f: &mut dyn FnMut(&Attr)) -> Result<()>;
     /// Every directory entry: (parent, name, inode, kind recorded in the entry).
-    fn scan_entries(&self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> Result<()>;
+    fn scan_entries(&self, f: &mut EntryVisitor<'_>) -> Result<()>;
     /// Every chunk: (inode, index, records; `None` if the records cannot be decoded).
     fn scan_chunks(&self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> Result<()>;
     /// Every slice queued for deletion, trash period or not.

@@ -1234,7 +1234,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine.snapshot(|tx| tx.scan_nodes(&mut *f))
     }
 
-    fn scan_entries(&self, f: &mut dyn FnMut(Ino, &[u8], Ino, Option<Kind>)) -> Result<()> {
+    fn scan_entries(&self, f: &mut EntryVisitor<'_>) -> Result<()> {
         self.engine.snapshot(|tx| tx.scan_entries(&mut *f))
     }
 

@@ -4,6 +4,8 @@
 //! skipped, saying so, only when `UNKAI_TEST_POSTGRES` is unset (see
 //! tests/common/postgres.rs for its values).
 
+#![allow(clippy::type_complexity)]
+
 use std::any::Any;
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;

@@ -10,6 +10,8 @@ use super::{Error, Meta, Result};
 pub use super::postgres::url::{PgUrl, Secret};
 
 /// A parsed META-URL. Its `Display` (and `Debug`) never shows a password.
+// Parsed once per command: its size does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetaUrl {
     /// `sqlite:///abs/path/meta.db` (also `sqlite3://`).

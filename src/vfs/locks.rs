@@ -53,6 +53,7 @@ impl Locks {
 
     /// Locks (`req.kind` set) or unlocks a range for `owner`, through handle `fh`. On a
     /// conflict: EAGAIN, or with `wait`, tries again until granted or `cancelled()` (EINTR).
+    #[allow(clippy::too_many_arguments)]
     pub fn set(
         &self,
         meta: &dyn Meta,

@@ -304,10 +304,10 @@ impl Drop for Mount {
         let Some(mut child) = self.child.take() else {
             return;
         };
-        if mounted(&self.path) {
-            if nix::mount::umount2(&self.path, nix::mount::MntFlags::empty()).is_err() {
-                let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-            }
+        if mounted(&self.path)
+            && nix::mount::umount2(&self.path, nix::mount::MntFlags::empty()).is_err()
+        {
+            let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
         }
         let start = Instant::now();
         loop {
