@@ -710,7 +710,8 @@ fn outage_fails_with_eio_then_recovers_in_the_same_mount() {
 
         // The namespace lives in the metadata engine: it needs no store.
         let p = mp.clone();
-        let ops: Vec<(&str, Box<dyn FnOnce() -> io::Result<()> + Send>)> = vec![
+        type Op = Box<dyn FnOnce() -> io::Result<()> + Send>;
+        let ops: Vec<(&str, Op)> = vec![
             (
                 "mkdir",
                 Box::new({

@@ -599,6 +599,7 @@ fn open_flags_creat_excl_trunc_append() {
         OpenOptions::new()
             .write(true)
             .create(true)
+            .truncate(false)
             .open(&p)
             .unwrap(),
     );
@@ -614,6 +615,7 @@ fn open_flags_creat_excl_trunc_append() {
     let f = OpenOptions::new()
         .write(true)
         .create(true)
+        .truncate(false)
         .mode(0o600)
         .open(m.p("private"))
         .unwrap();
@@ -623,6 +625,7 @@ fn open_flags_creat_excl_trunc_append() {
         OpenOptions::new()
             .write(true)
             .create(true)
+            .truncate(false)
             .mode(0o777)
             .open(m.p("exec"))
             .unwrap(),
@@ -688,6 +691,7 @@ fn read_and_write_at_offsets() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&p)
         .unwrap();
     f.write_all_at(b"hello", 0).unwrap();
@@ -753,6 +757,7 @@ fn random_writes_match_a_model() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&p)
         .unwrap();
     let reader = File::open(&p).unwrap();
@@ -859,6 +864,7 @@ fn fsync_after_truncating_away_written_data() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(m.p("f"))
         .unwrap();
     f.write_all_at(&pattern(5 * MIB, 23), 0).unwrap();
@@ -1681,6 +1687,7 @@ fn fallocate_modes() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&p)
         .unwrap();
     // Plain: extends the size, reads zeros.
@@ -1785,6 +1792,7 @@ fn lseek_data_and_hole() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&p)
         .unwrap();
     // data [0, 4K), hole [4K, 1M), data [1M, 1M+4K), hole to 3M (EOF).
@@ -1813,6 +1821,7 @@ fn lseek_data_and_hole() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&q)
         .unwrap();
     let far = 100 * mb;
@@ -1917,6 +1926,7 @@ fn random_operations_across_the_chunk_boundary_match_a_model() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(m.p("f"))
         .unwrap();
     let mut model: Vec<u8> = Vec::new();
@@ -2035,7 +2045,7 @@ fn copy_file_range_copies_contents() {
     let m = vol.mount();
     let src_data = pattern(3 * MIB, 19);
     fs::write(m.p("src"), &src_data).unwrap();
-    let mut dst_data = pattern(1 * MIB, 20);
+    let mut dst_data = pattern(MIB, 20);
     fs::write(m.p("dst"), &dst_data).unwrap();
     let src = OpenOptions::new()
         .read(true)

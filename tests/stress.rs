@@ -910,9 +910,8 @@ impl Worker<'_> {
             6 => {
                 self.note("shared readdir", dir.display().to_string());
                 match std::fs::read_dir(&dir) {
-                    Ok(rd) => rd
-                        .map(|e| e.map(|_| ()))
-                        .collect::<io::Result<()>>()
+                    Ok(mut rd) => rd
+                        .try_for_each(|e| e.map(|_| ()))
                         .map_err(|e| e.to_string()),
                     Err(e) => Err(e.to_string()),
                 }

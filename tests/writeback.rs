@@ -132,6 +132,7 @@ fn fsync_is_durable_through_a_crash_and_seek_data_sees_dirty_pages() {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .open(&p)
         .unwrap();
     let far = 100u64 << 20;

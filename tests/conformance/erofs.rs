@@ -36,7 +36,8 @@ pub fn run() {
         env.case("EROFS for every modifying call", |d| {
             let f = d.p("f");
             let before = lst(&f);
-            let calls: Vec<(&str, Box<dyn Fn() -> sys::R<()>>)> = vec![
+            type Call<'a> = Box<dyn Fn() -> sys::R<()> + 'a>;
+            let calls: Vec<(&str, Call)> = vec![
                 ("chmod", Box::new(|| sys::chmod(&f, 0o600))),
                 ("chown", Box::new(|| sys::chown(&f, NOBODY, KEEP))),
                 ("lchown", Box::new(|| sys::lchown(d.p("l"), NOBODY, NOBODY))),

@@ -37,7 +37,7 @@ fn open_mask(uid: u32, gid: u32, p: &Path, flags: &[i32]) -> R<u32> {
                 Err(e) => return Err(e),
             }
         }
-        Err(100 + mask as i32)
+        Err(100 + mask)
     });
     match r {
         Err(c) if (100..100 + (1 << flags.len())).contains(&c) => Ok((c - 100) as u32),
