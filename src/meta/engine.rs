@@ -196,22 +196,28 @@ impl SqlRow {
 
     /// An inode's attributes from [`node_cols!`] starting at column `base`.
     pub fn attr(&self, base: usize) -> TxResult<Attr> {
-        let g = |i: usize| self.int(base + i);
-        Ok(Attr {
-            ino: g(0)? as u64,
-            kind: Kind::from_u8(g(1)? as u8).unwrap_or(Kind::File),
-            mode: g(2)? as u32,
-            uid: g(3)? as u32,
-            gid: g(4)? as u32,
-            nlink: g(5)? as u32,
-            length: g(6)? as u64,
-            rdev: g(7)? as u32,
-            atime: g(8)?,
-            mtime: g(9)?,
-            ctime: g(10)?,
-            parent: g(11)? as u64,
-        })
+        attr_from(|i| self.int(base + i))
     }
+}
+
+/// An inode's attributes from its fields in [`node_cols!`]'s order, as `field(i)` reads them.
+pub(crate) fn attr_from<E>(
+    field: impl Fn(usize) -> std::result::Result<i64, E>,
+) -> std::result::Result<Attr, E> {
+    Ok(Attr {
+        ino: field(0)? as u64,
+        kind: Kind::from_u8(field(1)? as u8).unwrap_or(Kind::File),
+        mode: field(2)? as u32,
+        uid: field(3)? as u32,
+        gid: field(4)? as u32,
+        nlink: field(5)? as u32,
+        length: field(6)? as u64,
+        rdev: field(7)? as u32,
+        atime: field(8)?,
+        mtime: field(9)?,
+        ctime: field(10)?,
+        parent: field(11)? as u64,
+    })
 }
 
 /// The columns of an inode, in [`SqlRow::attr`]'s order, of `unkai_node n`.
@@ -224,7 +230,7 @@ macro_rules! node_cols {
 pub(crate) use node_cols;
 
 /// The parameters `$1..=$12` of an inode, in [`node_cols!`]'s order.
-fn node_vals(a: &Attr) -> [Val<'static>; 12] {
+pub(crate) fn node_vals(a: &Attr) -> [Val<'static>; 12] {
     [
         a.ino as i64,
         a.kind as i64,

@@ -194,6 +194,32 @@ impl<E: Engine> EngineMeta<E> {
         Ok(p)
     }
 
+    /// Locks a regular file: EISDIR for a directory, `other` for any other kind.
+    fn lock_file(tx: &mut dyn Txn, ino: Ino, other: i32) -> TxResult<Attr> {
+        let a = tx.lock_node(ino)?;
+        match a.kind {
+            Kind::File => Ok(a),
+            Kind::Dir => fail(libc::EISDIR),
+            _ => fail(other),
+        }
+    }
+
+    /// Writes a file's new length and (if `time`) its mtime and ctime, counting the change of
+    /// its size from `old_len` in the volume's usage.
+    fn store_file(
+        tx: &mut dyn Txn,
+        a: &mut Attr,
+        old_len: u64,
+        time: Option<Nanos>,
+    ) -> TxResult<()> {
+        tx.add_usage(align4k(a.length) - align4k(old_len), 0)?;
+        if let Some(t) = time {
+            a.mtime = t;
+            a.ctime = t;
+        }
+        tx.update_node(a)
+    }
+
     /// EINVAL if `dir` is `ancestor` or lies below it. Parent pointers change only in moves
     /// between directories, which hold the rename lock.
     fn check_not_below(tx: &mut dyn Txn, dir: Ino, ancestor: Ino) -> TxResult<()> {
@@ -952,12 +978,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         self.engine
             .write(&[ino], false, |tx| {
-                let mut a = tx.lock_node(ino)?;
-                match a.kind {
-                    Kind::File => {}
-                    Kind::Dir => return fail(libc::EISDIR),
-                    _ => return fail(libc::EINVAL),
-                }
+                let mut a = Self::lock_file(tx, ino, libc::EINVAL)?;
                 let now = now_nanos();
                 if length < a.length {
                     let dropped = tx.drop_chunks(ino, length.div_ceil(CHUNK_SIZE), u64::MAX)?;
@@ -972,11 +993,9 @@ impl<E: Engine> Meta for EngineMeta<E> {
                         }
                     }
                 }
-                tx.add_usage(align4k(length) - align4k(a.length), 0)?;
+                let old = a.length;
                 a.length = length;
-                a.mtime = now;
-                a.ctime = now;
-                tx.update_node(&a)?;
+                Self::store_file(tx, &mut a, old, Some(now))?;
                 Ok(a)
             })
             .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
@@ -999,12 +1018,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         self.engine
             .write(&[ino], false, |tx| {
-                let mut a = tx.lock_node(ino)?;
-                match a.kind {
-                    Kind::File => {}
-                    Kind::Dir => return fail(libc::EISDIR),
-                    _ => return fail(libc::ENODEV),
-                }
+                let mut a = Self::lock_file(tx, ino, libc::ENODEV)?;
                 let now = now_nanos();
                 let zero_end = if mode.punch_hole || mode.keep_size {
                     end.min(a.length)
@@ -1018,12 +1032,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if !mode.keep_size && !mode.punch_hole && end > a.length {
                     a.length = end;
                 }
-                tx.add_usage(align4k(a.length) - align4k(old), 0)?;
-                if a.length != old || mode.punch_hole || mode.zero_range {
-                    a.mtime = now;
-                    a.ctime = now;
-                }
-                tx.update_node(&a)?;
+                let touched = a.length != old || mode.punch_hole || mode.zero_range;
+                Self::store_file(tx, &mut a, old, touched.then_some(now))?;
                 Ok(a)
             })
             .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
@@ -1051,10 +1061,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     a.length = a.length.max(*index as u64 * CHUNK_SIZE + r.end());
                 }
                 self.append(tx, ino, slices)?;
-                tx.add_usage(align4k(a.length) - align4k(old), 0)?;
-                a.mtime = mtime;
-                a.ctime = mtime;
-                tx.update_node(&a)?;
+                Self::store_file(tx, &mut a, old, Some(mtime))?;
                 Ok(a)
             })
             .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
@@ -1096,10 +1103,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 let now = now_nanos();
                 let old = d.length;
                 d.length = d.length.max(dst_off + len);
-                tx.add_usage(align4k(d.length) - align4k(old), 0)?;
-                d.mtime = now;
-                d.ctime = now;
-                tx.update_node(&d)?;
+                Self::store_file(tx, &mut d, old, Some(now))?;
                 Ok((len, d))
             })
             .inspect(|_| self.engine.publish(|| vec![data_changed(dst)]))

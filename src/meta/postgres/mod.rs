@@ -36,7 +36,10 @@ use bytes::BytesMut;
 use self::pool::{Conn, P, Pool, connect_creating, pg_err};
 use self::url::PgUrl;
 use self::watch::Watch;
-use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, corrupt, fail, node_cols};
+use super::engine::{
+    Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, attr_from, corrupt, fail, node_cols,
+    node_vals,
+};
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
 use super::*;
@@ -395,73 +398,16 @@ impl Engine for Postgres {
 }
 
 fn row_attr(r: &Row, base: usize) -> TxResult<Attr> {
-    let g = |i: usize| -> std::result::Result<i64, ::postgres::Error> { r.try_get(base + i) };
-    Ok(Attr {
-        ino: g(0)? as u64,
-        kind: Kind::from_u8(g(1)? as u8).unwrap_or(Kind::File),
-        mode: g(2)? as u32,
-        uid: g(3)? as u32,
-        gid: g(4)? as u32,
-        nlink: g(5)? as u32,
-        length: g(6)? as u64,
-        rdev: g(7)? as u32,
-        atime: g(8)?,
-        mtime: g(9)?,
-        ctime: g(10)?,
-        parent: g(11)? as u64,
-    })
+    Ok(attr_from(|i| r.try_get::<_, i64>(base + i))?)
 }
 
 /// An inode's attributes from a simple-query (text) row of [`node_cols!`].
 fn text_attr(r: &::postgres::SimpleQueryRow) -> TxResult<Attr> {
-    let g = |i: usize| -> TxResult<i64> {
+    attr_from(|i| {
         r.get(i)
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| corrupt(format!("unreadable inode row (column {i})")))
-    };
-    Ok(Attr {
-        ino: g(0)? as u64,
-        kind: Kind::from_u8(g(1)? as u8).unwrap_or(Kind::File),
-        mode: g(2)? as u32,
-        uid: g(3)? as u32,
-        gid: g(4)? as u32,
-        nlink: g(5)? as u32,
-        length: g(6)? as u64,
-        rdev: g(7)? as u32,
-        atime: g(8)?,
-        mtime: g(9)?,
-        ctime: g(10)?,
-        parent: g(11)? as u64,
     })
-}
-
-fn node_params(a: &Attr) -> [i64; 12] {
-    [
-        a.ino as i64,
-        a.kind as i64,
-        a.mode as i64,
-        a.uid as i64,
-        a.gid as i64,
-        a.nlink as i64,
-        a.length as i64,
-        a.rdev as i64,
-        a.atime,
-        a.mtime,
-        a.ctime,
-        a.parent as i64,
-    ]
-}
-
-/// The parameters of [`UPDATE_NODE`]: `$1` the inode, `$2..=$11` its fields but the kind.
-fn update_params(a: &Attr) -> Vec<i64> {
-    let p = node_params(a);
-    std::iter::once(p[0])
-        .chain(p[2..].iter().copied())
-        .collect()
-}
-
-fn params(v: &[i64]) -> Vec<P<'_>> {
-    v.iter().map(|x| x as P<'_>).collect()
 }
 
 fn ids_of(rows: &[Row]) -> TxResult<Vec<(u64, u64)>> {
@@ -695,9 +641,9 @@ impl Txn for Db<'_> {
     /// The inode and its entry in one round trip; the name's check is the unique index (the
     /// inode row goes with the rollback).
     fn create_entry(&mut self, a: &Attr, parent: Ino, name: &[u8]) -> TxResult<()> {
-        let np = node_params(a);
+        let v = node_vals(a);
         let parent = parent as i64;
-        let mut p = params(&np);
+        let mut p: Vec<P<'_>> = v.iter().map(|x| x as P<'_>).collect();
         p.push(&parent);
         p.push(&name);
         let n = self.execute(
@@ -718,14 +664,15 @@ impl Txn for Db<'_> {
     /// inode's lock (so an open, which takes a share lock on it, cannot slip in) and this
     /// statement starts after that lock was granted (so it sees every open committed before).
     fn remove_entry(&mut self, id: i64, dir: &Attr, ino: Ino) -> TxResult<Option<bool>> {
-        let mut v = update_params(dir);
-        v.extend([id, ino as i64]);
+        let mut v = node_vals(dir).to_vec();
+        v.extend([Val::Int(id), Val::Int(ino as i64)]);
+        let p: Vec<P<'_>> = v.iter().map(|x| x as P<'_>).collect();
         let r = self.query_one(
-            "WITH e AS (DELETE FROM unkai_edge WHERE id = $12)
-             UPDATE unkai_node SET mode=$2, uid=$3, gid=$4, nlink=$5, length=$6, rdev=$7,
-               atime=$8, mtime=$9, ctime=$10, parent=$11 WHERE ino=$1
-             RETURNING EXISTS (SELECT 1 FROM unkai_open WHERE ino = $13)",
-            &params(&v),
+            "WITH e AS (DELETE FROM unkai_edge WHERE id = $13)
+             UPDATE unkai_node SET mode=$3, uid=$4, gid=$5, nlink=$6, length=$7, rdev=$8,
+               atime=$9, mtime=$10, ctime=$11, parent=$12 WHERE ino=$1 AND kind=$2
+             RETURNING EXISTS (SELECT 1 FROM unkai_open WHERE ino = $14)",
+            &p,
         )?;
         Ok(Some(r.try_get(0)?))
     }
