@@ -68,7 +68,7 @@ pub struct LockRequest {
 
 /// The outcome of a request against the locks an inode has.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Another owner holds this conflicting lock: nothing changes.
     Conflict(LockOwner, LockRange),
     /// The owner's ranges on the inode become these (replace all of its rows).
@@ -76,7 +76,7 @@ pub enum Decision {
 }
 
 /// The first lock of another owner that conflicts with `kind` over `start..=end`.
-pub fn conflict(
+pub(crate) fn conflict(
     held: &[(LockOwner, LockRange)],
     me: LockOwner,
     kind: LockKind,
@@ -94,7 +94,7 @@ pub fn conflict(
 }
 
 /// Decides a request of `me` against every lock held on the inode (all owners).
-pub fn decide(held: &[(LockOwner, LockRange)], me: LockOwner, req: LockRequest) -> Decision {
+pub(crate) fn decide(held: &[(LockOwner, LockRange)], me: LockOwner, req: LockRequest) -> Decision {
     if let Some(kind) = req.kind
         && let Some((o, r)) = conflict(held, me, kind, req.start, req.end)
     {
@@ -111,7 +111,7 @@ pub fn decide(held: &[(LockOwner, LockRange)], me: LockOwner, req: LockRequest) 
 /// Runs `attempt` (one transaction that decides a request and stores its outcome) until it is
 /// settled: granted (`None`) or refused with the conflicting lock. A conflict with a holder
 /// whose session is `dead` reclaims what dead sessions left (`reclaim`) and tries once more.
-pub fn settle(
+pub(crate) fn settle(
     mut attempt: impl FnMut() -> super::Result<Decision>,
     dead: impl Fn(u64) -> super::Result<bool>,
     reclaim: impl Fn() -> super::Result<usize>,
@@ -134,7 +134,7 @@ pub fn settle(
 /// An owner's ranges after a request: the request's range is cut out of every range, then
 /// added with its kind (unless it unlocks); neighbouring ranges of one kind merge, as POSIX
 /// requires of one owner's locks.
-pub fn apply(own: &[LockRange], req: LockRequest) -> Vec<LockRange> {
+pub(crate) fn apply(own: &[LockRange], req: LockRequest) -> Vec<LockRange> {
     let mut out: Vec<LockRange> = Vec::with_capacity(own.len() + 2);
     for r in own {
         if !r.overlaps(req.start, req.end) {

@@ -13,7 +13,7 @@ mod engine;
 pub mod format;
 pub mod lock;
 mod opens;
-pub mod ops;
+mod ops;
 pub mod postgres;
 pub mod session;
 pub mod slice;
