@@ -12,6 +12,13 @@ BIN="$PWD/target/release/unkai"
 [ -x "$BIN" ] || cargo build --release --locked
 TOOLS="${UNKAI_TOOLS:-$HOME/.cache/unkai-tools}"
 export PATH="$TOOLS/bin:$PATH"
+# The EROFS cases remount through mount(8), which runs the fuse helper `unkai` from a fixed
+# PATH (/usr/local/bin, /usr/bin, ...), not ours: install the binary there as the quick start
+# does, if no unkai is installed yet.
+if ! PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin command -v unkai >/dev/null; then
+  echo "==> installing $BIN as /usr/local/bin/unkai (mount helper for remounts)"
+  install -m 0755 "$BIN" /usr/local/bin/unkai
+fi
 
 if ! command -v pjdfstest >/dev/null || ! command -v fsx >/dev/null; then
   apt_install libacl1-dev acl
