@@ -65,11 +65,26 @@ pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()
     if has("allow_other") {
         cmd.arg("--allow-other");
     }
+    let flags = mount_flags(opts);
+    if !flags.is_empty() {
+        cmd.arg("-o").arg(flags.join(","));
+    }
     let st = cmd.arg(source).arg(mountpoint).status()?;
     if !st.success() {
         bail!("unkai mount failed ({st})");
     }
     Ok(())
+}
+
+/// The kernel flags among `opts` (nosuid, nodev, noexec, noatime, ...), for `unkai mount -o`:
+/// only those that differ from the default, the last one of each kind winning. Options the
+/// helper has no use for (`_netdev`, `nofail`, ...) are left out as before.
+fn mount_flags(opts: &[String]) -> Vec<&'static str> {
+    let mut flags = crate::fuse::MountFlags::default();
+    for o in opts {
+        flags.apply(o);
+    }
+    flags.to_options()
 }
 
 #[cfg(test)]
@@ -89,5 +104,23 @@ mod tests {
         assert!(parse(&s(&["unkai", "mount", "-d", "/mnt/x"])).is_none());
         assert!(parse(&s(&["unkai", "status"])).is_none());
         assert!(parse(&s(&["unkai", "--help"])).is_none());
+    }
+
+    #[test]
+    fn passes_the_kernel_flags_on() {
+        assert_eq!(
+            mount_flags(&s(&[
+                "rw", "nosuid", "_netdev", "nodev", "noexec", "noatime"
+            ])),
+            ["nosuid", "nodev", "noexec", "noatime"]
+        );
+        assert_eq!(
+            mount_flags(&s(&["nosuid", "suid", "relatime"])),
+            Vec::<&str>::new()
+        );
+        assert_eq!(
+            mount_flags(&s(&["noatime", "strictatime"])),
+            ["strictatime"]
+        );
     }
 }

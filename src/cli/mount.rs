@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
-use crate::fuse::mounts;
+use crate::fuse::{self, mounts};
 use crate::volume::{
     self,
     serve::{self, MountConfig, Writeback},
@@ -45,6 +45,15 @@ pub struct Args {
     /// Mount read-only.
     #[arg(long)]
     read_only: bool,
+    /// Mount options, comma-separated: nosuid, nodev, noexec (and suid, dev, exec, the
+    /// defaults), noatime, relatime (the default), strictatime, ro, rw, allow_other.
+    #[arg(
+        short = 'o',
+        long = "options",
+        value_delimiter = ',',
+        value_name = "OPTS"
+    )]
+    options: Vec<String>,
     /// Threads serving kernel requests (each with its own /dev/fuse descriptor).
     #[arg(long, default_value_t = 8, env = "UNKAI_THREADS")]
     threads: usize,
@@ -163,6 +172,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
             serve::ttl(v, what)?;
         }
     }
+    let (flags, ro, allow_other) = mount_options(&a.options)?;
     let cache_bytes = volume::parse_size(&a.cache_size)? as usize;
     let buffer_bytes = volume::parse_size(&a.buffer_size)? as usize;
     if a.threads == 0 || a.threads > 256 {
@@ -181,8 +191,9 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     let cfg = MountConfig {
         pid_file: crate::cli::pid_file(&mountpoint),
         mountpoint,
-        allow_other: a.allow_other || nix::unistd::geteuid().is_root(),
-        read_only: a.read_only,
+        allow_other: a.allow_other || allow_other || nix::unistd::geteuid().is_root(),
+        read_only: ro.unwrap_or(a.read_only),
+        flags,
         threads: a.threads,
         attr_ttl: a.attr_ttl,
         entry_ttl: a.entry_ttl,
@@ -198,6 +209,27 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         foreground: daemon.is_none(),
     };
     serve::serve(meta, &cfg, || ready.report(Ok(())))
+}
+
+/// The options of `-o`: the kernel's flags, read-only (if `ro` or `rw` was given) and
+/// `allow_other`. An unknown option is an error rather than silently dropped.
+fn mount_options(opts: &[String]) -> anyhow::Result<(fuse::MountFlags, Option<bool>, bool)> {
+    let mut flags = fuse::MountFlags::default();
+    let (mut ro, mut allow_other) = (None, false);
+    for o in opts.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+        match o {
+            "ro" => ro = Some(true),
+            "rw" => ro = Some(false),
+            "allow_other" => allow_other = true,
+            "defaults" => {}
+            _ if flags.apply(o) => {}
+            _ => bail!(
+                "unknown mount option '{o}' (known: nosuid, nodev, noexec, suid, dev, exec, \
+                 noatime, relatime, atime, strictatime, ro, rw, allow_other, defaults)"
+            ),
+        }
+    }
+    Ok((flags, ro, allow_other))
 }
 
 /// The daemon's line back to its parent: how the mount went (reported once; no-op in the

@@ -12,6 +12,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use fuser::{Config, MountOption, SessionACL};
+use nix::mount::MsFlags;
 
 pub use adapter::{Adapter, CacheConfig};
 pub use coherence::Coherence;
@@ -34,6 +35,125 @@ pub struct MountOptions {
     pub cache: CacheConfig,
     /// Where other clients' changes come in (see `Meta::watch`).
     pub coherence: Arc<Coherence>,
+    /// The mount's flags from `-o` (nosuid, nodev, noexec, atime).
+    pub flags: MountFlags,
+}
+
+/// When the kernel updates access times (it only sets the mount's flag: unkai itself does not
+/// store access times yet).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Atime {
+    /// `relatime` (the kernel's default; `atime` means the same).
+    #[default]
+    Relative,
+    /// `noatime`.
+    Never,
+    /// `strictatime`: on every access.
+    Strict,
+}
+
+/// The kernel's per-mount flags given with `-o`. The default (no options) is what unkai has
+/// always mounted with: `suid`, `dev`, `exec`, `relatime`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MountFlags {
+    pub suid: bool,
+    pub dev: bool,
+    pub exec: bool,
+    pub atime: Atime,
+}
+
+impl Default for MountFlags {
+    fn default() -> Self {
+        MountFlags {
+            suid: true,
+            dev: true,
+            exec: true,
+            atime: Atime::Relative,
+        }
+    }
+}
+
+impl MountFlags {
+    /// Applies one `-o` option if it is one of these flags; false if it is not (the caller
+    /// decides what else it may be). A later option overrides an earlier one, as in mount(8).
+    pub fn apply(&mut self, opt: &str) -> bool {
+        match opt {
+            "suid" => self.suid = true,
+            "nosuid" => self.suid = false,
+            "dev" => self.dev = true,
+            "nodev" => self.dev = false,
+            "exec" => self.exec = true,
+            "noexec" => self.exec = false,
+            "atime" | "relatime" => self.atime = Atime::Relative,
+            "noatime" => self.atime = Atime::Never,
+            "strictatime" => self.atime = Atime::Strict,
+            _ => return false,
+        }
+        true
+    }
+
+    /// The flags as options, e.g. `nosuid,noexec` (only those that differ from the default).
+    pub fn to_options(self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if !self.suid {
+            v.push("nosuid");
+        }
+        if !self.dev {
+            v.push("nodev");
+        }
+        if !self.exec {
+            v.push("noexec");
+        }
+        match self.atime {
+            Atime::Relative => {}
+            Atime::Never => v.push("noatime"),
+            Atime::Strict => v.push("strictatime"),
+        }
+        v
+    }
+
+    /// fuser's options for these flags. `strictatime` has none (fuser cannot pass
+    /// MS_STRICTATIME): [`mount`] sets it afterwards.
+    fn mount_options(self) -> Vec<MountOption> {
+        vec![
+            if self.dev {
+                MountOption::Dev
+            } else {
+                MountOption::NoDev
+            },
+            if self.suid {
+                MountOption::Suid
+            } else {
+                MountOption::NoSuid
+            },
+            if self.exec {
+                MountOption::Exec
+            } else {
+                MountOption::NoExec
+            },
+            // No flag at all is relatime (the kernel's default).
+            if self.atime == Atime::Never {
+                MountOption::NoAtime
+            } else {
+                MountOption::Atime
+            },
+        ]
+    }
+
+    /// The mount(2) flags of a bind remount that keeps these flags and `read_only`.
+    fn ms_flags(self, read_only: bool) -> MsFlags {
+        let mut f = MsFlags::empty();
+        f.set(MsFlags::MS_NOSUID, !self.suid);
+        f.set(MsFlags::MS_NODEV, !self.dev);
+        f.set(MsFlags::MS_NOEXEC, !self.exec);
+        f.set(MsFlags::MS_RDONLY, read_only);
+        match self.atime {
+            Atime::Relative => f |= MsFlags::MS_RELATIME,
+            Atime::Never => f |= MsFlags::MS_NOATIME,
+            Atime::Strict => f |= MsFlags::MS_STRICTATIME,
+        }
+        f
+    }
 }
 
 /// Mounts `vfs` at `mountpoint`. The mount is ready (the kernel handshake done) on return;
@@ -50,14 +170,13 @@ pub fn mount(
         // (`mount -o remount,ro`) by itself instead of calling the mount.fuse helper.
         MountOption::CUSTOM("subtype=unkai".into()),
         MountOption::DefaultPermissions,
-        MountOption::Dev,
-        MountOption::Suid,
         if opts.read_only {
             MountOption::RO
         } else {
             MountOption::RW
         },
     ];
+    cfg.mount_options.extend(opts.flags.mount_options());
     cfg.acl = if opts.allow_other {
         SessionACL::All
     } else {
@@ -67,6 +186,13 @@ pub fn mount(
     cfg.clone_fd = true;
     let adapter = Adapter::new(vfs, opts.cache.clone(), opts.coherence.clone());
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
+    if opts.flags.atime == Atime::Strict {
+        // Only a remount of the mount itself can set it (as root); on failure the session,
+        // dropped, unmounts.
+        let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | opts.flags.ms_flags(opts.read_only);
+        nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>)
+            .map_err(|e| io::Error::other(format!("setting strictatime: {e}")))?;
+    }
     opts.coherence.set_notifier(session.notifier());
     Ok(session)
 }

@@ -662,7 +662,15 @@ impl Vfs {
             return sys(libc::EOPNOTSUPP);
         }
         self.flush_ino(h.ino)?;
-        let a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
+        let mut a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
+        let kill = kill_priv(ctx, &a);
+        if kill != 0 {
+            let set = SetAttr {
+                mode: Some(a.mode & !kill),
+                ..SetAttr::default()
+            };
+            a = self.meta.setattr(ctx, h.ino, &set)?;
+        }
         self.restamp(&a);
         Ok(a)
     }
@@ -826,4 +834,20 @@ impl Vfs {
         self.meta.close_session()?;
         res
     }
+}
+
+/// The setuid/setgid bits a change of contents by `ctx` must clear, as Linux's
+/// `setattr_should_drop_suidgid` decides for a local file system: setuid always, setgid if the
+/// file is group-executable or the writer is not in the file's group; nothing for root (taken
+/// as holding CAP_FSETID). The kernel clears them itself before a write or truncate reaches
+/// FUSE, but only setuid and group-executable setgid; for fallocate, unkai does it all.
+fn kill_priv(ctx: &Ctx, a: &Attr) -> u32 {
+    if ctx.uid == 0 || a.kind != Kind::File {
+        return 0;
+    }
+    let mut kill = a.mode & libc::S_ISUID;
+    if a.mode & libc::S_ISGID != 0 && (a.mode & libc::S_IXGRP != 0 || !ctx.in_group(a.gid)) {
+        kill |= libc::S_ISGID;
+    }
+    kill
 }

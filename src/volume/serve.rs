@@ -49,6 +49,8 @@ pub struct MountConfig {
     /// Let other users use the mount.
     pub allow_other: bool,
     pub read_only: bool,
+    /// nosuid, nodev, noexec, atime (from `-o`).
+    pub flags: fuse::MountFlags,
     /// Threads serving kernel requests.
     pub threads: usize,
     /// Seconds the kernel caches attributes (None: the policy's default).
@@ -248,6 +250,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     let opts = MountOptions {
         allow_other: cfg.allow_other,
         read_only: cfg.read_only,
+        flags: cfg.flags,
         threads: cfg.threads,
         volume: fmt.name.clone(),
         cache,
@@ -298,6 +301,7 @@ mod tests {
             pid_file: "/run/x.pid".into(),
             allow_other: false,
             read_only: false,
+            flags: fuse::MountFlags::default(),
             threads: 1,
             attr_ttl: None,
             entry_ttl: None,
