@@ -347,6 +347,23 @@ fn format_over_an_existing_volume_is_refused() {
 }
 
 #[test]
+fn block_size_out_of_range_names_what_was_given() {
+    let dir = tempdir();
+    let meta = format!("sqlite://{}/meta.db", dir.path().display());
+    for bad in ["10T", "5G", "1K"] {
+        let line = one_line_error(&run(&["format", "--block-size", bad, &meta, "vol"]));
+        assert!(
+            line.contains(&format!("invalid block size {bad}:")) && line.contains("64K and 16M"),
+            "{bad}: {line}"
+        );
+    }
+    assert!(
+        !dir.path().join("meta.db").exists(),
+        "a refused format left a database"
+    );
+}
+
+#[test]
 fn bad_mountpoints_are_one_line_errors() {
     let vol = Volume::new();
     let tmp = tempdir();

@@ -55,6 +55,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         },
     };
     let block_size = volume::parse_size(&a.block_size)?;
+    if !(64 << 10..=16 << 20).contains(&block_size) {
+        anyhow::bail!(
+            "invalid block size {}: it must be between 64K and 16M (e.g. --block-size 4M)",
+            a.block_size
+        );
+    }
     let capacity = a
         .capacity
         .as_deref()
@@ -64,7 +70,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let spec = FormatSpec {
         name: a.name,
         storage,
-        block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
+        block_size: block_size as u32,
         trash_days: a.trash_days,
         capacity,
         hash_prefix: a.hash_prefix,

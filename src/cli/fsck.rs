@@ -77,9 +77,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if !report.leaked.is_empty() {
         println!(
             "{} leaked objects ({}): harmless; `unkai gc --delete {}` deletes them",
-            crate::meta::url::redact(&url),
             report.leaked.len(),
-            super::human_bytes(leaked_bytes)
+            super::human_bytes(leaked_bytes),
+            crate::meta::url::redact(&url)
         );
     }
     if errors == 0 {

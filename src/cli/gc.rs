@@ -44,9 +44,17 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         super::human_bytes(bytes)
     );
     if a.delete {
+        let young = if rep.young > 0 {
+            format!(
+                " ({} left: younger than {}s on a mounted volume)",
+                rep.young, a.min_age
+            )
+        } else {
+            String::new()
+        };
         println!(
-            "deleted {} leaked objects ({} left: younger than {}s on a mounted volume); reclaimed {} dead slices",
-            rep.deleted, rep.young, a.min_age, rep.reclaimed
+            "deleted {} leaked objects{young}; reclaimed {} dead slices",
+            rep.deleted, rep.reclaimed
         );
     } else if !rep.leaked.is_empty() {
         println!("run with --delete to delete them");
