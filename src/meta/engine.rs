@@ -248,6 +248,8 @@ pub(crate) fn node_vals(a: &Attr) -> [Val<'static>; 12] {
     .map(Val::Int)
 }
 
+/// Writes an inode's fields from [`node_vals`]. The kind never changes; naming it in the
+/// WHERE clause lets PostgreSQL type every parameter of the shared parameter list.
 const UPDATE_NODE: &str = "UPDATE unkai_node SET mode=$3, uid=$4, gid=$5, nlink=$6, length=$7, \
                            rdev=$8, atime=$9, mtime=$10, ctime=$11, parent=$12 WHERE ino=$1 \
                            AND kind=$2";
@@ -271,14 +273,14 @@ pub trait Txn {
         &mut self,
         sql: &'static str,
         p: &[Val<'_>],
-        f: &mut dyn FnMut(&SqlRow) -> TxResult<()>,
+        f: &mut dyn FnMut(SqlRow) -> TxResult<()>,
     ) -> TxResult<()>;
 
     /// Every row of a query.
     fn rows(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<Vec<SqlRow>> {
         let mut out = Vec::new();
         self.scan(sql, p, &mut |r| {
-            out.push(SqlRow(r.0.clone()));
+            out.push(r);
             Ok(())
         })?;
         Ok(out)

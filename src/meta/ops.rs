@@ -131,6 +131,15 @@ fn entry_changed(parent: Ino, name: &[u8]) -> Change {
     }
 }
 
+/// What a link or an unlink of `name` in `parent` (naming `ino`) changed.
+fn named_inode_changed(parent: Ino, name: &[u8], ino: Ino) -> Vec<Change> {
+    vec![
+        entry_changed(parent, name),
+        attr_changed(parent),
+        attr_changed(ino),
+    ]
+}
+
 struct IdPool {
     next: u64,
     end: u64,
@@ -675,13 +684,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Ok(a)
             })
             .inspect(|r| {
-                self.engine.publish(|| {
-                    vec![
-                        entry_changed(parent, name),
-                        attr_changed(parent),
-                        attr_changed(r.ino),
-                    ]
-                })
+                self.engine
+                    .publish(|| named_inode_changed(parent, name, r.ino))
             })
     }
 
@@ -710,13 +714,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Ok(a)
             })
             .inspect(|r| {
-                self.engine.publish(|| {
-                    vec![
-                        entry_changed(parent, name),
-                        attr_changed(parent),
-                        attr_changed(r.ino),
-                    ]
-                })
+                self.engine
+                    .publish(|| named_inode_changed(parent, name, r.ino))
             })
     }
 

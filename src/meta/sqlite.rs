@@ -346,21 +346,20 @@ impl Engine for Sqlite {
 }
 
 /// The shared SQL (see [`Txn`]) as SQLite takes it: `?N` parameters, tables without the
-/// `unkai_` prefix (`unkai_open` is `open_file`). Translated once per statement.
-fn dialect(sql: &'static str) -> &'static str {
-    static DONE: std::sync::OnceLock<Mutex<HashMap<&'static str, &'static str>>> =
-        std::sync::OnceLock::new();
-    let done = DONE.get_or_init(Default::default);
-    if let Some(t) = done.lock().get(sql) {
-        return t;
+/// `unkai_` prefix (`unkai_open` is `open_file`). Translated once per statement and thread,
+/// without a lock shared by the threads.
+fn with_dialect<T>(sql: &'static str, f: impl FnOnce(&str) -> T) -> T {
+    thread_local! {
+        static DONE: std::cell::RefCell<HashMap<&'static str, String>> = Default::default();
     }
-    let t = sql
-        .replace("unkai_open", "open_file")
-        .replace("unkai_", "")
-        .replace('$', "?");
-    let t: &'static str = Box::leak(t.into_boxed_str());
-    done.lock().insert(sql, t);
-    t
+    DONE.with_borrow_mut(|done| {
+        let t = done.entry(sql).or_insert_with(|| {
+            sql.replace("unkai_open", "open_file")
+                .replace("unkai_", "")
+                .replace('$', "?")
+        });
+        f(t)
+    })
 }
 
 impl rusqlite::ToSql for Val<'_> {
@@ -388,10 +387,9 @@ struct SqlTx<'c>(&'c Connection);
 
 impl Txn for SqlTx<'_> {
     fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64> {
-        let n = self
-            .0
-            .prepare_cached(dialect(sql))?
-            .execute(params_from_iter(p))?;
+        let n = with_dialect(sql, |q| {
+            self.0.prepare_cached(q)?.execute(params_from_iter(p))
+        })?;
         Ok(n as u64)
     }
 
@@ -399,16 +397,16 @@ impl Txn for SqlTx<'_> {
         &mut self,
         sql: &'static str,
         p: &[Val<'_>],
-        f: &mut dyn FnMut(&SqlRow) -> TxResult<()>,
+        f: &mut dyn FnMut(SqlRow) -> TxResult<()>,
     ) -> TxResult<()> {
-        let mut st = self.0.prepare_cached(dialect(sql))?;
+        let mut st = with_dialect(sql, |q| self.0.prepare_cached(q))?;
         let n = st.column_count();
         let mut rows = st.query(params_from_iter(p))?;
         while let Some(r) = rows.next()? {
             let cells = (0..n)
                 .map(|i| r.get_ref(i).map(cell))
                 .collect::<rusqlite::Result<_>>()?;
-            f(&SqlRow(cells))?;
+            f(SqlRow(cells))?;
         }
         Ok(())
     }

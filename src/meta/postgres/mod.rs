@@ -228,11 +228,6 @@ impl EngineMeta<Postgres> {
         };
         Ok(EngineMeta::new(engine, format))
     }
-
-    /// The volume's URL, password hidden.
-    pub fn url(&self) -> &str {
-        &self.engine.url
-    }
 }
 
 /// A transaction (or a lone statement) on a connection, with the counter changes to apply
@@ -509,9 +504,9 @@ impl Txn for Db<'_> {
         &mut self,
         sql: &'static str,
         p: &[Val<'_>],
-        f: &mut dyn FnMut(&SqlRow) -> TxResult<()>,
+        f: &mut dyn FnMut(SqlRow) -> TxResult<()>,
     ) -> TxResult<()> {
-        self.c.stream(sql, p, |r| f(&cells(r)?))
+        self.c.stream(sql, p, |r| f(cells(r)?))
     }
 
     fn lock_node(&mut self, ino: Ino) -> TxResult<Attr> {
