@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use crate::data::layout::{self, Layout};
 use crate::data::{self, DataStore};
 use crate::meta::{self, Format, Meta};
-use crate::object::{self, ObjectInfo, ObjectStorage};
+use crate::object::ObjectInfo;
 
 /// Errors of reclaiming.
 #[derive(Debug, thiserror::Error)]
@@ -83,18 +83,6 @@ impl SliceTable {
             .collect();
         Ok(SliceTable { live, dead })
     }
-}
-
-/// Lists every object under the volume's chunks prefixes (where slices' blocks live).
-pub async fn list_block_objects(
-    obj: &ObjectStorage,
-    fmt: &Format,
-) -> object::Result<Vec<ObjectInfo>> {
-    let mut listed = Vec::new();
-    for prefix in Layout::new(fmt).chunks_prefixes() {
-        listed.extend(obj.list(&prefix).await?);
-    }
-    Ok(listed)
 }
 
 /// Objects under the chunks prefix that belong to no live or dying slice. `live`: id ->

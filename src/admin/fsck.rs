@@ -624,7 +624,7 @@ fn list_objects(obj: &ObjectStorage, fmt: &Format, quiet: bool) -> anyhow::Resul
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    let listed = rt.block_on(garbage::list_block_objects(obj, fmt))?;
+    let listed = rt.block_on(crate::data::list_blocks(obj, &Layout::new(fmt)))?;
     pb.finish_and_clear();
     Ok(listed)
 }

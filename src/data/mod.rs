@@ -48,6 +48,15 @@ impl Error {
 
 pub type Result<T> = std::result::Result<T, Error>;
 
+/// Every object under a volume's block prefixes ([`Layout::chunks_prefixes`]) in `obj`.
+pub async fn list_blocks(obj: &ObjectStorage, layout: &Layout) -> object::Result<Vec<ObjectInfo>> {
+    let mut listed = Vec::new();
+    for prefix in layout.chunks_prefixes() {
+        listed.extend(obj.list(&prefix).await?);
+    }
+    Ok(listed)
+}
+
 /// Settings of the data layer.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -211,11 +220,8 @@ impl DataStore {
 
     /// Every object under the volume's block prefixes ([`Layout::chunks_prefixes`]).
     pub fn list_blocks(&self) -> Result<Vec<ObjectInfo>> {
-        let mut listed = Vec::new();
-        for prefix in self.shared.layout.chunks_prefixes() {
-            listed.extend(self.rt.block_on(self.shared.obj.list(&prefix))?);
-        }
-        Ok(listed)
+        let s = &self.shared;
+        Ok(self.rt.block_on(list_blocks(&s.obj, &s.layout))?)
     }
 
     /// Makes uploaded blocks durable (fsync for a local directory).
