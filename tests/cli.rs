@@ -745,3 +745,78 @@ fn help_of_every_subcommand_has_an_example() {
     assert!(!ok);
     assert!(err.contains("--no-such-flag"), "{err}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rough edges of issue 12: what a user reads on the way
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn mount_usage_names_the_mountpoint_as_required() {
+    let (ok, out, err) = run(&["mount", "--help"]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("[META-URL] <MOUNTPOINT>"),
+        "usage does not show MOUNTPOINT as the required argument:\n{out}"
+    );
+    // A META-URL alone: the mountpoint was forgotten, not a directory named like a URL.
+    let tmp = tempdir();
+    let url = format!("sqlite://{}/vol.db", tmp.path().display());
+    let line = one_line_error(&run(&["mount", &url]));
+    assert!(line.contains("no MOUNTPOINT"), "{line}");
+    assert!(!line.contains("mkdir"), "{line}");
+    // Help of format lists the object stores, bench's points inside the repository.
+    let (ok, out, _) = run(&["format", "--help"]);
+    assert!(ok && out.contains("s3://") && out.contains("gs://") && out.contains("az://"));
+    let (ok, out, _) = run(&["bench", "--help"]);
+    assert!(ok && !out.contains("SUITE.md") && out.contains("docs/benchmarks.md"));
+}
+
+#[test]
+fn quiet_clean_unmount_and_a_warning_over_a_non_empty_directory() {
+    let vol = Volume::new();
+    let tmp = tempdir();
+    let mp = tmp.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    fs::write(mp.join("hidden"), b"under the mount").unwrap();
+    let mut fg = Foreground::start(&vol.meta_url, &mp, &tmp.path().join("log"));
+    assert!(!mp.join("hidden").exists(), "the mount is not over mp");
+    // Unmounted from outside, as umount(8) does; nothing was written.
+    nix::mount::umount(&mp).unwrap();
+    let st = fg.wait();
+    assert!(st.success(), "{st}; log:\n{}", fg.log_text());
+    let log = fg.log_text();
+    assert!(
+        log.contains("is not empty"),
+        "no warning about the non-empty mountpoint:\n{log}"
+    );
+    assert!(!log.contains("Failed to umount"), "{log}");
+    assert!(
+        !log.contains("write amplification"),
+        "an amplification of nothing was reported:\n{log}"
+    );
+    assert_eq!(fs::read(mp.join("hidden")).unwrap(), b"under the mount");
+}
+
+#[test]
+fn a_killed_client_not_yet_reaped_does_not_make_the_next_mount_shared() {
+    let vol = Volume::new();
+    let tmp = tempdir();
+    let mp = tmp.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let fg = Foreground::start(&vol.meta_url, &mp, &tmp.path().join("log"));
+    fg.signal(nix::sys::signal::Signal::SIGKILL);
+    // Not reaped (a zombie, as under a parent that has not waited yet): its /proc entry stays.
+    assert!(
+        eventually(Duration::from_secs(30), || !alive(fg.pid())),
+        "the killed mount did not exit"
+    );
+    assert!(Path::new(&format!("/proc/{}", fg.pid())).exists());
+    let m = vol.mount();
+    let log = m.log_text();
+    assert!(
+        log.contains("this mount has the volume to itself"),
+        "a dead client kept the next mount on shared TTLs:\n{log}"
+    );
+    drop(m);
+    drop(fg);
+}

@@ -1,4 +1,4 @@
-//! `unkai bench`: the benchmark suite (SUITE.md) against any directories, side by side.
+//! `unkai bench`: the benchmark suite (docs/benchmarks.md) against any directories, side by side.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -9,7 +9,7 @@ use crate::bench::{self, Options, Workload};
 ///
 /// Each workload runs on every directory given, interleaved run by run (A, B, A, B), and one
 /// table shows each figure's median per directory and each directory's ratio to the first
-/// (above 1 is better, whichever way the figure goes). Workloads (see SUITE.md): m =
+/// (above 1 is better, whichever way the figure goes). Workloads (docs/benchmarks.md): m =
 /// metadata and small files (create/stat/read/delete, ls -l of a large directory, tar -x,
 /// git clone, rm -rf); s3 = the fileserver personality; s0 = fio latency of 4 KiB I/O; s1 =
 /// fio block size × queue depth sweep; s4 = fio Filestore recipes; s2 = fio large file write

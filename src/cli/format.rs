@@ -16,8 +16,11 @@ pub struct Args {
     meta_url: String,
     /// Name of the volume (a-z, 0-9, '-'); also the key prefix of its objects in the bucket.
     name: String,
-    /// Where the data blocks live: file:///abs/dir (a local directory used as the bucket) or
-    /// memory:// (tests only). Default: a `bucket` directory beside the SQLite file.
+    /// Where the data blocks live: file:///abs/dir (a local directory used as the bucket),
+    /// s3://bucket[/prefix][?endpoint=URL&region=R] (credentials from AWS_ACCESS_KEY_ID and
+    /// AWS_SECRET_ACCESS_KEY or the usual AWS sources), gs://bucket[/prefix],
+    /// az://container[/prefix], or memory:// (tests only). Default: a `bucket` directory beside
+    /// the SQLite file.
     #[arg(long, env = "UNKAI_STORAGE")]
     storage: Option<String>,
     /// Size of a block, the unit of object storage (64K to 16M).

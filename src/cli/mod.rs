@@ -49,9 +49,12 @@ enum Command {
 
 fn init_logging(filter: &str) {
     use std::io::IsTerminal;
-    // fuser warns when its own unmount at exit finds the mount already gone: not news.
-    let filter = tracing_subscriber::EnvFilter::try_new(format!("{filter},fuser::mnt=error"))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // fuser warns when its own unmount at exit finds the mount already gone (after umount(8)
+    // or `unkai umount`: "Failed to umount filesystem: Invalid argument"): not news.
+    let filter = tracing_subscriber::EnvFilter::try_new(format!(
+        "{filter},fuser::mnt=error,fuser::session=error"
+    ))
+    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

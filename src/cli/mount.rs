@@ -25,6 +25,7 @@ use crate::volume::{
 /// use under ~/.local/share/unkai/default).
 #[derive(clap::Args, Clone)]
 #[command(
+    override_usage = "unkai mount [OPTIONS] [META-URL] <MOUNTPOINT>",
     after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 1G sqlite:///var/lib/unkai/vol.db /mnt/vol"
 )]
 pub struct Args {
@@ -134,6 +135,12 @@ fn check_mountpoint(mp: &Path) -> anyhow::Result<PathBuf> {
             canon.display()
         );
     }
+    if std::fs::read_dir(&canon).is_ok_and(|mut d| d.next().is_some()) {
+        tracing::warn!(
+            "mountpoint {} is not empty: its files are hidden while the volume is mounted",
+            canon.display()
+        );
+    }
     Ok(canon)
 }
 
@@ -153,6 +160,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
 /// Checks the flags, the mountpoint and the volume, then daemonizes or serves.
 fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     let (meta_url, mountpoint) = match a.targets.as_slice() {
+        [url] if url.contains("://") => bail!(
+            "no MOUNTPOINT given after the META-URL: `unkai mount {url} /mnt/unkai` \
+             (with a MOUNTPOINT alone, the embedded default volume is mounted)"
+        ),
         [mp] => (None, PathBuf::from(mp)),
         [url, mp] => (Some(url.clone()), PathBuf::from(mp)),
         _ => bail!("expected [META-URL] MOUNTPOINT"),

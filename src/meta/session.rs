@@ -55,7 +55,16 @@ pub(crate) fn session_dead(info: &SessionInfo, heartbeat: Nanos, now: Nanos) -> 
         return false;
     }
     match std::fs::read_to_string(format!("/proc/{}/comm", info.pid)) {
-        Ok(comm) => !comm.trim().starts_with("unkai"),
+        Ok(comm) => !comm.trim().starts_with("unkai") || exited(info.pid),
         Err(_) => true,
     }
+}
+
+/// Whether process `pid` has exited but is not reaped yet (a zombie, or one being torn down):
+/// it keeps its /proc entry, but serves nothing any more.
+fn exited(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X'))
+    })
 }

@@ -823,11 +823,19 @@ impl Vfs {
         let t = self.store.traffic();
         let written = self.written.load(Ordering::Relaxed);
         let put = t.put_bytes.load(Ordering::Relaxed);
+        // Amplification is a ratio to what applications wrote: without writes there is none.
+        let amplification = if written > 0 {
+            format!(
+                " (write amplification {:.2}, compaction included)",
+                put as f64 / written as f64
+            )
+        } else {
+            String::new()
+        };
         tracing::info!(
-            "this mount: applications wrote {written} bytes; {put} bytes put in {} objects \
-             (write amplification {:.2}, compaction included); {} bytes got in {} objects",
+            "this mount: applications wrote {written} bytes; {put} bytes put in {} \
+             objects{amplification}; {} bytes got in {} objects",
             t.puts.load(Ordering::Relaxed),
-            put as f64 / written.max(1) as f64,
             t.get_bytes.load(Ordering::Relaxed),
             t.gets.load(Ordering::Relaxed),
         );
