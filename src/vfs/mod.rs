@@ -444,10 +444,50 @@ impl Vfs {
         mode: u32,
         flags: i32,
     ) -> Result<(u64, Attr, bool)> {
-        let a = self
+        let a = match self
             .meta
-            .mknod(ctx, parent, name, Kind::File, mode, 0, None)?;
+            .mknod(ctx, parent, name, Kind::File, mode, 0, None)
+        {
+            Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
+                match self.open_created_elsewhere(ctx, parent, name, flags) {
+                    Ok(a) => a,
+                    // Gone again meanwhile: the name was taken when it was asked for.
+                    Err(gone) if gone.errno() == libc::ENOENT => return Err(e.into()),
+                    Err(other) => return Err(other),
+                }
+            }
+            res => res?,
+        };
         self.open(a.ino, flags)
+    }
+
+    /// `open(O_CREAT)` without O_EXCL of a name another client created after this kernel
+    /// looked it up: the file the other created is opened, as if it had been there first
+    /// (checked for the access asked, truncated with O_TRUNC). Anything but a regular file
+    /// is refused (the caller answers EEXIST, as before).
+    fn open_created_elsewhere(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        flags: i32,
+    ) -> Result<Attr> {
+        let a = self.meta.lookup(ctx, parent, name)?;
+        if a.kind != Kind::File {
+            return sys(libc::EEXIST);
+        }
+        let want = match flags & libc::O_ACCMODE {
+            libc::O_RDONLY => 4,
+            libc::O_WRONLY => 2,
+            _ => 6,
+        } | if flags & libc::O_TRUNC != 0 { 2 } else { 0 };
+        if !may(ctx, &a, want) {
+            return sys(libc::EACCES);
+        }
+        if flags & libc::O_TRUNC != 0 && a.length != 0 {
+            return self.setattr(ctx, a.ino, &SetAttr::default(), Some(0));
+        }
+        Ok(a)
     }
 
     pub fn opendir(&self, ino: Ino, flags: i32) -> Result<u64> {
@@ -842,6 +882,22 @@ impl Vfs {
         self.meta.close_session()?;
         res
     }
+}
+
+/// Whether `ctx` may access `a` for `want` (r=4, w=2, x=1) by its mode bits, as the kernel's
+/// `default_permissions` checks them (root may read and write anything).
+fn may(ctx: &Ctx, a: &Attr, want: u32) -> bool {
+    if ctx.uid == 0 {
+        return true;
+    }
+    let bits = if ctx.uid == a.uid {
+        a.mode >> 6
+    } else if ctx.in_group(a.gid) {
+        a.mode >> 3
+    } else {
+        a.mode
+    } & 7;
+    bits & want == want
 }
 
 /// The setuid/setgid bits a change of contents by `ctx` must clear, as Linux's
