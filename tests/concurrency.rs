@@ -473,6 +473,7 @@ fn racing_creates_open_the_same_file(vol: &Volume) {
                     let p = m.p(&format!("f{i}"));
                     match std::fs::OpenOptions::new()
                         .create(true)
+                        .truncate(false)
                         .write(true)
                         .open(&p)
                     {
