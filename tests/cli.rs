@@ -820,3 +820,46 @@ fn a_killed_client_not_yet_reaped_does_not_make_the_next_mount_shared() {
     drop(m);
     drop(fg);
 }
+
+#[test]
+fn a_damaged_metadata_database_is_refused_at_mount_and_named_by_fsck() {
+    let vol = Volume::with_args(&[]);
+    let m = vol.mount();
+    for d in 0..20 {
+        fs::create_dir(m.p(&format!("d{d}"))).unwrap();
+        for i in 0..100 {
+            fs::write(m.p(&format!("d{d}/file-with-a-longish-name-{i}")), b"x").unwrap();
+        }
+    }
+    m.unmount();
+    // Garbage over the second half of the database file (its first pages, the header and
+    // the settings, stay readable: the volume still opens).
+    let db = vol.dir.path().join("meta.db");
+    assert!(
+        !vol.dir.path().join("meta.db-wal").exists() || {
+            fs::metadata(vol.dir.path().join("meta.db-wal"))
+                .unwrap()
+                .len()
+                == 0
+        }
+    );
+    let len = fs::metadata(&db).unwrap().len();
+    assert!(len > 64 << 10, "database of {len} bytes");
+    let f = fs::OpenOptions::new().write(true).open(&db).unwrap();
+    f.write_all_at(&vec![0xa5; (len / 2) as usize], len / 2)
+        .unwrap();
+    drop(f);
+
+    let tmp = tempdir();
+    let mp = tmp.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let line = one_line_error(&run(&["mount", &vol.meta_url, mp.to_str().unwrap()]));
+    assert!(
+        line.contains("damaged") && line.contains("unkai fsck"),
+        "{line}"
+    );
+    assert!(!is_mounted(&mp));
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(!ok, "fsck passed a damaged database: {out}{err}");
+    assert!(out.contains("damaged database"), "{out}{err}");
+}

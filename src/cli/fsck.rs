@@ -31,6 +31,18 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
     let meta = volume::open_meta(&url)?;
+    let damage = meta.check_storage()?;
+    if !damage.is_empty() {
+        for d in &damage {
+            println!("damaged database: {d}");
+        }
+        bail!(
+            "the metadata database of {url} is damaged ({} problem(s) above): fsck cannot \
+             repair the database file itself; restore it from a backup, or salvage what is \
+             readable with `sqlite3 FILE .recover | sqlite3 NEW` and check NEW",
+            damage.len()
+        );
+    }
     let sessions = meta.sessions()?;
     if !sessions.is_empty() {
         if a.repair {

@@ -191,6 +191,16 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     }
     // Open and check the volume here, so that errors reach the terminal.
     let meta = volume::open_meta(&meta_url)?;
+    if daemon.is_none() {
+        // Once, on the terminal's side (a daemon's parent checked before starting it).
+        let damage = meta.check_storage()?;
+        if let Some(first) = damage.first() {
+            bail!(
+                "the metadata database of {meta_url} is damaged ({first}); not mounting it: \
+                 run `unkai fsck {meta_url}` for the whole report"
+            );
+        }
+    }
     let fmt = meta.format().clone();
     volume::open_storage(&fmt)?;
 

@@ -118,6 +118,12 @@ pub trait Engine: Send + Sync + 'static {
     /// Makes every commit so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
+    /// The engine's own check of its storage (SQLite's `quick_check`): the problems found,
+    /// none when it is sound. Engines that guard their storage themselves find none.
+    fn check_storage(&self) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
+
     /// Starts exchanging changes with other clients (see [`Meta::watch`](super::Meta::watch)).
     fn watch(&self, session: u64, sink: ChangeSink) -> Result<bool> {
         let _ = (session, sink);

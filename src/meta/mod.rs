@@ -358,6 +358,11 @@ pub trait Meta: Send + Sync {
     /// Which engine this is.
     fn engine(&self) -> EngineKind;
 
+    /// The engine's own check of the database file (SQLite's `quick_check`, a read of every
+    /// page): the problems found, none when it is sound. Run before mounting, so that a
+    /// damaged database is refused at once instead of failing later with EIO.
+    fn check_storage(&self) -> Result<Vec<String>>;
+
     /// Starts reporting, to `sink`, the changes other clients (other sessions) make to the
     /// volume, and publishing this client's changes to them. Call once, after
     /// [`new_session`](Meta::new_session). Returns false if the engine cannot (then `sink` is

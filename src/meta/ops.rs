@@ -488,6 +488,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine.kind()
     }
 
+    fn check_storage(&self) -> Result<Vec<String>> {
+        self.engine.check_storage()
+    }
+
     fn watch(&self, sink: ChangeSink) -> Result<bool> {
         self.engine.watch(self.sid(), sink)
     }

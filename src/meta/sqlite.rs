@@ -321,6 +321,15 @@ impl Engine for Sqlite {
     /// ticket is taken after the caller's commits; an fsync that starts after a ticket was
     /// taken covers it (the WAL only grows, or restarts after a checkpoint, which fsyncs what
     /// it copies). Concurrent `fsync(2)` calls of many files so share one disk flush.
+    fn check_storage(&self) -> Result<Vec<String>> {
+        let c = self.writer.lock();
+        let mut stmt = c.prepare("PRAGMA quick_check(20)")?;
+        let found = stmt
+            .query_map([], |r| r.get::<_, String>(0))?
+            .collect::<rusqlite::Result<Vec<String>>>()?;
+        Ok(found.into_iter().filter(|l| l != "ok").collect())
+    }
+
     fn sync(&self) -> Result<()> {
         let mine = self.sync_tickets.fetch_add(1, SeqCst) + 1;
         let mut synced = self.synced.lock();
