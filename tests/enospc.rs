@@ -108,3 +108,31 @@ fn read_only_bucket_is_refused_with_a_clear_error() {
     let (ok, _, err) = run(&["status", &meta]);
     assert!(!ok && err.contains("not formatted"), "{err}");
 }
+
+/// fallocate promises space: more than the volume has free (its --capacity here) is ENOSPC,
+/// with nothing changed; within it, the file grows as asked.
+#[test]
+fn fallocate_past_the_free_space_is_enospc() {
+    let vol = Volume::with_args(&["--capacity", "64M"]);
+    let m = vol.mount();
+    let f = std::fs::File::create(m.p("f")).unwrap();
+    let e = fallocate(&f, 0, 0, 128 << 20).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOSPC, "{e}");
+    let e = fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, 0, 1 << 40).unwrap_err();
+    assert_eq!(errno(&e), libc::ENOSPC, "{e}");
+    assert_eq!(
+        f.metadata().unwrap().len(),
+        0,
+        "a refused fallocate changed the size"
+    );
+    fallocate(&f, 0, 0, 8 << 20).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), 8 << 20);
+    // Punching a hole never needs space.
+    fallocate(
+        &f,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        0,
+        1 << 40,
+    )
+    .unwrap();
+}

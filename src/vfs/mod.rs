@@ -702,6 +702,15 @@ impl Vfs {
             return sys(libc::EOPNOTSUPP);
         }
         self.flush_ino(h.ino)?;
+        if !m.punch_hole {
+            // Space asked for must exist: past the end of the file, what the volume has free
+            // (its --capacity, or the disk under a local bucket) bounds what may be promised.
+            let end = off.checked_add(len).ok_or(Error::Sys(libc::EFBIG))?;
+            let grow = end.saturating_sub(self.meta.getattr(h.ino)?.length);
+            if grow > 0 && grow > self.statfs()?.free_bytes {
+                return sys(libc::ENOSPC);
+            }
+        }
         let mut a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
         let kill = kill_priv(ctx, &a);
         if kill != 0 {
