@@ -2924,3 +2924,89 @@ fn times_set_on_a_written_descriptor_survive_its_close() {
     assert_eq!((md.mtime(), md.mtime_nsec()), (1_600_000_000, 123_456_789));
     assert_eq!(fs::read(m.p("copied")).unwrap(), pattern(300_000, 5));
 }
+
+/// The handle of `p` (name_to_handle_at), as a buffer holding a `struct file_handle`.
+fn file_handle(p: &Path) -> Vec<u8> {
+    let mut buf = vec![0u8; 8 + 128];
+    buf[..4].copy_from_slice(&128u32.to_ne_bytes());
+    let mut mount_id = 0;
+    let c = cpath(p);
+    // SAFETY: buf holds a file_handle header with room for 128 bytes of handle, as its
+    // handle_bytes says; c is a NUL-terminated path.
+    let r = unsafe {
+        libc::name_to_handle_at(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            buf.as_mut_ptr().cast::<libc::file_handle>(),
+            &mut mount_id,
+            0,
+        )
+    };
+    assert_eq!(
+        r,
+        0,
+        "name_to_handle_at {}: {}",
+        p.display(),
+        io::Error::last_os_error()
+    );
+    buf
+}
+
+/// Opens a file handle made by [`file_handle`] on the mount of `root`.
+fn open_by_handle(root: &File, handle: &mut [u8], flags: i32) -> io::Result<File> {
+    // SAFETY: handle is a file_handle filled by name_to_handle_at.
+    let fd = unsafe {
+        libc::open_by_handle_at(
+            root.as_raw_fd(),
+            handle.as_mut_ptr().cast::<libc::file_handle>(),
+            flags,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd was just opened and is owned by nobody else.
+    Ok(unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// File handles (what NFS re-export and backup tools use) still open their file after the
+/// kernel forgot every inode; unknown ioctls are ENOTTY, and lsattr's flags read as none.
+#[test]
+fn file_handles_open_after_the_kernel_forgets_and_ioctls_answer() {
+    let vol = Volume::new();
+    let m = vol.mount();
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/f"), b"by handle").unwrap();
+    let (mut hf, mut hd) = (file_handle(&m.p("d/f")), file_handle(&m.p("d")));
+    let root = File::open(&m.path).unwrap();
+    // Forget the cached names and inodes (the mount's root stays, held open).
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let mut f = open_by_handle(&root, &mut hf, libc::O_RDONLY).expect("open_by_handle_at file");
+    let mut got = String::new();
+    f.read_to_string(&mut got).unwrap();
+    assert_eq!(got, "by handle");
+    fs::write("/proc/sys/vm/drop_caches", "2").unwrap();
+    let d = open_by_handle(&root, &mut hd, libc::O_RDONLY | libc::O_DIRECTORY)
+        .expect("open_by_handle_at directory");
+    let names = names(Path::new(&format!("/proc/self/fd/{}", d.as_raw_fd())));
+    assert!(names.contains("f"), "{names:?}");
+
+    // FS_IOC_GETFLAGS: no flags; an ioctl of another file system: ENOTTY.
+    let mut flags: libc::c_int = -1;
+    // SAFETY: FS_IOC_GETFLAGS writes an int into flags.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), 0x8008_6601u64 as _, &mut flags) };
+    assert_eq!(r, 0, "FS_IOC_GETFLAGS: {}", io::Error::last_os_error());
+    assert_eq!(flags, 0);
+    // SAFETY: an ioctl number no file system knows, with no argument.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), 0x8004_7aff_u64 as _, 0) };
+    assert_eq!(r, -1);
+    assert_eq!(
+        io::Error::last_os_error().raw_os_error(),
+        Some(libc::ENOTTY)
+    );
+    assert!(
+        !m.log_text().contains("Not Implemented"),
+        "{}",
+        tail(&m.log_text(), 5)
+    );
+}

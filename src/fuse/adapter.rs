@@ -13,10 +13,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
-    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig, LockOwner, OpenFlags,
-    ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry,
-    ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow,
-    WriteFlags,
+    Filesystem, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags, KernelConfig, LockOwner,
+    OpenFlags, ReplyAttr, ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty,
+    ReplyEntry, ReplyIoctl, ReplyLock, ReplyLseek, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
+    Request, TimeOrNow, WriteFlags,
 };
 
 use super::Coherence;
@@ -291,6 +291,9 @@ impl Filesystem for Adapter {
             InitFlags::FUSE_CACHE_SYMLINKS,
             InitFlags::FUSE_ASYNC_DIO,
             InitFlags::FUSE_MAX_PAGES,
+            // File handles (name_to_handle_at, NFS re-export): an inode is found again by
+            // number through a lookup of "." (and a directory's parent through "..").
+            InitFlags::FUSE_EXPORT_SUPPORT,
         ] {
             if config.add_capabilities(cap).is_err() {
                 tracing::debug!("kernel lacks FUSE capability {cap:?}");
@@ -884,6 +887,39 @@ impl Filesystem for Adapter {
                 )
             }
             Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    /// Inode flags (`lsattr`): none are kept, so none are reported; setting none is fine,
+    /// setting any (`chattr +i`) is not supported. Every other ioctl is not this file
+    /// system's: ENOTTY, as a local file system answers, and nothing logged.
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        in_data: &[u8],
+        out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+        const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+        const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+        const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+        match cmd {
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => {
+                reply.ioctl(0, &vec![0u8; (out_size as usize).min(8)]);
+            }
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
+                if in_data.iter().all(|b| *b == 0) {
+                    reply.ioctl(0, &[]);
+                } else {
+                    reply.error(Errno::EOPNOTSUPP);
+                }
+            }
+            _ => reply.error(Errno::ENOTTY),
         }
     }
 
