@@ -443,6 +443,13 @@ pub trait Meta: Send + Sync {
     fn read_chunk(&self, ino: Ino, index: u32) -> Result<Vec<SliceRec>>;
     /// A fresh, never used slice id.
     fn new_slice_id(&self) -> Result<u64>;
+    /// The slice ids live sessions have reserved (taken, and perhaps uploaded but not yet
+    /// committed): (session, lo, hi) for ids `lo..hi`, sorted. Ranges of dead sessions are left
+    /// out: what they uploaded and did not commit is garbage.
+    fn reserved_slices(&self) -> Result<Vec<(u64, u64, u64)>>;
+    /// Forgets this session's reservation of the slice ids below `below` (never of ids it has
+    /// not handed out yet): the caller has committed or abandoned every one of them.
+    fn trim_reserved(&self, below: u64) -> Result<()>;
     /// Commits written slices: `(chunk index, record)` in write order; the file grows to cover
     /// them and its mtime/ctime become `mtime`.
     fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr>;
