@@ -15,16 +15,23 @@ use common::*;
 /// Generous: uploads to a local bucket on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(120);
 
+/// Instantiates each test body once per engine, on a volume whose commands and mounts get
+/// the environment given.
 macro_rules! both_engines {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident($env:expr)),* $(,)?) => {
         mod on_sqlite {
-            $( #[test] fn $name() { super::$name(&super::Volume::with_args(&[])) } )*
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&super::Volume::with_env(&[], $env))
+                }
+            )*
         }
         mod on_postgres {
             $(
                 #[test]
                 fn $name() {
-                    match super::Volume::postgres(&[], |u| u.to_string(), Vec::new()) {
+                    match super::Volume::postgres(&[], |u| u.to_string(), $env) {
                         Some(vol) => super::$name(&vol),
                         None => eprintln!("skipped: UNKAI_TEST_POSTGRES is unset"),
                     }
@@ -34,7 +41,17 @@ macro_rules! both_engines {
     };
 }
 
-both_engines!(gc_leaves_a_file_being_written_and_takes_a_dead_clients_uploads);
+both_engines!(
+    gc_leaves_a_file_being_written_and_takes_a_dead_clients_uploads(Vec::new()),
+    gc_takes_what_a_live_client_gave_back(super::fast_heartbeat()),
+);
+
+/// Heartbeats (and so the giving back of reserved slice ids) every few tenths of a second.
+fn fast_heartbeat() -> Vec<(String, String)> {
+    vec![("UNKAI_SESSION_TIMEOUT".into(), "15".into())]
+}
+
+const MIB: usize = 1 << 20;
 
 /// A process that writes a file and keeps it open until told to close it: a forked child,
 /// so that no other process holds a copy of its descriptor (every close of a copy, e.g. by a
@@ -133,7 +150,6 @@ fn wait_blocks(vol: &Volume, n: usize, what: &str) -> BTreeSet<PathBuf> {
 }
 
 fn gc_leaves_a_file_being_written_and_takes_a_dead_clients_uploads(vol: &Volume) {
-    const MIB: usize = 1 << 20;
     let live = vol.mount();
 
     let flags = vol.dir.path();
@@ -203,4 +219,35 @@ fn gc_leaves_a_file_being_written_and_takes_a_dead_clients_uploads(vol: &Volume)
         !out.contains("in flight"),
         "nothing is in flight after unmount: {out}"
     );
+}
+
+/// A live client reserves the slice ids it takes, and gives back those below what it still
+/// has in flight at each heartbeat: an object of an id it committed long ago that no record
+/// references (what an abandoned upload leaves) is garbage again, for gc, while it is mounted.
+fn gc_takes_what_a_live_client_gave_back(vol: &Volume) {
+    let m = vol.mount();
+    let data = pattern(MIB, 3);
+    std::fs::write(m.p("f"), &data).unwrap();
+    let obj = wait_blocks(vol, 1, "the committed file's block")
+        .into_iter()
+        .next()
+        .unwrap();
+    let name = obj.file_name().unwrap().to_string_lossy().into_owned();
+    let id = name.split('_').next().unwrap();
+    let stray = obj.with_file_name(format!("{id}_9_100"));
+    std::fs::write(&stray, [0u8; 100]).unwrap();
+    let mut out = String::new();
+    let gone = eventually_every(WAIT, Duration::from_millis(500), || {
+        let (ok, o, err) = vol.cmd("gc", &["-q", "--delete", "--min-age", "0"]);
+        assert!(ok, "gc failed: {o}{err}");
+        out = o;
+        !stray.exists()
+    });
+    assert!(
+        gone,
+        "gc never took an unreferenced object of a committed slice: {out}"
+    );
+    assert!(obj.exists(), "gc took the file's block");
+    assert!(std::fs::read(m.p("f")).unwrap() == data, "file changed");
+    m.unmount();
 }

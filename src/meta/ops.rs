@@ -1090,6 +1090,11 @@ impl<E: Engine> Meta for EngineMeta<E> {
             .collect())
     }
 
+    fn slice_id_floor(&self) -> u64 {
+        // Ids come from the pool in order; the next batch starts at or after its end.
+        self.slices.lock().next
+    }
+
     fn trim_reserved(&self, below: u64) -> Result<()> {
         let sid = self.sid();
         if sid == 0 {
