@@ -177,6 +177,18 @@ fn gc_leaves_a_file_being_written_and_takes_a_dead_clients_uploads(vol: &Volume)
     );
     let writing: BTreeSet<_> = all.difference(&dead_blocks).cloned().collect();
 
+    // fsck does not call them leaked: they are in flight.
+    let (ok, out, err) = vol.cmd("fsck", &["-q"]);
+    assert!(ok, "fsck while writing: {out}{err}");
+    assert!(out.contains("5 objects (20.0 MiB) in flight"), "{out}");
+    for b in &writing {
+        let name = b.file_name().unwrap().to_string_lossy();
+        assert!(
+            !out.contains(&*name),
+            "fsck names a block in flight: {name}\n{out}"
+        );
+    }
+
     // Without an age margin, gc would take any unreferenced object.
     let (ok, out, err) = vol.cmd("gc", &["-q", "--delete", "--min-age", "0"]);
     assert!(ok, "gc failed: {out}{err}");
