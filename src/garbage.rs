@@ -156,3 +156,45 @@ pub fn leaked_objects(
         .cloned()
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(key: &str) -> ObjectInfo {
+        ObjectInfo {
+            key: key.into(),
+            size: 1,
+            modified: 0,
+        }
+    }
+
+    #[test]
+    fn reserved_ranges_hold_their_ids_only() {
+        let r = Reserved {
+            ranges: vec![(1, 1025), (2049, 3073)],
+        };
+        for (id, held) in [
+            (0, false),
+            (1, true),
+            (1024, true),
+            (1025, false),
+            (2048, false),
+        ] {
+            assert_eq!(r.contains(id), held, "{id}");
+        }
+        assert!(r.contains(3072) && !r.contains(3073));
+        assert!(!Reserved::default().contains(1));
+        let (in_flight, leaked) = r.split(vec![
+            obj("v/chunks/0/1/1024_0_100"),
+            obj("v/chunks/0/1/1025_0_100"),
+            obj("v/chunks/0/0/stray"),
+        ]);
+        let keys = |v: Vec<ObjectInfo>| v.into_iter().map(|o| o.key).collect::<Vec<_>>();
+        assert_eq!(keys(in_flight), ["v/chunks/0/1/1024_0_100"]);
+        assert_eq!(
+            keys(leaked),
+            ["v/chunks/0/1/1025_0_100", "v/chunks/0/0/stray"]
+        );
+    }
+}

@@ -342,6 +342,23 @@ mod tests {
         .unwrap()
     }
 
+    /// A slice is in flight from its start until its upload is dropped; the floor is the
+    /// lowest such id, or the next id when none is.
+    #[test]
+    fn in_flight_floor_follows_uploads() {
+        let ds = store(1000);
+        assert_eq!(ds.in_flight_floor(|| 50), 50);
+        let a = SliceUpload::start(&ds, || Ok::<_, ()>(10)).unwrap();
+        let b = SliceUpload::start(&ds, || Ok::<_, ()>(12)).unwrap();
+        assert_eq!(ds.in_flight_floor(|| 50), 10);
+        assert_eq!(ds.in_flight_floor(|| 5), 5);
+        assert!(SliceUpload::start(&ds, || Err::<u64, _>("no id")).is_err());
+        drop(a);
+        assert_eq!(ds.in_flight_floor(|| 50), 12);
+        drop(b);
+        assert_eq!(ds.in_flight_floor(|| 50), 50);
+    }
+
     #[test]
     fn upload_read_delete() {
         let ds = store(1000);
