@@ -1,6 +1,7 @@
 //! Every [`Meta`] operation, written once over an [`Engine`]: what a create, an unlink, a
 //! rename or a write means, which rows it reads, checks and changes, in which transaction;
-//! the id pools, this client's open counts, its session, and the chunks it saw fragment.
+//! the id pools (slice ids reserved by the session that takes them), this client's open
+//! counts, its session, and the chunks it saw fragment.
 //!
 //! Not for: SQL or how rows are locked (the engines), caching (the kernel and `vfs`).
 
