@@ -1,6 +1,7 @@
 //! A volume's garbage, one way for everyone: deleting the objects of dead slices (reclaim),
-//! the slice table that says which slices are live or dying, and which objects in the bucket
-//! no slice references (leaked).
+//! the slice table that says which slices are live or dying, the slice ids live sessions
+//! reserved (their uploads may still be committed: in flight, not garbage), and which objects
+//! in the bucket no slice references and no live session may still commit (leaked).
 //!
 //! Used by a mount's background work (`vfs::background`) and by `admin` (`fsck`, `gc`), so
 //! that both reclaim and tell garbage from data the same way. Sits below both, above `meta`
@@ -85,8 +86,48 @@ impl SliceTable {
     }
 }
 
-/// Objects under the chunks prefix that belong to no live or dying slice. `live`: id ->
-/// (size, references); `dead`: id -> size.
+/// The slice ids live sessions reserved (see [`Meta::reserved_slices`]): an object of such
+/// an id may be an upload about to be committed.
+#[derive(Clone, Debug, Default)]
+pub struct Reserved {
+    /// Ranges `lo..hi`, sorted by `lo`.
+    ranges: Vec<(u64, u64)>,
+}
+
+impl Reserved {
+    /// Reads the reserved ranges of live sessions. Read it after listing the objects and
+    /// before the slice table: an upload listed was reserved before it was put, and stays
+    /// reserved until after its commit, so it is either still reserved here or committed
+    /// (and in the slice table read next).
+    pub fn load(meta: &dyn Meta) -> meta::Result<Reserved> {
+        let mut ranges: Vec<(u64, u64)> = meta
+            .reserved_slices()?
+            .into_iter()
+            .map(|(_, lo, hi)| (lo, hi))
+            .collect();
+        ranges.sort_unstable();
+        Ok(Reserved { ranges })
+    }
+
+    /// Whether slice id `id` is reserved by a live session.
+    pub fn contains(&self, id: u64) -> bool {
+        // Ranges never overlap (each is cut from its own batch of the counter).
+        let i = self.ranges.partition_point(|(lo, _)| *lo <= id);
+        i > 0 && id < self.ranges[i - 1].1
+    }
+
+    /// Splits objects no slice references into those of reserved ids (in flight: a live
+    /// session may still commit them) and the rest (leaked).
+    pub fn split(&self, unreferenced: Vec<ObjectInfo>) -> (Vec<ObjectInfo>, Vec<ObjectInfo>) {
+        unreferenced.into_iter().partition(|o| {
+            layout::parse_block_key(&o.key).is_some_and(|(id, _, _)| self.contains(id))
+        })
+    }
+}
+
+/// Objects under the chunks prefix that belong to no live or dying slice (whether a live
+/// session may still commit them is [`Reserved::split`]'s). `live`: id -> (size, references);
+/// `dead`: id -> size.
 pub fn leaked_objects(
     fmt: &Format,
     listed: &[ObjectInfo],
@@ -114,4 +155,46 @@ pub fn leaked_objects(
         })
         .cloned()
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(key: &str) -> ObjectInfo {
+        ObjectInfo {
+            key: key.into(),
+            size: 1,
+            modified: 0,
+        }
+    }
+
+    #[test]
+    fn reserved_ranges_hold_their_ids_only() {
+        let r = Reserved {
+            ranges: vec![(1, 1025), (2049, 3073)],
+        };
+        for (id, held) in [
+            (0, false),
+            (1, true),
+            (1024, true),
+            (1025, false),
+            (2048, false),
+        ] {
+            assert_eq!(r.contains(id), held, "{id}");
+        }
+        assert!(r.contains(3072) && !r.contains(3073));
+        assert!(!Reserved::default().contains(1));
+        let (in_flight, leaked) = r.split(vec![
+            obj("v/chunks/0/1/1024_0_100"),
+            obj("v/chunks/0/1/1025_0_100"),
+            obj("v/chunks/0/0/stray"),
+        ]);
+        let keys = |v: Vec<ObjectInfo>| v.into_iter().map(|o| o.key).collect::<Vec<_>>();
+        assert_eq!(keys(in_flight), ["v/chunks/0/1/1024_0_100"]);
+        assert_eq!(
+            keys(leaked),
+            ["v/chunks/0/1/1025_0_100", "v/chunks/0/0/stray"]
+        );
+    }
 }

@@ -16,7 +16,7 @@ use std::collections::{HashMap, HashSet};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::data::layout::Layout;
-use crate::garbage::{self, SliceTable};
+use crate::garbage::{self, Reserved, SliceTable};
 use crate::meta::{Attr, CHUNK_SIZE, Fix, Format, Ino, Kind, Meta, ROOT_INO, SliceRec};
 use crate::object::{ObjectInfo, ObjectStorage};
 
@@ -49,6 +49,9 @@ pub struct Report {
     pub objects: u64,
     /// Objects no slice references: (key, size).
     pub leaked: Vec<ObjectInfo>,
+    /// Objects no slice references yet, of slice ids a live session reserved: uploads it may
+    /// still commit (not garbage, not a problem).
+    pub in_flight: Vec<ObjectInfo>,
 }
 
 impl Report {
@@ -176,9 +179,10 @@ pub fn check(
     check_slice_table(&ns, &slices, &table, &mut r);
     if let Some(obj) = objects {
         let listed = list_objects(obj, &fmt, quiet)?;
+        let reserved = Reserved::load(meta)?;
         r.objects = listed.len() as u64;
         check_objects_present(&fmt, &listed, &ns, &slices, &mut r);
-        report_leaked(&fmt, &listed, &slices, &table, &mut r);
+        report_leaked(&fmt, &listed, &slices, &table, &reserved, &mut r);
     }
     check_usage(meta, &ns, &mut r)?;
     Ok(r)
@@ -668,15 +672,18 @@ fn check_objects_present(
     }
 }
 
-/// Objects no referenced or dying slice owns: harmless garbage, for `gc`.
+/// Objects no referenced or dying slice owns: harmless garbage, for `gc`, unless a live
+/// session reserved their slice id (in flight: it may still commit them).
 fn report_leaked(
     fmt: &Format,
     listed: &[ObjectInfo],
     slices: &SliceRefs,
     table: &SliceTable,
+    reserved: &Reserved,
     r: &mut Report,
 ) {
-    r.leaked = garbage::leaked_objects(fmt, listed, &slices.counted, &table.dead);
+    let unreferenced = garbage::leaked_objects(fmt, listed, &slices.counted, &table.dead);
+    (r.in_flight, r.leaked) = reserved.split(unreferenced);
     for o in &r.leaked {
         r.problems.push(Problem {
             severity: Severity::Garbage,

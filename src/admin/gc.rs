@@ -1,9 +1,11 @@
 //! `gc`: delete objects no slice references (left by a crash between upload and commit, or
 //! by an interrupted deletion), and the objects of dead slices whose trash period is over.
 //!
-//! On a mounted volume, a fresh unreferenced object may be an upload about to be committed:
-//! objects younger than `min_age` are then left alone. Reclaiming and telling leaked objects
-//! are `garbage`'s, shared with a mount's background work and with `fsck`.
+//! An unreferenced object of a slice id a live session reserved is an upload that session may
+//! still commit (a file being written): it is in flight, never deleted. On a mounted volume,
+//! objects younger than `min_age` are left alone too (a margin, e.g. for a client whose
+//! heartbeat is late). Reclaiming and telling leaked objects are `garbage`'s, shared with a
+//! mount's background work and with `fsck`.
 //!
 //! Not for: checking the volume (that is `fsck`).
 
@@ -12,14 +14,17 @@ use std::time::Duration;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::data::DataStore;
-use crate::garbage::{self, SliceTable};
+use crate::garbage::{self, Reserved, SliceTable};
 use crate::meta::{Meta, now_nanos};
 use crate::object::ObjectInfo;
 
 #[derive(Debug, Default)]
 pub struct GcReport {
-    /// Objects no slice references.
+    /// Objects no slice references and no live session may still commit.
     pub leaked: Vec<ObjectInfo>,
+    /// Objects no slice references yet, of slice ids live sessions reserved (uploads that
+    /// may still be committed): never deleted.
+    pub in_flight: Vec<ObjectInfo>,
     /// Leaked objects deleted.
     pub deleted: usize,
     /// Leaked objects left alone because they are younger than `min_age` on a mounted volume.
@@ -41,8 +46,11 @@ pub fn gc(
     }
     let fmt = meta.format().clone();
     let listed = store.list_blocks()?;
+    // In this order (see `Reserved::load`): an upload listed is reserved or committed.
+    let reserved = Reserved::load(meta)?;
     let table = SliceTable::load(meta)?;
-    rep.leaked = garbage::leaked_objects(&fmt, &listed, &table.live, &table.dead);
+    let unreferenced = garbage::leaked_objects(&fmt, &listed, &table.live, &table.dead);
+    (rep.in_flight, rep.leaked) = reserved.split(unreferenced);
     if !delete || rep.leaked.is_empty() {
         return Ok(rep);
     }

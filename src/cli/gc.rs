@@ -17,8 +17,8 @@ pub struct Args {
     /// Delete what is found (without it, only report).
     #[arg(long)]
     delete: bool,
-    /// On a mounted volume, leave unreferenced objects younger than this many seconds (they
-    /// may be uploads about to be committed).
+    /// On a mounted volume, leave unreferenced objects younger than this many seconds too
+    /// (uploads a live client may still commit are left alone whatever their age).
     #[arg(long, default_value_t = 3600)]
     min_age: u64,
     /// No progress display.
@@ -43,6 +43,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         rep.leaked.len(),
         super::human_bytes(bytes)
     );
+    if !rep.in_flight.is_empty() {
+        let bytes: u64 = rep.in_flight.iter().map(|o| o.size).sum();
+        println!(
+            "{} objects ({}) in flight: uploaded by a live client, not committed yet; left alone",
+            rep.in_flight.len(),
+            super::human_bytes(bytes)
+        );
+    }
     if a.delete {
         let young = if rep.young > 0 {
             format!(

@@ -80,6 +80,9 @@ pub(crate) struct Shared {
     pub(crate) format: Format,
     pub(crate) layout: Layout,
     pub(crate) cache: cache::MemoryCache,
+    /// Slices being uploaded (a [`SliceUpload`] alive): id -> how many uploads of it. Its
+    /// lock is held while an upload takes its id (see [`SliceUpload::start`]).
+    pub(crate) in_flight: parking_lot::Mutex<std::collections::BTreeMap<u64, usize>>,
 }
 
 /// Reads and writes blocks. Cheap to clone (shared inside).
@@ -111,9 +114,19 @@ impl DataStore {
                 cache: cache::MemoryCache::new(cfg.cache_bytes),
                 layout: Layout::new(&format),
                 format,
+                in_flight: Default::default(),
             }),
             rt: Arc::new(rt),
         })
+    }
+
+    /// The lowest slice id this client may still commit: the lowest of the slices being
+    /// uploaded, or `next` (the lowest id not handed out yet), whichever is lower. `next` is
+    /// read under the lock uploads take their ids under, so no id taken after is below it.
+    pub fn in_flight_floor(&self, next: impl FnOnce() -> u64) -> u64 {
+        let live = self.shared.in_flight.lock();
+        let next = next();
+        live.keys().next().map_or(next, |low| (*low).min(next))
     }
 
     pub fn block_size(&self) -> u32 {
@@ -329,11 +342,28 @@ mod tests {
         .unwrap()
     }
 
+    /// A slice is in flight from its start until its upload is dropped; the floor is the
+    /// lowest such id, or the next id when none is.
+    #[test]
+    fn in_flight_floor_follows_uploads() {
+        let ds = store(1000);
+        assert_eq!(ds.in_flight_floor(|| 50), 50);
+        let a = SliceUpload::start(&ds, || Ok::<_, ()>(10)).unwrap();
+        let b = SliceUpload::start(&ds, || Ok::<_, ()>(12)).unwrap();
+        assert_eq!(ds.in_flight_floor(|| 50), 10);
+        assert_eq!(ds.in_flight_floor(|| 5), 5);
+        assert!(SliceUpload::start(&ds, || Err::<u64, _>("no id")).is_err());
+        drop(a);
+        assert_eq!(ds.in_flight_floor(|| 50), 12);
+        drop(b);
+        assert_eq!(ds.in_flight_floor(|| 50), 50);
+    }
+
     #[test]
     fn upload_read_delete() {
         let ds = store(1000);
         let data: Vec<u8> = (0..2500u32).map(|i| (i % 251) as u8).collect();
-        let mut up = SliceUpload::new(&ds, 7);
+        let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(7)).unwrap();
         up.put_block(0, Bytes::copy_from_slice(&data[..1000]));
         up.put_block(1, Bytes::copy_from_slice(&data[1000..2000]));
         up.put_block(2, Bytes::copy_from_slice(&data[2000..]));

@@ -1,6 +1,8 @@
 //! Uploading the blocks of one slice: each block is put in the background as soon as it is
 //! complete; `wait` returns once all are in the bucket (or reports the failure; the data stays
-//! with the caller, who may retry).
+//! with the caller, who may retry). A slice counts as in flight from its start until its
+//! upload is dropped (after its commit, or once abandoned): see
+//! [`DataStore::in_flight_floor`].
 //!
 //! Not for: deciding when a block is complete (that is `vfs::writer`).
 
@@ -21,13 +23,23 @@ pub struct SliceUpload {
 }
 
 impl SliceUpload {
-    pub fn new(store: &DataStore, id: u64) -> SliceUpload {
-        SliceUpload {
+    /// Starts a slice whose id `alloc` takes (from the metadata), counted in flight until
+    /// the upload is dropped: keep it until the slice is committed. The id is taken under the
+    /// lock of what is in flight, so that [`DataStore::in_flight_floor`] never misses it.
+    pub fn start<E>(
+        store: &DataStore,
+        alloc: impl FnOnce() -> std::result::Result<u64, E>,
+    ) -> std::result::Result<SliceUpload, E> {
+        let mut live = store.shared.in_flight.lock();
+        let id = alloc()?;
+        *live.entry(id).or_default() += 1;
+        drop(live);
+        Ok(SliceUpload {
             store: store.clone(),
             id,
             tasks: Vec::new(),
             done: Vec::new(),
-        }
+        })
     }
 
     pub fn id(&self) -> u64 {
@@ -147,5 +159,17 @@ impl SliceUpload {
     /// Keys of blocks uploaded so far.
     pub fn keys(&self) -> &[String] {
         &self.done
+    }
+}
+
+impl Drop for SliceUpload {
+    fn drop(&mut self) {
+        let mut live = self.store.shared.in_flight.lock();
+        if let Some(n) = live.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&self.id);
+            }
+        }
     }
 }

@@ -827,6 +827,51 @@ pub trait Txn {
             .collect()
     }
 
+    // ---- slice ids reserved by sessions ----
+    /// Records that `session` took the slice ids `[lo, hi)`: its uploads of them may still be
+    /// committed. Extends the session's range that ends at `lo`, if any.
+    fn reserve_slices(&mut self, session: u64, lo: u64, hi: u64) -> TxResult<()> {
+        let s = Val::Int(session as i64);
+        let (lo, hi) = (Val::Int(lo as i64), Val::Int(hi as i64));
+        let sql = "UPDATE unkai_reserved SET hi=$3 WHERE session=$1 AND hi=$2";
+        if self.exec(sql, &[s, lo, hi])? == 0 {
+            self.exec(
+                "INSERT INTO unkai_reserved (session, lo, hi) VALUES ($1, $2, $3)",
+                &[s, lo, hi],
+            )?;
+        }
+        Ok(())
+    }
+    /// Every reserved range: (session, lo, hi), sorted.
+    fn reserved_slices(&mut self) -> TxResult<Vec<(u64, u64, u64)>> {
+        let rows = self.rows(
+            "SELECT session, lo, hi FROM unkai_reserved ORDER BY session, lo",
+            &[],
+        )?;
+        rows.iter()
+            .map(|r| Ok((r.int(0)? as u64, r.int(1)? as u64, r.int(2)? as u64)))
+            .collect()
+    }
+    /// Forgets a session's reserved ids below `below` (all of them if `None`).
+    fn release_slices(&mut self, session: u64, below: Option<u64>) -> TxResult<()> {
+        let s = Val::Int(session as i64);
+        match below {
+            None => self.exec("DELETE FROM unkai_reserved WHERE session=$1", &[s])?,
+            Some(b) => {
+                let b = Val::Int(b as i64);
+                self.exec(
+                    "DELETE FROM unkai_reserved WHERE session=$1 AND hi<=$2",
+                    &[s, b],
+                )?;
+                self.exec(
+                    "UPDATE unkai_reserved SET lo=$2 WHERE session=$1 AND lo<$2",
+                    &[s, b],
+                )?
+            }
+        };
+        Ok(())
+    }
+
     // ---- file locks ----
     /// Every lock held on `ino` by a live session.
     fn locks(&mut self, i: Ino) -> TxResult<Vec<(LockOwner, LockRange)>> {

@@ -35,5 +35,7 @@ pub struct Format {
 
 /// The metadata schema this binary writes and understands. 2: opens are recorded in the
 /// volume (table `open`/`unkai_open`), so that a file open on one client survives an unlink
-/// on another; volumes of schema 1 are upgraded when opened.
-pub const SCHEMA_VERSION: u32 = 2;
+/// on another. 3: the slice ids each session took are recorded (`reserved`/`unkai_reserved`),
+/// so that `gc` leaves alone uploads a live client may still commit. Volumes of older schemas
+/// are upgraded when opened (binaries that do not record what they need then refuse them).
+pub const SCHEMA_VERSION: u32 = 3;

@@ -446,8 +446,20 @@ pub trait Meta: Send + Sync {
     fn fallocate(&self, ctx: &Ctx, ino: Ino, mode: FallocMode, off: u64, len: u64) -> Result<Attr>;
     /// The slice records of one chunk, oldest first.
     fn read_chunk(&self, ino: Ino, index: u32) -> Result<Vec<SliceRec>>;
-    /// A fresh, never used slice id.
+    /// A fresh, never used slice id, reserved by this session until it ends or trims it (see
+    /// [`Meta::trim_reserved`]). Take it through `data::SliceUpload::start`, which counts the
+    /// slice in flight until it is committed.
     fn new_slice_id(&self) -> Result<u64>;
+    /// No slice id [`Meta::new_slice_id`] hands out from now on is below this.
+    fn slice_id_floor(&self) -> u64;
+    /// The slice ids live sessions have reserved (taken, and perhaps uploaded but not yet
+    /// committed): (session, lo, hi) for ids `lo..hi`, sorted. Ranges of dead sessions are left
+    /// out: what they uploaded and did not commit is garbage.
+    fn reserved_slices(&self) -> Result<Vec<(u64, u64, u64)>>;
+    /// Forgets this session's reservation of the slice ids below `below` (never of ids it has
+    /// not handed out yet): the caller has committed or abandoned every one of them (a mount
+    /// gives `data::DataStore::in_flight_floor` at each heartbeat).
+    fn trim_reserved(&self, below: u64) -> Result<()>;
     /// Commits written slices: `(chunk index, record)` in write order; the file grows to cover
     /// them and its mtime/ctime become `mtime`.
     fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr>;

@@ -1,6 +1,7 @@
 //! Every [`Meta`] operation, written once over an [`Engine`]: what a create, an unlink, a
 //! rename or a write means, which rows it reads, checks and changes, in which transaction;
-//! the id pools, this client's open counts, its session, and the chunks it saw fragment.
+//! the id pools (slice ids reserved by the session that takes them), this client's open
+//! counts, its session, and the chunks it saw fragment.
 //!
 //! Not for: SQL or how rows are locked (the engines), caching (the kernel and `vfs`).
 
@@ -186,6 +187,29 @@ impl<E: Engine> EngineMeta<E> {
         Ok(id)
     }
 
+    /// A slice id. A batch taken from the counter is recorded, in the same transaction, as
+    /// reserved by this session: until the session ends (or trims it, see
+    /// [`Meta::trim_reserved`]), `gc` leaves the objects of these ids alone, since an upload
+    /// of them may still be committed. (Without a session, e.g. in tools, nothing is reserved.)
+    fn alloc_slice(&self) -> Result<u64> {
+        let mut p = self.slices.lock();
+        if p.next >= p.end {
+            let sid = self.sid();
+            let start = self.engine.write(&[], false, |tx| {
+                let start = tx.take_ids("nextSlice", ID_BATCH)?;
+                if sid != 0 {
+                    tx.reserve_slices(sid, start, start + ID_BATCH)?;
+                }
+                Ok(start)
+            })?;
+            p.next = start;
+            p.end = start + ID_BATCH;
+        }
+        let id = p.next;
+        p.next += 1;
+        Ok(id)
+    }
+
     fn note_fragmented(&self, ino: Ino, index: u32, count: usize) {
         if count >= FRAGMENTED_AT {
             self.fragmented.lock().insert((ino, index), count);
@@ -315,11 +339,13 @@ impl<E: Engine> EngineMeta<E> {
         Ok(())
     }
 
-    /// Deletes a session and its open records; the unlinked inodes no other client has open
+    /// Deletes a session, its open records and its reserved slice ids (what it uploaded and
+    /// did not commit is garbage from now on); the unlinked inodes no other client has open
     /// any more are deleted.
     fn end_session(&self, sid: u64) -> Result<()> {
         let now = now_nanos();
         self.engine.write(&[], false, |tx| {
+            tx.release_slices(sid, None)?;
             for ino in tx.take_session_opens(sid)? {
                 if let Some(a) = unless_gone(tx.lock_node(ino))? {
                     if a.nlink == 0 && !tx.open_anywhere(ino)? {
@@ -504,6 +530,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
         let json = serde_json::to_string(&info).unwrap_or_default();
         let id = self.engine.single(|tx| tx.insert_session(&json, now))?;
         *self.session.lock() = id;
+        // Slice ids taken before are not reserved by this session: start a fresh batch.
+        *self.slices.lock() = IdPool { next: 0, end: 0 };
         self.share_opens()?;
         Ok(id)
     }
@@ -535,6 +563,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         self.end_session(sid)?;
         *self.session.lock() = 0;
+        *self.slices.lock() = IdPool { next: 0, end: 0 };
         self.sync()
     }
 
@@ -1047,7 +1076,39 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn new_slice_id(&self) -> Result<u64> {
-        self.alloc(&self.slices, "nextSlice")
+        self.alloc_slice()
+    }
+
+    fn reserved_slices(&self) -> Result<Vec<(u64, u64, u64)>> {
+        let now = now_nanos();
+        let (sessions, ranges) = self
+            .engine
+            .snapshot(|tx| Ok((tx.sessions()?, tx.reserved_slices()?)))?;
+        let live: std::collections::HashSet<u64> = sessions
+            .into_iter()
+            .filter(|(_, info, hb)| !row_dead(info, *hb, now))
+            .map(|(id, _, _)| id)
+            .collect();
+        Ok(ranges
+            .into_iter()
+            .filter(|(s, _, _)| live.contains(s))
+            .collect())
+    }
+
+    fn slice_id_floor(&self) -> u64 {
+        // Ids come from the pool in order; the next batch starts at or after its end.
+        self.slices.lock().next
+    }
+
+    fn trim_reserved(&self, below: u64) -> Result<()> {
+        let sid = self.sid();
+        if sid == 0 {
+            return Ok(());
+        }
+        // Never past the ids this client still holds in its pool.
+        let below = below.min(self.slices.lock().next);
+        self.engine
+            .write(&[], false, |tx| tx.release_slices(sid, Some(below)))
     }
 
     fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr> {

@@ -65,6 +65,9 @@ CREATE INDEX IF NOT EXISTS plock_ino ON plock(ino);
 CREATE TABLE IF NOT EXISTS open_file (
   ino INTEGER NOT NULL, session INTEGER NOT NULL,
   PRIMARY KEY (ino, session)) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS reserved (
+  session INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
+  PRIMARY KEY (session, lo)) WITHOUT ROWID;
 ";
 
 const TABLES: &[&str] = &[
@@ -81,6 +84,7 @@ const TABLES: &[&str] = &[
     "sustained",
     "plock",
     "open_file",
+    "reserved",
 ];
 
 impl From<rusqlite::Error> for Error {
@@ -211,8 +215,8 @@ impl EngineMeta<Sqlite> {
         let mut format = ops::parse_format(&json, url)?;
         c.execute_batch(SCHEMA)?;
         if format.schema < format::SCHEMA_VERSION {
-            // Schema 2 added `open_file` (created above); binaries that do not record opens
-            // refuse the volume from now on.
+            // Schema 2 added `open_file`, 3 `reserved` (created above); binaries that do not
+            // record opens or reserved slice ids refuse the volume from now on.
             format.schema = format::SCHEMA_VERSION;
             let json = serde_json::to_string(&format).expect("format serializes");
             c.execute("UPDATE setting SET value=?1 WHERE name='format'", [json])?;

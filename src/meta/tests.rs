@@ -92,6 +92,7 @@ engine_tests!(
     open_in_one_client_survives_rename_over_in_another,
     opens_before_another_client_joins_are_shared,
     dead_client_opens_are_reclaimed_on_heartbeat,
+    slice_ids_are_reserved_until_the_session_ends,
     an_old_schema_is_upgraded,
     trash_days_delay_dead_slices,
     usage_counters,
@@ -2677,7 +2678,74 @@ fn dead_client_opens_are_reclaimed_on_heartbeat(e: Engine) {
     }
 }
 
-/// A volume of schema 1 (no table of opens) opens, gains the table and records schema 2.
+/// The slice ids a session takes are reserved by it (gc leaves their objects alone) until it
+/// trims them, closes, or dies and a live client cleans up after it; ranges of dead sessions
+/// are not listed even before that.
+fn slice_ids_are_reserved_until_the_session_ends(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        (place.create)(&test_format("vol"), false).unwrap();
+        let live = (place.open)().unwrap();
+        live.new_session(session_info("/mnt/live")).unwrap();
+        let me = session_id(&*live, "/mnt/live");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let dying = (place.open)().unwrap();
+        let mut info = session_info("/mnt/dying");
+        info.pid = dead_pid;
+        dying.new_session(info).unwrap();
+        let in_range =
+            |r: &[(u64, u64, u64)], id: u64| r.iter().any(|(_, lo, hi)| *lo <= id && id < *hi);
+
+        // Every id handed out is reserved, one range per batch, extended while contiguous.
+        let first = live.new_slice_id().unwrap();
+        let mut last = first;
+        for _ in 0..1500 {
+            last = live.new_slice_id().unwrap();
+        }
+        let theirs = dying.new_slice_id().unwrap();
+        let r = live.reserved_slices().unwrap();
+        assert!(
+            r.iter().all(|(s, _, _)| *s == me),
+            "dead sessions are left out: {r:?}"
+        );
+        assert!(in_range(&r, first) && in_range(&r, last), "{r:?}");
+        assert!(!in_range(&r, theirs), "{r:?}");
+        assert!(r.len() <= 2, "contiguous batches share a range: {r:?}");
+
+        // Trimming forgets ids below the bound, never ids not handed out yet.
+        live.trim_reserved(last).unwrap();
+        let r = live.reserved_slices().unwrap();
+        assert!(!in_range(&r, first) && in_range(&r, last), "{r:?}");
+        live.trim_reserved(u64::MAX).unwrap();
+        let r = live.reserved_slices().unwrap();
+        assert!(!in_range(&r, last), "{r:?}");
+        let next = live.new_slice_id().unwrap();
+        assert!(in_range(&live.reserved_slices().unwrap(), next));
+
+        // The dead session's range goes with it at the next heartbeat's cleanup (its row and
+        // its ranges go in one transaction), and a closed session's with it.
+        let dead_sid = session_id(&*dying, "/mnt/dying");
+        std::mem::forget(dying); // as if the process died: no close_session
+        live.heartbeat().unwrap();
+        assert!(live.sessions().unwrap().iter().all(|s| s.id != dead_sid));
+        let other = (place.open)().unwrap();
+        other.new_session(session_info("/mnt/other")).unwrap();
+        let id = other.new_slice_id().unwrap();
+        assert!(in_range(&other.reserved_slices().unwrap(), id));
+        live.close_session().unwrap();
+        let r = other.reserved_slices().unwrap();
+        assert!(!in_range(&r, next), "closed session's range dropped: {r:?}");
+        assert!(in_range(&r, id), "{r:?}");
+        other.close_session().unwrap();
+        assert_eq!(other.reserved_slices().unwrap(), vec![]);
+    }
+}
+
+/// A volume of schema 1 (no table of opens, no reserved slice ids) opens, gains the tables
+/// and records the current schema.
 fn an_old_schema_is_upgraded(e: Engine) {
     for b in backends(e) {
         eprintln!("--- engine {}", b.name);
@@ -2686,8 +2754,8 @@ fn an_old_schema_is_upgraded(e: Engine) {
         fmt.schema = 1;
         (place.create)(&fmt, false).unwrap();
         (place.sql)(match e {
-            Engine::Sqlite => "DROP TABLE open_file",
-            Engine::Postgres => "DROP TABLE unkai_open",
+            Engine::Sqlite => "DROP TABLE open_file; DROP TABLE reserved",
+            Engine::Postgres => "DROP TABLE unkai_open; DROP TABLE unkai_reserved",
         });
         let m = (place.open)().unwrap();
         assert_eq!(m.format().schema, SCHEMA_VERSION);
@@ -2697,6 +2765,9 @@ fn an_old_schema_is_upgraded(e: Engine) {
         m.unlink(&CTX, ROOT_INO, b"f").unwrap();
         m.close_inode(f.ino).unwrap();
         assert_errno(m.getattr(f.ino), libc::ENOENT);
+        let id = m.new_slice_id().unwrap();
+        let r = m.reserved_slices().unwrap();
+        assert!(r.iter().any(|(_, lo, hi)| *lo <= id && id < *hi), "{r:?}");
         let again = (place.open)().unwrap();
         assert_eq!(again.format().schema, SCHEMA_VERSION);
     }

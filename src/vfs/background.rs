@@ -54,9 +54,11 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
     }
     let mut new = Vec::new();
     let mut upload = None;
+    // Kept (in flight, see `SliceUpload::start`) until the new slice is committed.
+    let mut in_flight = None;
     if total > 0 {
-        let id = meta.new_slice_id()?;
-        let mut up = SliceUpload::new(store, id);
+        let mut up = SliceUpload::start(store, || meta.new_slice_id())?;
+        let id = up.id();
         let bs = store.block_size() as usize;
         for (i, block) in buf.chunks(bs).enumerate() {
             up.put_block(i as u32, Bytes::copy_from_slice(block));
@@ -74,6 +76,7 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
             off += len;
         }
         upload = Some((id, total as u32));
+        in_flight = Some(up);
     }
     let replaced = meta.replace_slices(ino, index, &recs, &new)?;
     if !replaced {
@@ -81,6 +84,7 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
             store.delete_slice(id, size)?;
         }
     }
+    drop(in_flight);
     Ok(replaced)
 }
 
@@ -98,6 +102,7 @@ impl Background {
             .name("unkai-bg".into())
             .spawn(move || {
                 let mut last_hb = Instant::now();
+                let mut trimmed = 0;
                 loop {
                     {
                         let (lock, cv) = &*s;
@@ -117,6 +122,7 @@ impl Background {
                         if let Err(e) = meta.heartbeat() {
                             tracing::warn!("session heartbeat: {e}");
                         }
+                        trim_reserved(&*meta, &store, &mut trimmed);
                         last_hb = Instant::now();
                     }
                 }
@@ -127,6 +133,20 @@ impl Background {
             stop,
             thread: Some(thread),
         }
+    }
+}
+
+/// Gives back the reservation of the slice ids below the lowest this client may still commit
+/// (`trimmed`: the bound given last time), so that what it uploaded and abandoned becomes
+/// garbage `gc` may take, and its reserved ranges stay few in a long-lived mount.
+fn trim_reserved(meta: &dyn Meta, store: &DataStore, trimmed: &mut u64) {
+    let floor = store.in_flight_floor(|| meta.slice_id_floor());
+    if floor <= *trimmed {
+        return;
+    }
+    match meta.trim_reserved(floor) {
+        Ok(()) => *trimmed = floor,
+        Err(e) => tracing::warn!("trimming reserved slice ids: {e}"),
     }
 }
 

@@ -175,7 +175,7 @@ impl FileWriter {
                 Some(u) => u,
                 None => s
                     .upload
-                    .insert(SliceUpload::new(store, meta.new_slice_id()?)),
+                    .insert(SliceUpload::start(store, || meta.new_slice_id())?),
             };
             let block = Bytes::copy_from_slice(&s.buf[s.frozen..s.frozen + bs]);
             up.put_block((s.frozen / bs) as u32, block);
@@ -223,7 +223,7 @@ impl FileWriter {
         if buf.is_empty() {
             return Ok(());
         }
-        let mut up = SliceUpload::new(store, meta.new_slice_id()?);
+        let mut up = SliceUpload::start(store, || meta.new_slice_id())?;
         // The packed bytes are handed over as they are: each block is a view of them, not a copy.
         let packed = Bytes::from(std::mem::take(buf));
         let bs = store.block_size() as usize;
@@ -275,7 +275,7 @@ impl FileWriter {
                     Some(u) => u,
                     None => s
                         .upload
-                        .insert(SliceUpload::new(store, meta.new_slice_id()?)),
+                        .insert(SliceUpload::start(store, || meta.new_slice_id())?),
                 };
                 while s.frozen < s.buf.len() {
                     let n = (s.buf.len() - s.frozen).min(bs);

@@ -82,11 +82,15 @@ CREATE INDEX IF NOT EXISTS unkai_plock_ino ON unkai_plock (ino);
 CREATE TABLE IF NOT EXISTS unkai_open (
   ino BIGINT NOT NULL, session BIGINT NOT NULL,
   PRIMARY KEY (ino, session));
+CREATE TABLE IF NOT EXISTS unkai_reserved (
+  session BIGINT NOT NULL, lo BIGINT NOT NULL, hi BIGINT NOT NULL,
+  PRIMARY KEY (session, lo));
 ";
 
 const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unkai_symlink, \
                       unkai_chunk, unkai_slice_ref, unkai_dead_slice, unkai_xattr, \
-                      unkai_session, unkai_sustained, unkai_plock, unkai_open";
+                      unkai_session, unkai_sustained, unkai_plock, unkai_open, \
+                      unkai_reserved";
 
 /// Longest pause between two attempts of a transaction that lost a conflict.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
@@ -122,8 +126,8 @@ fn with_format_lock(c: &mut Conn, f: impl FnOnce(&mut Conn) -> TxResult<()>) -> 
 }
 
 /// Brings a volume of an older schema up to the current one: creates the tables it lacks
-/// (schema 2 added `unkai_open`) and records the new version, so that binaries which do not
-/// record opens refuse it from then on.
+/// (schema 2 added `unkai_open`, 3 `unkai_reserved`) and records the new version, so that
+/// binaries which do not record opens or reserved slice ids refuse it from then on.
 fn migrate(c: &mut Conn, url: &str, mut format: Format) -> TxResult<Format> {
     if format.schema >= format::SCHEMA_VERSION {
         return Ok(format);
