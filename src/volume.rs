@@ -16,7 +16,7 @@ use crate::data::{self, DataStore};
 use crate::meta::format::SCHEMA_VERSION;
 use crate::meta::url::MetaUrl;
 use crate::meta::{self, Format, Meta};
-use crate::object::{self, ObjectStorage};
+use crate::object::{self, ObjectStorage, Policy};
 
 /// Where the embedded default volume lives: `~/.local/share/unkai/default`.
 pub fn default_dir() -> PathBuf {
@@ -160,7 +160,12 @@ pub fn open_meta(meta_url: &str) -> anyhow::Result<Arc<dyn Meta>> {
 /// Opens the bucket a volume records, proving it usable. A bucket whose disk is full is
 /// still opened (with a warning): mounting is how a user gets to delete files.
 pub fn open_storage(fmt: &Format) -> anyhow::Result<ObjectStorage> {
-    let obj = ObjectStorage::open(&fmt.storage, false)?;
+    open_storage_with(fmt, Policy::default())
+}
+
+/// [`open_storage`], its requests run under `policy` (timeouts, retries, deadline).
+pub fn open_storage_with(fmt: &Format, policy: Policy) -> anyhow::Result<ObjectStorage> {
+    let obj = ObjectStorage::open_with(&fmt.storage, false, policy)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -176,7 +181,16 @@ pub fn open_storage(fmt: &Format) -> anyhow::Result<ObjectStorage> {
 
 /// Opens the data layer of a volume.
 pub fn open_data(fmt: &Format, cfg: data::Config) -> anyhow::Result<DataStore> {
-    let obj = open_storage(fmt)?;
+    open_data_with(fmt, cfg, Policy::default())
+}
+
+/// [`open_data`], its requests to the store run under `policy`.
+pub fn open_data_with(
+    fmt: &Format,
+    cfg: data::Config,
+    policy: Policy,
+) -> anyhow::Result<DataStore> {
+    let obj = open_storage_with(fmt, policy)?;
     Ok(DataStore::new(obj, fmt.clone(), cfg)?)
 }
 

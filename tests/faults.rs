@@ -1094,3 +1094,60 @@ fn crash_while_flaky_loses_nothing_fsynced() {
         assert_fsck(&vol, "after gc --delete", true);
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// 5. A store that accepts requests and never answers
+// ---------------------------------------------------------------------------------------------
+
+/// A hung store (every request waits for an answer that never comes) makes reads and fsync
+/// fail with EIO once the deadline set by --io-deadline has passed, instead of blocking for as
+/// long as it hangs; the stall is logged once, and so is the recovery.
+#[test]
+fn a_hung_store_fails_with_eio_at_the_deadline_and_is_logged_once() {
+    let server = servers::s3("faults-hung");
+    let mut vol = s3_volume(&server, "1M");
+    let log = vol.dir.path().join("mount.log");
+    show_log_on_panic(&log, || {
+        let hang = vol.dir.path().join("store-hangs");
+        set_faults(&mut vol, Some(&format!("hang_file={}", hang.display())));
+        let a = pattern(2_500_000, 11);
+        let m = vol.mount();
+        write_fsync(&m.p("a"), &a);
+        m.unmount();
+        let from = mount_log_len(&vol);
+        let m = vol.mount_with(&["--io-timeout", "1", "--io-deadline", "3"]);
+        let mp = m.path.clone();
+
+        fs::write(&hang, b"").unwrap();
+        let p = mp.join("a");
+        let (res, _) = bounded("read a", move || fs::read(p));
+        assert_eio(
+            &res.expect_err("a read succeeded with a hung store"),
+            "read a",
+        );
+        let p = mp.join("n");
+        let (res, _) = bounded("write+fsync n", move || {
+            let mut f = File::create(p)?;
+            f.write_all(&pattern(1_500_000, 12))?;
+            f.sync_all()
+        });
+        assert_eio(
+            &res.expect_err("fsync succeeded with a hung store"),
+            "fsync n",
+        );
+        let text = mount_log(&vol, from);
+        assert_eq!(
+            text.matches("does not answer").count(),
+            1,
+            "the stall should be logged once:\n{}",
+            tail(&text, 20)
+        );
+
+        fs::remove_file(&hang).unwrap();
+        assert_content(&mp.join("a"), &a);
+        assert!(
+            mount_log(&vol, from).contains("answers again"),
+            "the recovery was not logged"
+        );
+    });
+}

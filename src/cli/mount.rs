@@ -86,6 +86,14 @@ pub struct Args {
     /// Drop the kernel's page cache of a file at every open (for volumes written elsewhere).
     #[arg(long)]
     no_keep_cache: bool,
+    /// Seconds one request to the object store may take before it is tried again.
+    #[arg(long, default_value_t = 20.0, env = "UNKAI_IO_TIMEOUT")]
+    io_timeout: f64,
+    /// Seconds a request to the object store may take, its retries included, before the
+    /// application gets EIO (a store that does not answer no longer blocks reads and fsync
+    /// for as long as it hangs).
+    #[arg(long, default_value_t = 60.0, env = "UNKAI_IO_DEADLINE")]
+    io_deadline: f64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -189,6 +197,16 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     if a.threads == 0 || a.threads > 256 {
         bail!("invalid --threads {}: use 1 to 256", a.threads);
     }
+    let io_timeout = serve::ttl(a.io_timeout, "io-timeout")?;
+    let io_deadline = serve::ttl(a.io_deadline, "io-deadline")?;
+    if io_timeout.is_zero() || io_deadline < io_timeout {
+        bail!(
+            "invalid --io-timeout {} / --io-deadline {}: both above 0, the deadline at least \
+             the timeout",
+            a.io_timeout,
+            a.io_deadline
+        );
+    }
     // Open and check the volume here, so that errors reach the terminal.
     let meta = volume::open_meta(&meta_url)?;
     if daemon.is_none() {
@@ -227,6 +245,8 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         keep_cache: !a.no_keep_cache,
         cache_bytes,
         buffer_bytes,
+        io_timeout,
+        io_deadline,
         foreground: daemon.is_none(),
     };
     serve::serve(meta, &cfg, || ready.report(Ok(())))

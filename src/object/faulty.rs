@@ -1,7 +1,8 @@
 //! Fault injection, for tests: errors, throttling, latency, a store that is down, and reads
 //! that come back truncated or corrupted. Enabled by `UNKAI_FAULTS`, e.g.
 //! `UNKAI_FAULTS=error=0.1,slowdown=0.05,latency_ms=2,truncate=0.05,corrupt=0.02,down_file=/tmp/x`
-//! (while `down_file` exists, every request fails).
+//! (while `down_file` exists, every request fails; while `hang_file` exists, every request
+//! waits without an answer, as a store that accepts connections and never replies).
 //!
 //! [`Faulty`] injects them per attempt, inside the retry loop (`retry::Retried`), exactly
 //! where a network failure would surface; the bytes read are damaged after they were counted
@@ -37,6 +38,7 @@ pub struct Faults {
     pub truncate: f64,
     pub corrupt: f64,
     pub down_file: Option<PathBuf>,
+    pub hang_file: Option<PathBuf>,
     rng: Mutex<rand::rngs::StdRng>,
     /// Faults injected so far.
     pub injected: AtomicU64,
@@ -52,6 +54,7 @@ impl Faults {
             truncate: 0.0,
             corrupt: 0.0,
             down_file: None,
+            hang_file: None,
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(1)),
             injected: AtomicU64::new(0),
         };
@@ -69,6 +72,7 @@ impl Faults {
                     f.latency = Duration::from_millis(v.parse().map_err(|e| format!("{k}: {e}"))?)
                 }
                 "down_file" => f.down_file = Some(PathBuf::from(v)),
+                "hang_file" => f.hang_file = Some(PathBuf::from(v)),
                 "seed" => {
                     f.rng = Mutex::new(rand::rngs::StdRng::seed_from_u64(
                         v.parse().map_err(|e| format!("{k}: {e}"))?,
@@ -114,6 +118,11 @@ impl Faults {
         }
         if self.down_file.as_ref().is_some_and(|p| p.exists()) {
             return Err(self.fail(&format!("injected: store is down ({op:?})")));
+        }
+        if let Some(hang) = &self.hang_file {
+            while hang.exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
         }
         if self.roll(self.slowdown) {
             return Err(self.fail("injected: 503 SlowDown, please reduce your request rate"));

@@ -1,6 +1,7 @@
-//! [`Retried`]: a timeout per attempt, and retries of transient failures with exponential
-//! backoff and full jitter, under a [`Policy`] (which also carries the bound on requests in
-//! flight that `limit::Limited` applies). This is the one retry layer of a request: the
+//! [`Retried`]: a timeout per attempt, retries of transient failures with exponential
+//! backoff and full jitter, and a deadline for the whole request, under a [`Policy`] (which
+//! also carries the bound on requests in flight that `limit::Limited` applies). A store that
+//! stops answering is logged once (and once again when it answers), not per request. This is the one retry layer of a request: the
 //! HTTP clients of object_store are built without retries of their own (`s3::retry_config`).
 //!
 //! Not for: which errors an application sees (mapped in `object::Error::errno`), or the bound
@@ -9,6 +10,8 @@
 use std::future::Future;
 use std::ops::Range;
 use std::time::Duration;
+
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use bytes::Bytes;
 use rand::Rng;
@@ -26,6 +29,9 @@ pub struct Policy {
     pub max_backoff: Duration,
     /// Time limit of one attempt.
     pub timeout: Duration,
+    /// Time limit of a whole request, its retries included: past it the request fails (an
+    /// application sees EIO) instead of waiting for a store that does not answer.
+    pub deadline: Duration,
     /// Requests in flight at most.
     pub max_inflight: usize,
 }
@@ -36,7 +42,8 @@ impl Default for Policy {
             attempts: 6,
             base_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(5),
-            timeout: Duration::from_secs(60),
+            timeout: Duration::from_secs(20),
+            deadline: Duration::from_secs(60),
             max_inflight: 64,
         }
     }
@@ -91,9 +98,60 @@ pub fn transient(e: &object_store::Error) -> bool {
     }
 }
 
+/// Whether the store has stopped answering (an attempt timed out and none succeeded since):
+/// said once in the log when it starts and once when it ends.
+#[derive(Debug, Default)]
+pub struct Stall(AtomicBool);
+
+impl Stall {
+    fn timed_out(&self, what: &str, policy: &Policy) {
+        if !self.0.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "the object store does not answer ({what}: nothing in {:?}); requests are \
+                 retried, and fail with EIO after {:?}",
+                policy.timeout,
+                policy.deadline
+            );
+        }
+    }
+
+    fn answered(&self) {
+        if self.0.swap(false, Ordering::Relaxed) {
+            tracing::warn!("the object store answers again");
+        }
+    }
+}
+
 /// Runs `op` under the policy. `what` names the request in logs and errors.
 pub async fn run<T, F, Fut>(
     policy: &Policy,
+    stall: &Stall,
+    what: &str,
+    op: F,
+) -> Result<T, object_store::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, object_store::Error>>,
+{
+    match tokio::time::timeout(policy.deadline, attempts(policy, stall, what, op)).await {
+        Ok(res) => res,
+        Err(_) => {
+            stall.timed_out(what, policy);
+            Err(object_store::Error::Generic {
+                store: "unkai",
+                source: format!(
+                    "{what}: no answer within the deadline of {:?}",
+                    policy.deadline
+                )
+                .into(),
+            })
+        }
+    }
+}
+
+async fn attempts<T, F, Fut>(
+    policy: &Policy,
+    stall: &Stall,
     what: &str,
     mut op: F,
 ) -> Result<T, object_store::Error>
@@ -104,13 +162,19 @@ where
     let mut n = 1;
     loop {
         let err = match tokio::time::timeout(policy.timeout, op()).await {
-            Ok(Ok(v)) => return Ok(v),
+            Ok(Ok(v)) => {
+                stall.answered();
+                return Ok(v);
+            }
             Ok(Err(e)) if !transient(&e) => return Err(e),
             Ok(Err(e)) => e,
-            Err(_) => object_store::Error::Generic {
-                store: "unkai",
-                source: format!("{what} timed out after {:?}", policy.timeout).into(),
-            },
+            Err(_) => {
+                stall.timed_out(what, policy);
+                object_store::Error::Generic {
+                    store: "unkai",
+                    source: format!("{what} timed out after {:?}", policy.timeout).into(),
+                }
+            }
         };
         if n >= policy.attempts {
             tracing::warn!("{what} failed after {n} attempts: {err}");
@@ -128,43 +192,54 @@ where
 pub struct Retried<B> {
     inner: B,
     policy: Policy,
+    stall: Stall,
 }
 
 impl<B: Bucket> Retried<B> {
     pub fn new(inner: B, policy: Policy) -> Self {
-        Retried { inner, policy }
+        Retried {
+            inner,
+            policy,
+            stall: Stall::default(),
+        }
     }
 }
 
 #[async_trait::async_trait]
 impl<B: Bucket> Bucket for Retried<B> {
     async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
-        run(&self.policy, &format!("put {key}"), || {
+        run(&self.policy, &self.stall, &format!("put {key}"), || {
             self.inner.put(key, data.clone())
         })
         .await
     }
 
     async fn get(&self, key: &str) -> StoreResult<Bytes> {
-        run(&self.policy, &format!("get {key}"), || self.inner.get(key)).await
-    }
-
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
-        run(&self.policy, &format!("get {key} {range:?}"), || {
-            self.inner.get_range(key, range.clone())
+        run(&self.policy, &self.stall, &format!("get {key}"), || {
+            self.inner.get(key)
         })
         .await
     }
 
+    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+        run(
+            &self.policy,
+            &self.stall,
+            &format!("get {key} {range:?}"),
+            || self.inner.get_range(key, range.clone()),
+        )
+        .await
+    }
+
     async fn delete(&self, key: &str) -> StoreResult<()> {
-        run(&self.policy, &format!("delete {key}"), || {
+        run(&self.policy, &self.stall, &format!("delete {key}"), || {
             self.inner.delete(key)
         })
         .await
     }
 
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectInfo>> {
-        run(&self.policy, &format!("list {prefix}"), || {
+        run(&self.policy, &self.stall, &format!("list {prefix}"), || {
             self.inner.list(prefix)
         })
         .await
@@ -182,6 +257,7 @@ mod tests {
             base_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(4),
             timeout: Duration::from_millis(200),
+            deadline: Duration::from_secs(30),
             max_inflight: 4,
         }
     }
@@ -196,7 +272,7 @@ mod tests {
     #[tokio::test]
     async fn retries_transient_failures_then_succeeds() {
         let calls = AtomicU32::new(0);
-        let r = run(&fast(), "get x", || async {
+        let r = run(&fast(), &Stall::default(), "get x", || async {
             if calls.fetch_add(1, Ordering::SeqCst) < 2 {
                 Err(generic("503 SlowDown"))
             } else {
@@ -211,7 +287,7 @@ mod tests {
     #[tokio::test]
     async fn gives_up_after_the_budget_and_never_retries_permanent_errors() {
         let calls = AtomicU32::new(0);
-        let r: Result<(), _> = run(&fast(), "put x", || async {
+        let r: Result<(), _> = run(&fast(), &Stall::default(), "put x", || async {
             calls.fetch_add(1, Ordering::SeqCst);
             Err(generic("connection reset"))
         })
@@ -219,7 +295,7 @@ mod tests {
         assert!(r.is_err());
         assert_eq!(calls.load(Ordering::SeqCst), 4);
         calls.store(0, Ordering::SeqCst);
-        let r: Result<(), _> = run(&fast(), "get y", || async {
+        let r: Result<(), _> = run(&fast(), &Stall::default(), "get y", || async {
             calls.fetch_add(1, Ordering::SeqCst);
             Err(object_store::Error::NotFound {
                 path: "y".into(),
@@ -234,7 +310,7 @@ mod tests {
     #[tokio::test]
     async fn a_hung_attempt_times_out_and_is_retried() {
         let calls = AtomicU32::new(0);
-        let r = run(&fast(), "get z", || async {
+        let r = run(&fast(), &Stall::default(), "get z", || async {
             if calls.fetch_add(1, Ordering::SeqCst) == 0 {
                 tokio::time::sleep(Duration::from_secs(10)).await;
             }
@@ -243,6 +319,32 @@ mod tests {
         .await;
         assert_eq!(r.unwrap(), 1);
         assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn a_store_that_never_answers_fails_at_the_deadline() {
+        let p = Policy {
+            attempts: 100,
+            deadline: Duration::from_millis(500),
+            ..fast()
+        };
+        let stall = Stall::default();
+        let start = std::time::Instant::now();
+        let r: Result<(), _> = run(&p, &stall, "get hung", || async {
+            std::future::pending::<()>().await;
+            Ok(())
+        })
+        .await;
+        assert!(r.unwrap_err().to_string().contains("deadline"));
+        assert!(start.elapsed() < Duration::from_secs(20));
+        assert!(stall.0.load(Ordering::Relaxed), "the stall was not noted");
+        run(&p, &stall, "get ok", || async { Ok(()) })
+            .await
+            .unwrap();
+        assert!(
+            !stall.0.load(Ordering::Relaxed),
+            "the recovery was not noted"
+        );
     }
 
     #[test]

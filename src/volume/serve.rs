@@ -19,6 +19,7 @@ use nix::sys::signal::{SigSet, Signal};
 use crate::data;
 use crate::fuse::{self, CacheConfig, MountOptions, mounts};
 use crate::meta::{EngineKind, Meta, SessionInfo};
+use crate::object::Policy;
 use crate::vfs::{self, Vfs};
 
 /// TTLs of the kernel's caches when this mount is the volume's only client: nobody else can
@@ -66,6 +67,9 @@ pub struct MountConfig {
     pub cache_bytes: usize,
     /// Memory for buffered writes.
     pub buffer_bytes: usize,
+    /// Time limit of one request to the object store, and of a request with its retries.
+    pub io_timeout: Duration,
+    pub io_deadline: Duration,
     /// Served in the foreground of a terminal (not as a daemon): say so on stderr when ready.
     pub foreground: bool,
 }
@@ -220,11 +224,16 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     // Signals are handled by one thread: block them before any thread starts so every thread
     // inherits the mask.
     let sigs = block_signals()?;
-    let store = super::open_data(
+    let store = super::open_data_with(
         &fmt,
         data::Config {
             cache_bytes: cfg.cache_bytes,
             ..data::Config::default()
+        },
+        Policy {
+            timeout: cfg.io_timeout,
+            deadline: cfg.io_deadline,
+            ..Policy::default()
         },
     )?;
     register_session(&*meta, cfg)?;
@@ -310,6 +319,8 @@ mod tests {
             keep_cache: true,
             cache_bytes: 0,
             buffer_bytes: 0,
+            io_timeout: Duration::from_secs(20),
+            io_deadline: Duration::from_secs(60),
             foreground: true,
         }
     }
