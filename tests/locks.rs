@@ -42,6 +42,7 @@ on_both_engines!(
     flock_across_mounts_and_close_releases,
     a_signal_ends_a_wait_for_a_lock,
     appends_under_a_lock_from_two_mounts_interleave_whole,
+    appends_between_flock_and_unlock_from_two_mounts_lose_nothing,
     an_sqlite_database_on_the_volume_works_from_two_mounts,
     the_locks_of_a_killed_client_are_released,
     three_mounts_take_turns,
@@ -317,6 +318,62 @@ fn appends_under_a_lock_from_two_mounts_interleave_whole(vol: &Volume) {
     }
     a.unmount();
     b.unmount();
+}
+
+/// The shape of a log appended from several machines: each writer loops open(O_APPEND),
+/// flock(LOCK_EX), write one line, flock(LOCK_UN), close. Two writers per mount, two mounts:
+/// every line arrives, whole, once.
+fn appends_between_flock_and_unlock_from_two_mounts_lose_nothing(vol: &Volume) {
+    const N: usize = 250;
+    const LINE: usize = 48;
+    let a = vol.mount();
+    let b = vol.mount();
+    File::create(a.p("log")).unwrap();
+    let writers: Vec<_> = [
+        (0, a.p("log")),
+        (1, a.p("log")),
+        (2, b.p("log")),
+        (3, b.p("log")),
+    ]
+    .into_iter()
+    .map(|(w, p)| {
+        std::thread::spawn(move || {
+            for i in 0..N {
+                let mut f = OpenOptions::new().append(true).open(&p).unwrap();
+                flock(&f, libc::LOCK_EX).unwrap();
+                let mut line = format!("writer {w} entry {i:04} ").into_bytes();
+                line.resize(LINE - 1, b'.');
+                line.push(b'\n');
+                f.write_all(&line).unwrap();
+                flock(&f, libc::LOCK_UN).unwrap();
+                drop(f);
+            }
+        })
+    })
+    .collect();
+    for w in writers {
+        w.join().unwrap();
+    }
+    drop((a, b));
+    let c = vol.mount();
+    let data = fs::read(c.p("log")).unwrap();
+    let mut seen = std::collections::HashSet::new();
+    for line in data.chunks(LINE) {
+        let s = String::from_utf8_lossy(line);
+        assert!(
+            s.starts_with("writer ") && s.ends_with(".\n"),
+            "torn line {s:?}"
+        );
+        assert!(seen.insert(s[..20].to_string()), "line twice: {s:?}");
+    }
+    assert_eq!(
+        seen.len(),
+        4 * N,
+        "{} of {} lines lost ({} bytes)",
+        4 * N - seen.len(),
+        4 * N,
+        data.len()
+    );
 }
 
 fn an_sqlite_database_on_the_volume_works_from_two_mounts(vol: &Volume) {

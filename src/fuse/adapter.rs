@@ -633,16 +633,15 @@ impl Filesystem for Adapter {
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
-        lock_owner: Option<LockOwner>,
+        // The flock owner: the address of a file already closed, perhaps reused by a newer
+        // open (see `vfs::locks`); the handle says which locks go.
+        _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
-        if let Err(e) = self
-            .vfs
-            .locks_released(ino.0, fh.0, lock_owner.map(|o| o.0))
-        {
+        if let Err(e) = self.vfs.locks_released(ino.0, fh.0) {
             tracing::error!("inode {}: locks of a released file: {e}", ino.0);
         }
         match res {

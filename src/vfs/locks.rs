@@ -116,24 +116,32 @@ impl Locks {
     }
 
     /// The release of handle `fh` (flock and OFD locks belong to the open file description).
-    /// `owner` is the flock owner when the kernel names it.
-    pub fn released(&self, meta: &dyn Meta, ino: Ino, fh: u64, owner: Option<u64>) -> Result<()> {
-        let owners: Vec<u64> = {
-            let mut held = self.held.lock();
-            if held.is_empty() {
-                return Ok(());
+    ///
+    /// The kernel sends a release after close(2) has returned, and names the flock owner by
+    /// the address of the closed file, which a later open may already reuse: a program that
+    /// loops open, flock, write, unlock, close can hold its next lock, under the same owner,
+    /// when the release of its previous file arrives (dropping that lock let another writer
+    /// append over its line). So an owner's locks go only with the last handle it locked
+    /// through; the release of an older handle leaves them. The map stays locked until the
+    /// locks are dropped, so that a lock being taken through another handle (noted in the map
+    /// before it is asked for) is never dropped by this release.
+    pub fn released(&self, meta: &dyn Meta, ino: Ino, fh: u64) -> Result<()> {
+        let mut held = self.held.lock();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let mut owners = Vec::new();
+        held.retain(|(i, o), fhs| {
+            if *i != ino || !fhs.remove(&fh) {
+                return true;
             }
-            let mut owners = Vec::new();
-            held.retain(|(i, o), fhs| {
-                if *i == ino && (fhs.contains(&fh) || Some(*o) == owner) {
-                    owners.push(*o);
-                    false
-                } else {
-                    true
-                }
-            });
-            owners
-        };
+            if fhs.is_empty() {
+                owners.push(*o);
+                false
+            } else {
+                true
+            }
+        });
         let mut first_err = Ok(());
         for o in owners {
             if let Err(e) = self.unlock_all(meta, ino, o) {
@@ -164,5 +172,71 @@ impl Locks {
     fn woke(&self) {
         *self.dropped.lock() += 1;
         self.wake.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::meta::format::SCHEMA_VERSION;
+    use crate::meta::sqlite::SqliteMeta;
+    use crate::meta::{Ctx, Format, Kind, LockKind, ROOT_INO, SessionInfo};
+
+    fn meta() -> (tempfile::TempDir, Arc<dyn Meta>) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("meta.db");
+        let fmt: Format = serde_json::from_value(serde_json::json!({
+            "name": "locks", "uuid": "u", "storage": "memory://", "block_size": 65536,
+            "trash_days": 0, "created": 0, "schema": SCHEMA_VERSION,
+        }))
+        .unwrap();
+        SqliteMeta::create(&path, "sqlite://x", &fmt, false).unwrap();
+        let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://x").unwrap());
+        meta.new_session(SessionInfo {
+            host: "h".into(),
+            pid: std::process::id(),
+            mountpoint: "/m".into(),
+            version: "t".into(),
+            started: 0,
+            heartbeat: 0,
+            id: 0,
+        })
+        .unwrap();
+        (dir, meta)
+    }
+
+    /// open, flock, unlock, close, then open again at the same file address (the flock
+    /// owner) and flock, before the kernel's release of the first file arrives: that release
+    /// must not drop the second file's lock.
+    #[test]
+    fn a_late_release_leaves_the_lock_a_reused_owner_took_since() {
+        let (_dir, meta) = meta();
+        let ino = meta
+            .mknod(&Ctx::ROOT, ROOT_INO, b"log", Kind::File, 0o644, 0, None)
+            .unwrap()
+            .ino;
+        let locks = Locks::default();
+        let ex = LockRequest {
+            kind: Some(LockKind::Write),
+            start: 0,
+            end: WHOLE,
+            pid: 1,
+        };
+        let un = LockRequest { kind: None, ..ex };
+        let never = || false;
+        const OWNER: u64 = 0xfeed;
+        const OTHER: u64 = 0xbeef;
+        locks.set(&*meta, ino, 1, OWNER, ex, false, &never).unwrap();
+        locks.set(&*meta, ino, 1, OWNER, un, false, &never).unwrap();
+        locks.set(&*meta, ino, 2, OWNER, ex, false, &never).unwrap();
+        locks.released(&*meta, ino, 1).unwrap();
+        assert!(
+            locks.set(&*meta, ino, 3, OTHER, ex, false, &never).is_err(),
+            "the release of the closed file dropped the lock of the open one"
+        );
+        locks.released(&*meta, ino, 2).unwrap();
+        locks.set(&*meta, ino, 3, OTHER, ex, false, &never).unwrap();
     }
 }

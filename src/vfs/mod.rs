@@ -658,8 +658,8 @@ impl Vfs {
     }
 
     /// An open file description ended: its flock and OFD locks are gone.
-    pub fn locks_released(&self, ino: Ino, fh: u64, owner: Option<u64>) -> Result<()> {
-        self.locks.released(self.meta.as_ref(), ino, fh, owner)
+    pub fn locks_released(&self, ino: Ino, fh: u64) -> Result<()> {
+        self.locks.released(self.meta.as_ref(), ino, fh)
     }
 
     pub fn releasedir(&self, fh: u64) -> Result<()> {
