@@ -280,3 +280,28 @@ fn cached_read_after_direct_write_sees_the_new_bytes() {
     );
     m.unmount();
 }
+
+/// `mount -o remount,ro` through the helper keeps the flags the mount had (a remount sets
+/// every per-mount flag: ro alone cleared nosuid and noexec).
+#[test]
+fn a_read_only_remount_through_the_helper_keeps_nosuid_and_noexec() {
+    let vol = Volume::new();
+    let m = vol.mount_with(&["-o", "nosuid,noexec,noatime"]);
+    let mp = m.path.to_str().unwrap().to_string();
+    let (ok, out, err) = run_env(&[&vol.meta_url, &mp, "-o", "remount,ro"], &vol.env);
+    assert!(ok, "remount failed: {out}{err}");
+    let flags = mount_flags(&m.path);
+    for f in ["ro", "nosuid", "noexec", "noatime"] {
+        assert!(
+            flags.contains(&f.to_string()),
+            "{f} missing after remount,ro: {flags:?}"
+        );
+    }
+    let (ok, out, err) = run_env(&[&vol.meta_url, &mp, "-o", "remount,rw"], &vol.env);
+    assert!(ok, "remount failed: {out}{err}");
+    let flags = mount_flags(&m.path);
+    assert!(flags.contains(&"rw".to_string()), "{flags:?}");
+    assert!(flags.contains(&"nosuid".to_string()), "{flags:?}");
+    fs::write(m.p("writable"), b"again").unwrap();
+    m.unmount();
+}

@@ -33,10 +33,7 @@ pub fn parse(args: &[String]) -> Option<(String, String, Vec<String>)> {
 pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()> {
     let has = |o: &str| opts.iter().any(|x| x == o);
     if has("remount") {
-        let mut flags = MsFlags::MS_REMOUNT;
-        if has("ro") {
-            flags |= MsFlags::MS_RDONLY;
-        }
+        let flags = MsFlags::MS_REMOUNT | remount_flags(mountpoint, opts);
         // Read-only is refused (EBUSY) while a file is still open for writing; a file just
         // closed may take a moment to be released: retry for a little while.
         let mut tries = 0;
@@ -74,6 +71,31 @@ pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()
         bail!("unkai mount failed ({st})");
     }
     Ok(())
+}
+
+/// The flags of a remount of `mountpoint` with `opts`: the mount's present flags (nosuid,
+/// nodev, noexec, atime, ro), changed by those `opts` name. A remount sets every per-mount
+/// flag, so one not carried over would be cleared (`remount,ro` dropped nosuid).
+fn remount_flags(mountpoint: &str, opts: &[String]) -> MsFlags {
+    let present = crate::fuse::mounts::find(std::path::Path::new(mountpoint))
+        .map(|m| m.options)
+        .unwrap_or_default();
+    let mut flags = crate::fuse::MountFlags::default();
+    if !present.is_empty() && !present.iter().any(|o| o == "relatime" || o == "noatime") {
+        // The mount table names relatime and noatime; neither means strictatime.
+        flags.apply("strictatime");
+    }
+    let mut ro = false;
+    for o in present.iter().chain(opts) {
+        match o.as_str() {
+            "ro" => ro = true,
+            "rw" => ro = false,
+            o => {
+                flags.apply(o);
+            }
+        }
+    }
+    flags.ms_flags(ro)
 }
 
 /// The kernel flags among `opts` (nosuid, nodev, noexec, noatime, ...), for `unkai mount -o`:

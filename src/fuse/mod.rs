@@ -131,7 +131,8 @@ impl MountFlags {
             } else {
                 MountOption::NoExec
             },
-            // No flag at all is relatime (the kernel's default).
+            // `atime` lets the kernel apply its default, relatime (strictatime has no fuser
+            // option: see `mount`).
             if self.atime == Atime::Never {
                 MountOption::NoAtime
             } else {
@@ -140,8 +141,9 @@ impl MountFlags {
         ]
     }
 
-    /// The mount(2) flags of a bind remount that keeps these flags and `read_only`.
-    fn ms_flags(self, read_only: bool) -> MsFlags {
+    /// The mount(2) flags of a remount that keeps these flags and `read_only` (a remount
+    /// sets every per-mount flag: one left out is cleared).
+    pub fn ms_flags(self, read_only: bool) -> MsFlags {
         let mut f = MsFlags::empty();
         f.set(MsFlags::MS_NOSUID, !self.suid);
         f.set(MsFlags::MS_NODEV, !self.dev);

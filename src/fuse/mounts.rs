@@ -10,6 +10,8 @@ pub struct MountEntry {
     pub mountpoint: PathBuf,
     pub fstype: String,
     pub source: String,
+    /// The per-mount options (`rw,nosuid,nodev,relatime`).
+    pub options: Vec<String>,
 }
 
 fn unescape(s: &str) -> String {
@@ -37,7 +39,9 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
     text.lines()
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
-            let mp = left.split(' ').nth(4)?;
+            let mut l = left.split(' ');
+            let mp = l.nth(4)?;
+            let options = l.next().unwrap_or_default();
             let mut r = right.split(' ');
             let fstype = r.next()?.to_string();
             let source = r.next().unwrap_or_default().to_string();
@@ -45,6 +49,7 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
                 mountpoint: PathBuf::from(unescape(mp)),
                 fstype,
                 source,
+                options: options.split(',').map(str::to_string).collect(),
             })
         })
         .collect()
