@@ -305,3 +305,27 @@ fn a_read_only_remount_through_the_helper_keeps_nosuid_and_noexec() {
     fs::write(m.p("writable"), b"again").unwrap();
     m.unmount();
 }
+
+/// As a mount helper (what mount(8) runs for an fstab line), unkai mounts in the background
+/// and prints nothing on stdout.
+#[test]
+fn the_mount_helper_mounts_quietly() {
+    /// Unmounts (lazily) on drop, whatever happened.
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = nix::mount::umount2(self.0, nix::mount::MntFlags::MNT_DETACH);
+        }
+    }
+    let vol = Volume::new();
+    let mp = tempfile::tempdir().unwrap();
+    let mps = mp.path().to_str().unwrap();
+    let _unmount = Unmount(mp.path());
+    let (ok, out, err) = run_env(&[&vol.meta_url, mps, "-o", "nosuid,_netdev"], &vol.env);
+    assert!(ok, "helper mount failed: {out}{err}");
+    assert_eq!(out, "", "the helper printed on stdout");
+    let flags = mount_flags(mp.path());
+    assert!(flags.contains(&"nosuid".to_string()), "{flags:?}");
+    let (ok, _, err) = run_env(&["umount", mps], &vol.env);
+    assert!(ok, "{err}");
+}

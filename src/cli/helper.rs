@@ -66,7 +66,12 @@ pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()
     if !flags.is_empty() {
         cmd.arg("-o").arg(flags.join(","));
     }
-    let st = cmd.arg(source).arg(mountpoint).status()?;
+    // mount(8) and its callers expect nothing on stdout; errors still reach stderr.
+    let st = cmd
+        .arg(source)
+        .arg(mountpoint)
+        .stdout(std::process::Stdio::null())
+        .status()?;
     if !st.success() {
         bail!("unkai mount failed ({st})");
     }
