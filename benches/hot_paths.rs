@@ -73,6 +73,7 @@ fn metadata(c: &mut Criterion) {
         schema: SCHEMA_VERSION,
         checksums: true,
         hash_prefix: false,
+        layout: 1,
     };
     SqliteMeta::create(&path, "sqlite://bench", &fmt, false).unwrap();
     let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://bench").unwrap());

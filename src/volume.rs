@@ -117,6 +117,18 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         eprintln!("unkai: created the bucket of {}", spec.storage);
         rt.block_on(obj.check(&spec.name))?;
     }
+    let earlier = rt.block_on(object_under(&obj, &spec.name))?;
+    if let Some(key) = &earlier {
+        if !spec.force {
+            bail!(
+                "the bucket {} already holds objects of a volume named '{}' (e.g. {key}): \
+                 choose another name or bucket, or pass --force to format beside them (this \
+                 volume's keys carry its own id: it never reads, overwrites or deletes theirs)",
+                spec.storage,
+                spec.name
+            );
+        }
+    }
     let fmt = Format {
         name: spec.name.clone(),
         uuid: uuid(),
@@ -128,6 +140,7 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         schema: SCHEMA_VERSION,
         checksums: true,
         hash_prefix: spec.hash_prefix,
+        layout: crate::meta::format::LAYOUT_VERSION,
     };
     match &url {
         MetaUrl::Sqlite(path) => {
@@ -135,7 +148,31 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         }
         MetaUrl::Postgres(pg) => meta::postgres::PgMeta::create(pg, &fmt, spec.force)?,
     }
+    if let Some(key) = earlier {
+        eprintln!(
+            "unkai: the bucket holds objects of an earlier volume named '{}' (e.g. {key}): \
+             left as they are; this volume never touches them",
+            spec.name
+        );
+    }
     Ok(fmt)
+}
+
+/// One object of a volume named `name` in the bucket, if any: under `NAME/`, or under
+/// `HH/NAME/` (hashed keys). Probe objects (`.probe-*`) do not count.
+async fn object_under(obj: &ObjectStorage, name: &str) -> anyhow::Result<Option<String>> {
+    let prefixes =
+        std::iter::once(format!("{name}/")).chain((0..=255u8).map(|h| format!("{h:02x}/{name}/")));
+    for prefix in prefixes {
+        let listed = obj.list(&prefix).await?;
+        if let Some(o) = listed
+            .into_iter()
+            .find(|o| !o.key.rsplit('/').next().unwrap_or("").starts_with('.'))
+        {
+            return Ok(Some(o.key));
+        }
+    }
+    Ok(None)
 }
 
 fn uuid() -> String {

@@ -141,13 +141,18 @@ fn block_of(key: &str, name: &str) -> Option<bool> {
             if h.len() == 2
                 && h.bytes()
                     .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-                && r.starts_with(&format!("{name}/chunks/")) =>
+                && r.starts_with(&format!("{name}/")) =>
         {
             (true, r)
         }
         _ => (false, rest),
     };
-    let rest = rest.strip_prefix(&format!("{name}/chunks/"))?;
+    // NAME/chunks/... (layout 0) or NAME/UUID/chunks/... (layout 1).
+    let rest = rest.strip_prefix(&format!("{name}/"))?;
+    let rest = match rest.strip_prefix("chunks/") {
+        Some(r) => r,
+        None => rest.split_once('/')?.1.strip_prefix("chunks/")?,
+    };
     let file = rest.rsplit('/').next()?;
     let parts: Vec<&str> = file.split('_').collect();
     if parts.len() == 3 && parts.iter().all(|p| p.parse::<u64>().is_ok()) {

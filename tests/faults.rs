@@ -430,8 +430,7 @@ fn stored_blocks(server: &servers::Server, vol: &Volume) -> BTreeSet<PathBuf> {
         .path()
         .join("root")
         .join(bucket_and_prefix)
-        .join(&vol.name)
-        .join("chunks");
+        .join(&vol.name);
     let mut out = BTreeSet::new();
     walk(&root, &mut out);
     out

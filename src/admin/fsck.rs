@@ -162,9 +162,11 @@ struct SliceRefs {
 
 /// Checks a volume. `objects`: the bucket, to check objects too (None: metadata only).
 /// The checks run in this order, and report in it.
+/// With `verify`, every referenced object is also read and its contents checked.
 pub fn check(
     meta: &dyn Meta,
     objects: Option<&ObjectStorage>,
+    verify: bool,
     quiet: bool,
 ) -> anyhow::Result<Report> {
     let fmt = meta.format().clone();
@@ -182,6 +184,9 @@ pub fn check(
         let reserved = Reserved::load(meta)?;
         r.objects = listed.len() as u64;
         check_objects_present(&fmt, &listed, &ns, &slices, &mut r);
+        if verify {
+            verify_objects(obj, &fmt, &listed, &ns, &slices, quiet, &mut r)?;
+        }
         report_leaked(&fmt, &listed, &slices, &table, &reserved, &mut r);
     }
     check_usage(meta, &ns, &mut r)?;
@@ -670,6 +675,76 @@ fn check_objects_present(
             }
         }
     }
+}
+
+/// Reads every referenced block object present and checks its contents: its checksums and,
+/// on volumes of layout 1, that it is the block its key names (a swapped, misdirected or
+/// stale object reads as EIO; this names it).
+fn verify_objects(
+    obj: &ObjectStorage,
+    fmt: &Format,
+    listed: &[ObjectInfo],
+    ns: &Namespace,
+    slices: &SliceRefs,
+    quiet: bool,
+    r: &mut Report,
+) -> anyhow::Result<()> {
+    if !fmt.checksums {
+        r.problems.push(Problem {
+            severity: Severity::Garbage,
+            message: "the volume has no checksums: --verify checks sizes only".into(),
+            fixes: vec![],
+        });
+        return Ok(());
+    }
+    let layout = Layout::new(fmt);
+    let present: HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
+    let mut ids: Vec<_> = slices.counted.iter().collect();
+    ids.sort();
+    let todo: Vec<(String, u32, u64)> = ids
+        .into_iter()
+        .flat_map(|(id, (size, _))| {
+            layout
+                .blocks_of(*size)
+                .map(|(i, len)| (layout.block_key(*id, i, len), len, *id))
+                .collect::<Vec<_>>()
+        })
+        .filter(|(k, _, _)| present.contains(k.as_str()))
+        .collect();
+    let pb = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(todo.len() as u64)
+    };
+    pb.set_style(
+        ProgressStyle::with_template("verifying objects {bar:30} {pos}/{len} {eta}").unwrap(),
+    );
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    for (key, len, id) in todo {
+        let owner = ns.names.path(slices.owner[&id]);
+        let got = rt
+            .block_on(obj.get(&key))
+            .map(|b| crate::data::block::decode(b, len as usize, layout.seal(&key)).is_some());
+        match got {
+            Ok(true) => {}
+            Ok(false) => r.error(
+                format!(
+                    "object {key} of {owner} fails verification: damaged, or another block's \
+                     content (reads of it fail with EIO)"
+                ),
+                vec![],
+            ),
+            Err(e) => r.error(
+                format!("object {key} of {owner} cannot be read: {e}"),
+                vec![],
+            ),
+        }
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    Ok(())
 }
 
 /// Objects no referenced or dying slice owns: harmless garbage, for `gc`, unless a live

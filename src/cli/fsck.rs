@@ -11,7 +11,7 @@ use crate::volume;
 /// are harmless garbage: `unkai gc --delete` removes them), 1 otherwise.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai fsck sqlite:///var/lib/unkai/vol.db\n  unkai fsck --repair sqlite:///var/lib/unkai/vol.db     # on an unmounted volume"
+    after_help = "Examples:\n  unkai fsck sqlite:///var/lib/unkai/vol.db\n  unkai fsck --repair sqlite:///var/lib/unkai/vol.db     # on an unmounted volume\n  unkai fsck --verify sqlite:///var/lib/unkai/vol.db     # read and check every object"
 )]
 pub struct Args {
     /// The volume's META-URL (default: the embedded default volume).
@@ -23,6 +23,10 @@ pub struct Args {
     /// Check only the metadata, not the objects in the bucket.
     #[arg(long)]
     skip_objects: bool,
+    /// Also read every object and check its contents (checksums, and that each is the block
+    /// its key names): finds damaged, swapped or misdirected objects. Reads the whole volume.
+    #[arg(long, conflicts_with = "skip_objects")]
+    verify: bool,
     /// No progress display.
     #[arg(short, long)]
     quiet: bool,
@@ -62,7 +66,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         Some(volume::open_storage(meta.format())?)
     };
-    let mut report = fsck::check(&*meta, obj.as_ref(), a.quiet)?;
+    let mut report = fsck::check(&*meta, obj.as_ref(), a.verify, a.quiet)?;
     let mut rounds = 0;
     while a.repair && report.problems.iter().any(|p| !p.fixes.is_empty()) && rounds < 4 {
         for p in report.problems.iter().filter(|p| !p.fixes.is_empty()) {
@@ -70,7 +74,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         fsck::repair(&*meta, &report)?;
         rounds += 1;
-        report = fsck::check(&*meta, obj.as_ref(), a.quiet)?;
+        report = fsck::check(&*meta, obj.as_ref(), a.verify, a.quiet)?;
     }
     println!(
         "checked {} inodes, {} entries, {} chunks, {} slices, {} objects",

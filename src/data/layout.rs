@@ -12,30 +12,47 @@ use crate::meta::Format;
 /// The block layout of one volume, taken from its [`Format`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Layout {
-    /// The volume's name: the key prefix of its objects.
-    name: String,
+    /// The key prefix of the volume's objects: its name, then its uuid (layout 1).
+    root: String,
     /// Size of a block, bytes.
     block_size: u32,
     /// Block objects carry a checksum trailer (`data::block`).
     checksums: bool,
     /// Keys start with a hashed two-hex-digit prefix.
     hash_prefix: bool,
+    /// Checksums are sealed with each block's key (layout 1 and later: `data::block`).
+    sealed: bool,
 }
 
 impl Layout {
     pub fn new(fmt: &Format) -> Layout {
         Layout {
-            name: fmt.name.clone(),
+            root: if fmt.layout >= 1 {
+                format!("{}/{}", fmt.name, fmt.uuid)
+            } else {
+                fmt.name.clone()
+            },
             block_size: fmt.block_size,
             checksums: fmt.checksums,
             hash_prefix: fmt.hash_prefix,
+            sealed: fmt.layout >= 1,
+        }
+    }
+
+    /// The seal of the checksums of the block stored under `key` (0: plain sums).
+    pub fn seal(&self, key: &str) -> u32 {
+        if self.sealed {
+            super::block::seal_of(key)
+        } else {
+            0
         }
     }
 
     /// The key of block `index` (of length `len`) of slice `id`.
     ///
     /// Slices are spread over directories by id so that no directory (or list prefix) grows
-    /// without bound: `NAME/chunks/<id/1M>/<id/1K>/<id>_<index>_<len>`.
+    /// without bound: `ROOT/chunks/<id/1M>/<id/1K>/<id>_<index>_<len>`, ROOT being the
+    /// volume's name (layout 0) or `NAME/UUID` (layout 1).
     pub fn block_key(&self, id: u64, index: u32, len: u32) -> String {
         let hashed = if self.hash_prefix {
             format!("{:02x}/", key_hash(id))
@@ -44,7 +61,7 @@ impl Layout {
         };
         format!(
             "{hashed}{}/chunks/{}/{}/{}_{}_{}",
-            self.name,
+            self.root,
             id / 1_000_000,
             id / 1_000,
             id,
@@ -57,10 +74,10 @@ impl Layout {
     pub fn chunks_prefixes(&self) -> Vec<String> {
         if self.hash_prefix {
             (0..=255u8)
-                .map(|h| format!("{h:02x}/{}/chunks/", self.name))
+                .map(|h| format!("{h:02x}/{}/chunks/", self.root))
                 .collect()
         } else {
-            vec![format!("{}/chunks/", self.name)]
+            vec![format!("{}/chunks/", self.root)]
         }
     }
 
@@ -117,6 +134,7 @@ mod tests {
             schema: SCHEMA_VERSION,
             checksums: true,
             hash_prefix,
+            layout: 0,
         }
     }
 
@@ -147,5 +165,15 @@ mod tests {
         let p = h.chunks_prefixes();
         assert_eq!((p.len(), p[0].as_str()), (256, "00/vol/chunks/"));
         assert_eq!(parse_block_key(&h.block_key(7, 0, 10)), Some((7, 0, 10)));
+        // Layout 1: the volume's uuid under its name, hashed or not.
+        let mut v1 = format(false);
+        v1.layout = 1;
+        let l = Layout::new(&v1);
+        assert_eq!(l.block_key(7, 0, 10), "vol/u/chunks/0/0/7_0_10");
+        assert_eq!(l.chunks_prefixes(), vec!["vol/u/chunks/".to_string()]);
+        v1.hash_prefix = true;
+        let l = Layout::new(&v1);
+        assert_eq!(l.block_key(7, 0, 10), "53/vol/u/chunks/0/0/7_0_10");
+        assert_eq!(l.chunks_prefixes()[255], "ff/vol/u/chunks/");
     }
 }

@@ -255,6 +255,7 @@ async fn fetch(
         return Ok(b.slice(range));
     }
     let checksums = shared.format.checksums;
+    let seal = shared.layout.seal(key);
     let mut problem = String::new();
     // A block that fails verification is fetched once more before the read fails.
     for attempt in 0..2 {
@@ -266,7 +267,7 @@ async fn fetch(
             let obj = shared.obj.get(key).await?;
             let got = obj.len();
             let data = if checksums {
-                block::decode(obj, blen)
+                block::decode(obj, blen, seal)
             } else {
                 (got == blen).then_some(obj)
             };
@@ -291,7 +292,7 @@ async fn fetch(
                 shared.obj.get_range(key, a.start as u64..a.end as u64),
                 shared.obj.get_range(key, s.start as u64..s.end as u64),
             )?;
-            if d.len() == a.len() && block::verify(&d, &sums) {
+            if d.len() == a.len() && block::verify(&d, &sums, seal, a.start / block::SEGMENT) {
                 return Ok(d.slice(range.start - a.start..range.end - a.start));
             }
             problem = format!("range {a:?}: {} bytes, checksum mismatch or short", d.len());
@@ -329,6 +330,7 @@ mod tests {
             schema: SCHEMA_VERSION,
             checksums: true,
             hash_prefix: false,
+            layout: 0,
         };
         let obj = ObjectStorage::open("memory://", false).unwrap();
         DataStore::new(

@@ -58,7 +58,7 @@ impl SliceUpload {
         // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
             let body = if shared.format.checksums {
-                super::block::encode(&block)
+                super::block::encode(&block, shared.layout.seal(&key))
             } else {
                 block.clone()
             };

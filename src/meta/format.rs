@@ -31,7 +31,15 @@ pub struct Format {
     /// Keys start with a hashed two-hex-digit prefix, spreading load over S3 partitions.
     #[serde(default)]
     pub hash_prefix: bool,
+    /// How block keys are made (`data::layout`): 0, `NAME/chunks/...` (volumes formatted
+    /// before the volume's id was part of its keys); 1, `NAME/UUID/chunks/...`, so that two
+    /// volumes sharing a bucket and a name can never share, read or delete each other's keys.
+    #[serde(default)]
+    pub layout: u32,
 }
+
+/// The key layout `format` gives new volumes (see [`Format::layout`]).
+pub const LAYOUT_VERSION: u32 = 1;
 
 /// The metadata schema this binary writes and understands. 2: opens are recorded in the
 /// volume (table `open`/`unkai_open`), so that a file open on one client survives an unlink

@@ -284,6 +284,7 @@ fn test_format(name: &str) -> Format {
         schema: SCHEMA_VERSION,
         checksums: true,
         hash_prefix: false,
+        layout: 0,
     }
 }
 

@@ -401,6 +401,7 @@ mod tests {
             schema: SCHEMA_VERSION,
             checksums: true,
             hash_prefix: false,
+            layout: 0,
         };
         SqliteMeta::create(&path, "sqlite://x", &fmt, false).unwrap();
         let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://x").unwrap());

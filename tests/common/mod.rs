@@ -155,7 +155,8 @@ impl Volume {
             }
         }
         let mut out = Vec::new();
-        walk(&self.bucket().join(&self.name).join("chunks"), &mut out);
+        // NAME/chunks/... (layout 0) or NAME/UUID/chunks/... (layout 1).
+        walk(&self.bucket().join(&self.name), &mut out);
         out.sort();
         out
     }
