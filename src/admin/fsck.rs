@@ -638,6 +638,30 @@ fn list_objects(obj: &ObjectStorage, fmt: &Format, quiet: bool) -> anyhow::Resul
     Ok(listed)
 }
 
+/// A block of a referenced slice: its slice id, index, length and key.
+struct BlockRef {
+    id: u64,
+    index: u32,
+    len: u32,
+    key: String,
+}
+
+/// Every block of every referenced slice, slices in order of id.
+fn referenced_blocks(layout: &Layout, slices: &SliceRefs) -> Vec<BlockRef> {
+    let mut ids: Vec<_> = slices.counted.iter().collect();
+    ids.sort();
+    ids.into_iter()
+        .flat_map(|(&id, &(size, _))| {
+            layout.blocks_of(size).map(move |(index, len)| BlockRef {
+                id,
+                index,
+                len,
+                key: layout.block_key(id, index, len),
+            })
+        })
+        .collect()
+}
+
 /// Every block of every referenced slice is in the bucket, with the right size (slices in
 /// order of id).
 fn check_objects_present(
@@ -649,30 +673,31 @@ fn check_objects_present(
 ) {
     let layout = Layout::new(fmt);
     let sizes: HashMap<&str, u64> = listed.iter().map(|o| (o.key.as_str(), o.size)).collect();
-    let mut ids: Vec<_> = slices.counted.iter().collect();
-    ids.sort();
-    for (id, (size, _)) in ids {
-        let owner = || ns.names.path(slices.owner[id]);
-        for (i, len) in layout.blocks_of(*size) {
-            let key = layout.block_key(*id, i, len);
-            match sizes.get(key.as_str()) {
-                Some(s) if *s == layout.object_size(len) => {}
-                Some(s) => r.error(
-                    format!(
-                        "object {key} of {} is {s} bytes, should be {}",
-                        owner(),
-                        layout.object_size(len)
-                    ),
-                    vec![],
+    for BlockRef {
+        id,
+        index,
+        len,
+        key,
+    } in referenced_blocks(&layout, slices)
+    {
+        let owner = || ns.names.path(slices.owner[&id]);
+        match sizes.get(key.as_str()) {
+            Some(s) if *s == layout.object_size(len) => {}
+            Some(s) => r.error(
+                format!(
+                    "object {key} of {} is {s} bytes, should be {}",
+                    owner(),
+                    layout.object_size(len)
                 ),
-                None => r.error(
-                    format!(
-                        "object {key} of {} is missing (slice {id}, block {i})",
-                        owner()
-                    ),
-                    vec![],
+                vec![],
+            ),
+            None => r.error(
+                format!(
+                    "object {key} of {} is missing (slice {id}, block {index})",
+                    owner()
                 ),
-            }
+                vec![],
+            ),
         }
     }
 }
@@ -699,17 +724,9 @@ fn verify_objects(
     }
     let layout = Layout::new(fmt);
     let present: HashSet<&str> = listed.iter().map(|o| o.key.as_str()).collect();
-    let mut ids: Vec<_> = slices.counted.iter().collect();
-    ids.sort();
-    let todo: Vec<(String, u32, u64)> = ids
+    let todo: Vec<BlockRef> = referenced_blocks(&layout, slices)
         .into_iter()
-        .flat_map(|(id, (size, _))| {
-            layout
-                .blocks_of(*size)
-                .map(|(i, len)| (layout.block_key(*id, i, len), len, *id))
-                .collect::<Vec<_>>()
-        })
-        .filter(|(k, _, _)| present.contains(k.as_str()))
+        .filter(|b| present.contains(b.key.as_str()))
         .collect();
     let pb = if quiet {
         ProgressBar::hidden()
@@ -722,7 +739,7 @@ fn verify_objects(
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    for (key, len, id) in todo {
+    for BlockRef { id, len, key, .. } in todo {
         let owner = ns.names.path(slices.owner[&id]);
         let got = rt
             .block_on(obj.get(&key))

@@ -89,14 +89,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     }
     let errors = report.errors().count();
     let fixable = report.errors().filter(|p| !p.fixes.is_empty()).count();
-    if !report.in_flight.is_empty() {
-        let bytes: u64 = report.in_flight.iter().map(|o| o.size).sum();
-        println!(
-            "{} objects ({}) in flight: uploaded by a live client, not committed yet",
-            report.in_flight.len(),
-            super::human_bytes(bytes)
-        );
-    }
+    super::print_in_flight(&report.in_flight, "");
     let leaked_bytes: u64 = report.leaked.iter().map(|o| o.size).sum();
     if !report.leaked.is_empty() {
         println!(

@@ -43,14 +43,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         rep.leaked.len(),
         super::human_bytes(bytes)
     );
-    if !rep.in_flight.is_empty() {
-        let bytes: u64 = rep.in_flight.iter().map(|o| o.size).sum();
-        println!(
-            "{} objects ({}) in flight: uploaded by a live client, not committed yet; left alone",
-            rep.in_flight.len(),
-            super::human_bytes(bytes)
-        );
-    }
+    super::print_in_flight(&rep.in_flight, "; left alone");
     if a.delete {
         let young = if rep.young > 0 {
             format!(

@@ -128,6 +128,19 @@ pub(crate) fn catch_interrupts(
 }
 
 /// Human-readable byte counts: 1.5 GiB.
+/// The line of `fsck` and `gc` about objects a live client uploaded and may still commit
+/// (nothing when there are none); `tail` ends it.
+pub(crate) fn print_in_flight(objects: &[crate::object::ObjectInfo], tail: &str) {
+    if !objects.is_empty() {
+        let bytes: u64 = objects.iter().map(|o| o.size).sum();
+        println!(
+            "{} objects ({}) in flight: uploaded by a live client, not committed yet{tail}",
+            objects.len(),
+            human_bytes(bytes)
+        );
+    }
+}
+
 pub(crate) fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = n as f64;

@@ -835,20 +835,7 @@ impl Filesystem for Adapter {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
         };
-        let want = (mask.bits() & 7) as u32;
-        let ok = if req.uid() == 0 {
-            want & 1 == 0 || a.kind == Kind::Dir || a.mode & 0o111 != 0
-        } else {
-            let bits = if req.uid() == a.uid {
-                a.mode >> 6
-            } else if ctx(req).in_group(a.gid) {
-                a.mode >> 3
-            } else {
-                a.mode
-            } & 7;
-            bits & want == want
-        };
-        if ok {
+        if vfs::may(&ctx(req), &a, (mask.bits() & 7) as u32) {
             reply.ok()
         } else {
             reply.error(Errno::EACCES)

@@ -457,3 +457,25 @@ impl Txn for SqlTx<'_> {
         Ok(self.row(sql, &[Val::Int(ino as i64)])?.is_some())
     }
 }
+
+/// A scratch SQLite volume of format `fmt` in a temporary directory, with a session of this
+/// process open: for the unit tests of the layers above.
+#[cfg(test)]
+pub(crate) fn scratch(fmt: &Format) -> (tempfile::TempDir, std::sync::Arc<dyn super::Meta>) {
+    use super::{Meta, SessionInfo};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("meta.db");
+    SqliteMeta::create(&path, "sqlite://x", fmt, false).unwrap();
+    let meta = SqliteMeta::open(&path, "sqlite://x").unwrap();
+    meta.new_session(SessionInfo {
+        host: "h".into(),
+        pid: std::process::id(),
+        mountpoint: "/m".into(),
+        version: "t".into(),
+        started: 0,
+        heartbeat: 0,
+        id: 0,
+    })
+    .unwrap();
+    (dir, std::sync::Arc::new(meta))
+}

@@ -1,8 +1,9 @@
 //! [`Retried`]: a timeout per attempt, retries of transient failures with exponential
 //! backoff and full jitter, and a deadline for the whole request, under a [`Policy`] (which
 //! also carries the bound on requests in flight that `limit::Limited` applies). A store that
-//! stops answering is logged once (and once again when it answers), not per request. This is the one retry layer of a request: the
-//! HTTP clients of object_store are built without retries of their own (`s3::retry_config`).
+//! stops answering is logged once (and once again when it answers), not per request. This
+//! is the one retry layer of a request: the HTTP clients of object_store are built without
+//! retries of their own (`s3::retry_config`).
 //!
 //! Not for: which errors an application sees (mapped in `object::Error::errno`), or the bound
 //! on requests in flight (that is `limit`).

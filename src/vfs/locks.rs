@@ -181,30 +181,15 @@ mod tests {
 
     use super::*;
     use crate::meta::format::SCHEMA_VERSION;
-    use crate::meta::sqlite::SqliteMeta;
-    use crate::meta::{Ctx, Format, Kind, LockKind, ROOT_INO, SessionInfo};
+    use crate::meta::{Ctx, Format, Kind, LockKind, ROOT_INO};
 
     fn meta() -> (tempfile::TempDir, Arc<dyn Meta>) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.db");
         let fmt: Format = serde_json::from_value(serde_json::json!({
             "name": "locks", "uuid": "u", "storage": "memory://", "block_size": 65536,
             "trash_days": 0, "created": 0, "schema": SCHEMA_VERSION,
         }))
         .unwrap();
-        SqliteMeta::create(&path, "sqlite://x", &fmt, false).unwrap();
-        let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://x").unwrap());
-        meta.new_session(SessionInfo {
-            host: "h".into(),
-            pid: std::process::id(),
-            mountpoint: "/m".into(),
-            version: "t".into(),
-            started: 0,
-            heartbeat: 0,
-            id: 0,
-        })
-        .unwrap();
-        (dir, meta)
+        crate::meta::sqlite::scratch(&fmt)
     }
 
     /// open, flock, unlock, close, then open again at the same file address (the flock

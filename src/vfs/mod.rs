@@ -894,10 +894,11 @@ impl Vfs {
 }
 
 /// Whether `ctx` may access `a` for `want` (r=4, w=2, x=1) by its mode bits, as the kernel's
-/// `default_permissions` checks them (root may read and write anything).
-fn may(ctx: &Ctx, a: &Attr, want: u32) -> bool {
+/// `default_permissions` checks them: root may read and write anything, and execute what has
+/// an execute bit (or is a directory).
+pub fn may(ctx: &Ctx, a: &Attr, want: u32) -> bool {
     if ctx.uid == 0 {
-        return true;
+        return want & 1 == 0 || a.kind == Kind::Dir || a.mode & 0o111 != 0;
     }
     let bits = if ctx.uid == a.uid {
         a.mode >> 6

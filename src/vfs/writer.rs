@@ -382,14 +382,11 @@ mod tests {
     use super::*;
     use crate::data::{Config, DataStore};
     use crate::meta::format::SCHEMA_VERSION;
-    use crate::meta::sqlite::SqliteMeta;
-    use crate::meta::{Ctx, Format, Kind, ROOT_INO, SessionInfo, slice};
+    use crate::meta::{Ctx, Format, Kind, ROOT_INO, slice};
     use crate::object::ObjectStorage;
 
     /// A volume with a 64 KiB block size on memory:// storage, and one empty file.
     fn setup() -> (tempfile::TempDir, Arc<dyn Meta>, DataStore, Ino) {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("meta.db");
         let fmt = Format {
             name: "w".into(),
             uuid: "u".into(),
@@ -403,18 +400,7 @@ mod tests {
             hash_prefix: false,
             layout: 0,
         };
-        SqliteMeta::create(&path, "sqlite://x", &fmt, false).unwrap();
-        let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://x").unwrap());
-        meta.new_session(SessionInfo {
-            host: "h".into(),
-            pid: 1,
-            mountpoint: "/m".into(),
-            version: "t".into(),
-            started: 0,
-            heartbeat: 0,
-            id: 0,
-        })
-        .unwrap();
+        let (dir, meta) = crate::meta::sqlite::scratch(&fmt);
         let store = DataStore::new(
             ObjectStorage::open("memory://", false).unwrap(),
             fmt,
