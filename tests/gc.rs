@@ -15,32 +15,6 @@ use common::*;
 /// Generous: uploads to a local bucket on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(120);
 
-/// Instantiates each test body once per engine, on a volume whose commands and mounts get
-/// the environment given.
-macro_rules! both_engines {
-    ($($name:ident($env:expr)),* $(,)?) => {
-        mod on_sqlite {
-            $(
-                #[test]
-                fn $name() {
-                    super::$name(&super::Volume::with_env(&[], $env))
-                }
-            )*
-        }
-        mod on_postgres {
-            $(
-                #[test]
-                fn $name() {
-                    match super::Volume::postgres(&[], |u| u.to_string(), $env) {
-                        Some(vol) => super::$name(&vol),
-                        None => eprintln!("skipped: UNKAI_TEST_POSTGRES is unset"),
-                    }
-                }
-            )*
-        }
-    };
-}
-
 both_engines!(
     gc_leaves_a_file_being_written_and_takes_a_dead_clients_uploads(Vec::new()),
     gc_takes_what_a_live_client_gave_back(super::fast_heartbeat()),

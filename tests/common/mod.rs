@@ -40,6 +40,34 @@ pub fn run_env(args: &[&str], env: &[(String, String)]) -> (bool, String, String
     )
 }
 
+/// Instantiates each test body `name(&Volume)` once per engine (modules `on_sqlite` and
+/// `on_postgres`; the latter skipped when PostgreSQL tests are off), on a volume whose
+/// commands and mounts get the environment given: `both_engines!(name(Vec::new()), ...)`.
+#[macro_export]
+macro_rules! both_engines {
+    ($($name:ident($env:expr)),* $(,)?) => {
+        mod on_sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(&super::Volume::with_env(&[], $env))
+                }
+            )*
+        }
+        mod on_postgres {
+            $(
+                #[test]
+                fn $name() {
+                    match super::Volume::postgres(&[], |u| u.to_string(), $env) {
+                        Some(vol) => super::$name(&vol),
+                        None => eprintln!("skipped: UNKAI_TEST_POSTGRES is unset"),
+                    }
+                }
+            )*
+        }
+    };
+}
+
 /// A formatted volume in its own temporary directory: `meta.db` and `bucket/`.
 pub struct Volume {
     pub dir: tempfile::TempDir,
