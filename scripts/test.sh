@@ -24,6 +24,9 @@ scripts/servers.sh install
 scripts/postgres.sh install
 export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 
+# setfacl, getfacl (tests/acl.rs) and getfattr.
+apt_install acl attr
+
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
 

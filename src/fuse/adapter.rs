@@ -20,7 +20,9 @@ use fuser::{
 };
 
 use super::Coherence;
-use crate::meta::{Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime};
+use crate::meta::{
+    Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl,
+};
 use crate::vfs::{self, Vfs};
 
 /// Kernel cache settings of a mount.
@@ -65,6 +67,9 @@ pub struct Adapter {
     vfs: Arc<Vfs>,
     cache: CacheConfig,
     coherence: Arc<Coherence>,
+    /// Whether the kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`); without it, setting one is
+    /// refused rather than kept and ignored.
+    acl: bool,
 }
 
 impl Adapter {
@@ -73,6 +78,7 @@ impl Adapter {
             vfs,
             cache,
             coherence,
+            acl: false,
         }
     }
 
@@ -139,6 +145,16 @@ fn ctx(req: &Request) -> Ctx {
         uid: req.uid(),
         gid: req.gid(),
         pid: req.pid(),
+        umask: 0,
+    }
+}
+
+/// The caller of a create, with the umask it sent (meta applies it, or the directory's
+/// default ACL instead).
+fn creator(req: &Request, umask: u32) -> Ctx {
+    Ctx {
+        umask: umask & 0o777,
+        ..ctx(req)
     }
 }
 
@@ -276,6 +292,14 @@ impl Filesystem for Adapter {
         {
             tracing::warn!("the kernel lacks the FUSE writeback cache; writes go through");
         }
+        // POSIX ACLs: the kernel enforces them from the system.posix_acl_* xattrs and leaves
+        // the umask to us (meta applies it, or a directory's default ACL instead).
+        self.acl = config
+            .add_capabilities(InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK)
+            .is_ok();
+        if !self.acl {
+            tracing::warn!("the kernel lacks FUSE POSIX ACLs: setting an ACL fails (EOPNOTSUPP)");
+        }
         // Locks go to the volume (shared by every client) instead of staying in this kernel.
         for cap in [InitFlags::FUSE_POSIX_LOCKS, InitFlags::FUSE_FLOCK_LOCKS] {
             if config.add_capabilities(cap).is_err() {
@@ -390,10 +414,14 @@ impl Filesystem for Adapter {
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
-        let perm = mode & 0o7777 & !umask;
-        let res = self
-            .vfs
-            .mknod(&ctx(req), parent.0, name.as_bytes(), kind, perm, rdev);
+        let res = self.vfs.mknod(
+            &creator(req, umask),
+            parent.0,
+            name.as_bytes(),
+            kind,
+            mode & 0o7777,
+            rdev,
+        );
         self.reply_entry(reply, res);
     }
 
@@ -406,10 +434,14 @@ impl Filesystem for Adapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let perm = mode & 0o7777 & !umask;
-        let res = self
-            .vfs
-            .mknod(&ctx(req), parent.0, name.as_bytes(), Kind::Dir, perm, 0);
+        let res = self.vfs.mknod(
+            &creator(req, umask),
+            parent.0,
+            name.as_bytes(),
+            Kind::Dir,
+            mode & 0o7777,
+            0,
+        );
         self.reply_entry(reply, res);
     }
 
@@ -795,6 +827,9 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        if !self.acl && acl::is_acl(name.as_bytes()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         match self
             .vfs
             .set_xattr(&ctx(req), ino.0, name.as_bytes(), value, flags)
@@ -823,6 +858,9 @@ impl Filesystem for Adapter {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if !self.acl && acl::is_acl(name.as_bytes()) {
+            return reply.error(Errno::EOPNOTSUPP);
+        }
         match self.vfs.remove_xattr(&ctx(req), ino.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -852,11 +890,13 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let perm = mode & 0o7777 & !umask;
-        match self
-            .vfs
-            .create(&ctx(req), parent.0, name.as_bytes(), perm, flags)
-        {
+        match self.vfs.create(
+            &creator(req, umask),
+            parent.0,
+            name.as_bytes(),
+            mode & 0o7777,
+            flags,
+        ) {
             Ok((fh, a, _)) => {
                 // A new file: the kernel has no pages of it to keep or drop.
                 let f = if self.cache.keep_cache {

@@ -9,6 +9,7 @@
 //! Not for: permission checks the kernel already performs (`default_permissions`), caching of
 //! file data, talking to the bucket.
 
+pub mod acl;
 mod engine;
 pub mod format;
 pub mod lock;
@@ -153,6 +154,9 @@ pub struct Ctx {
     pub uid: u32,
     pub gid: u32,
     pub pid: u32,
+    /// The caller's umask, for what it creates (FUSE sends it with create, mkdir and mknod):
+    /// applied by [`Meta::mknod`] unless the directory's default ACL decides the mode.
+    pub umask: u32,
 }
 
 impl Ctx {
@@ -160,6 +164,7 @@ impl Ctx {
         uid: 0,
         gid: 0,
         pid: 0,
+        umask: 0,
     };
 
     /// Whether the caller belongs to `gid`, supplementary groups included (read from /proc).

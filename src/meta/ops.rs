@@ -227,6 +227,52 @@ impl<E: Engine> EngineMeta<E> {
         Ok(p)
     }
 
+    /// An ACL as stored (checked when it was set: one that no longer reads is damage).
+    fn stored_acl(ino: Ino, b: &[u8]) -> TxResult<acl::Acl> {
+        acl::Acl::parse(b).ok_or_else(|| corrupt(format!("inode {ino} has a malformed ACL")))
+    }
+
+    /// Only the owner (or root) sets or removes an inode's ACLs; symlinks have none.
+    fn may_set_acl(ctx: &Ctx, a: &Attr) -> TxResult<()> {
+        if a.kind == Kind::Symlink {
+            return fail(libc::EOPNOTSUPP);
+        }
+        if ctx.uid != 0 && ctx.uid != a.uid {
+            return fail(libc::EPERM);
+        }
+        Ok(())
+    }
+
+    /// Sets an ACL xattr of `a`. A default ACL is for directories only (EACCES); an access
+    /// ACL sets the permission bits (mask or owning group in the group bits, and the setgid
+    /// bit cleared for a caller outside the group, as `posix_acl_update_mode` does) and is
+    /// not kept when the bits say it all.
+    fn put_acl(
+        tx: &mut dyn Txn,
+        ctx: &Ctx,
+        a: &mut Attr,
+        name: &[u8],
+        acl: &acl::Acl,
+    ) -> TxResult<()> {
+        Self::may_set_acl(ctx, a)?;
+        if name == acl::DEFAULT {
+            if a.kind != Kind::Dir {
+                return fail(libc::EACCES);
+            }
+            return tx.put_xattr(a.ino, name, &acl.to_xattr());
+        }
+        a.mode = (a.mode & !0o777) | acl.mode();
+        if ctx.uid != 0 && !ctx.in_group(a.gid) {
+            a.mode &= !libc::S_ISGID;
+        }
+        if acl.is_minimal() {
+            tx.delete_xattr(a.ino, name)?;
+            Ok(())
+        } else {
+            tx.put_xattr(a.ino, name, &acl.to_xattr())
+        }
+    }
+
     /// Locks a regular file: EISDIR for a directory, `other` for any other kind.
     fn lock_file(tx: &mut dyn Txn, ino: Ino, other: i32) -> TxResult<Attr> {
         let a = tx.lock_node(ino)?;
@@ -607,9 +653,21 @@ impl<E: Engine> Meta for EngineMeta<E> {
             return self.getattr(ino);
         }
         let now = now_nanos();
-        self.engine
-            .single(|tx| tx.set_attr(ino, set, now))
-            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+        let res = if set.mode.is_some() {
+            // chmod rewrites the access ACL's owner, mask and other entries.
+            self.engine.write(&[ino], false, |tx| {
+                let a = tx.set_attr(ino, set, now)?;
+                if let Some(b) = tx.xattr(ino, acl::ACCESS)? {
+                    let mut acl = Self::stored_acl(ino, &b)?;
+                    acl.chmod(a.mode);
+                    tx.put_xattr(ino, acl::ACCESS, &acl.to_xattr())?;
+                }
+                Ok(a)
+            })
+        } else {
+            self.engine.single(|tx| tx.set_attr(ino, set, now))
+        };
+        res.inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
     }
 
     fn mknod(
@@ -650,6 +708,22 @@ impl<E: Engine> Meta for EngineMeta<E> {
                         mode &= !libc::S_ISGID;
                     }
                 }
+                // The directory's default ACL decides the permission bits (masked by those
+                // asked for) instead of the umask, and is passed on (POSIX.1e).
+                let inherited = match kind {
+                    Kind::Symlink => None,
+                    _ => tx.xattr(parent, acl::DEFAULT)?,
+                };
+                let mut access = None;
+                match &inherited {
+                    Some(b) => {
+                        let (acl, perm) = Self::stored_acl(parent, b)?.inherit(mode);
+                        mode = (mode & !0o777) | perm;
+                        access = acl;
+                    }
+                    None if kind != Kind::Symlink => mode &= !(ctx.umask & 0o777),
+                    None => {}
+                }
                 let a = Attr {
                     ino,
                     kind,
@@ -667,6 +741,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 tx.create_entry(&a, parent, name)?;
                 if let Some(t) = target {
                     tx.insert_symlink(ino, t)?;
+                }
+                if let Some(acl) = access {
+                    tx.put_xattr(ino, acl::ACCESS, &acl.to_xattr())?;
+                }
+                if let (Kind::Dir, Some(d)) = (kind, &inherited) {
+                    tx.put_xattr(ino, acl::DEFAULT, d)?;
                 }
                 p.mtime = now;
                 p.ctime = now;
@@ -1214,7 +1294,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
 
     fn set_xattr(
         &self,
-        _ctx: &Ctx,
+        ctx: &Ctx,
         ino: Ino,
         name: &[u8],
         value: &[u8],
@@ -1229,6 +1309,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         if value.len() > MAX_XATTR_VALUE {
             return sys(libc::E2BIG);
         }
+        let acl = match acl::is_acl(name) {
+            true => Some(acl::Acl::parse(value).ok_or(Error::Sys(libc::EINVAL))?),
+            false => None,
+        };
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
@@ -1238,7 +1322,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     XattrSet::Replace if !exists => return fail(libc::ENODATA),
                     _ => {}
                 }
-                tx.put_xattr(ino, name, value)?;
+                match &acl {
+                    Some(acl) => Self::put_acl(tx, ctx, &mut a, name, acl)?,
+                    None => tx.put_xattr(ino, name, value)?,
+                }
                 a.ctime = now_nanos();
                 tx.update_node(&a)
             })
@@ -1265,15 +1352,20 @@ impl<E: Engine> Meta for EngineMeta<E> {
         })
     }
 
-    fn remove_xattr(&self, _ctx: &Ctx, ino: Ino, name: &[u8]) -> Result<()> {
+    fn remove_xattr(&self, ctx: &Ctx, ino: Ino, name: &[u8]) -> Result<()> {
         if name.len() > MAX_XATTR_NAME {
             return sys(libc::ERANGE);
         }
+        let is_acl = acl::is_acl(name);
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
+                if is_acl {
+                    Self::may_set_acl(ctx, &a)?;
+                }
                 if !tx.delete_xattr(ino, name)? {
-                    return fail(libc::ENODATA);
+                    // As on ext4: an ACL that is not there is removed already.
+                    return if is_acl { Ok(()) } else { fail(libc::ENODATA) };
                 }
                 a.ctime = now_nanos();
                 tx.update_node(&a)

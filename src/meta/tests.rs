@@ -267,6 +267,7 @@ const CTX: Ctx = Ctx {
     uid: 1000,
     gid: 1000,
     pid: 0,
+    umask: 0,
 };
 
 const KIB: u64 = 1024;
