@@ -33,7 +33,8 @@ fn fragmented(n: u32) -> Vec<SliceRec> {
 }
 
 fn slices(c: &mut Criterion) {
-    for n in [1u32, 16, 256] {
+    // 16384: a chunk of random 4 KiB writes (mmap writeback) before compaction.
+    for n in [1u32, 16, 256, 16384] {
         let recs = fragmented(n);
         c.bench_function(&format!("build_view of {n} slices"), |b| {
             b.iter(|| black_box(build_view(black_box(&recs))))

@@ -291,7 +291,10 @@ fn only_the_owner_sets_an_acl_and_a_default_acl_is_for_directories() {
 /// Whether uid 65534 may read `p`.
 fn nobody_reads(p: &Path) -> bool {
     let q = p.to_path_buf();
-    as_user(65534, 65534, || std::fs::read(&q).map(|_| ()).map_err(|e| errno(&e))).is_ok()
+    as_user(65534, 65534, || {
+        std::fs::read(&q).map(|_| ()).map_err(|e| errno(&e))
+    })
+    .is_ok()
 }
 
 fn an_acl_set_on_one_mount_is_enforced_on_another(vol: &Volume) {
@@ -299,14 +302,20 @@ fn an_acl_set_on_one_mount_is_enforced_on_another(vol: &Volume) {
     let b = vol.mount();
     std::fs::write(a.p("f"), b"shared").unwrap();
     // B has checked (and its kernel cached) the file without an ACL.
-    assert!(eventually(std::time::Duration::from_secs(60), || nobody_reads(&b.p("f"))));
+    assert!(eventually(std::time::Duration::from_secs(60), || {
+        nobody_reads(&b.p("f"))
+    }));
     sh(&a.path, "setfacl -m u:65534:--- f");
     assert!(!nobody_reads(&a.p("f")));
     assert!(
-        eventually(std::time::Duration::from_secs(60), || !nobody_reads(&b.p("f"))),
+        eventually(std::time::Duration::from_secs(60), || !nobody_reads(
+            &b.p("f")
+        )),
         "the other mount still lets a denied user read"
     );
     // And the way back.
     sh(&b.path, "setfacl -x u:65534 f");
-    assert!(eventually(std::time::Duration::from_secs(60), || nobody_reads(&a.p("f"))));
+    assert!(eventually(std::time::Duration::from_secs(60), || {
+        nobody_reads(&a.p("f"))
+    }));
 }

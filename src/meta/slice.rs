@@ -9,6 +9,8 @@
 //!
 //! Not for: reading or writing the blocks of a slice (that is `data`).
 
+use std::collections::BTreeMap;
+
 use super::CHUNK_SIZE;
 
 /// One record of a chunk's slice list.
@@ -82,41 +84,59 @@ pub fn decode(buf: &[u8]) -> Option<Vec<SliceRec>> {
 
 /// The visible layout of a chunk: non-overlapping pieces of records, sorted by position.
 /// Gaps between pieces are holes. Each piece is itself a `SliceRec` (a trimmed record).
+///
+/// O(n log n) in the records: a chunk written by random 4 KiB writes (mmap writeback) holds
+/// tens of thousands of them until compaction, and every read of it builds this view.
 pub fn build_view(recs: &[SliceRec]) -> Vec<SliceRec> {
-    let mut view: Vec<SliceRec> = Vec::new();
+    // Pieces by position.
+    let mut view: BTreeMap<u32, SliceRec> = BTreeMap::new();
+    let mut covered: Vec<u32> = Vec::new();
     for r in recs.iter().filter(|r| r.len > 0) {
         let (start, end) = (r.pos as u64, r.end());
-        // First piece that ends after `start`.
-        let first = view.partition_point(|p| p.end() <= start);
-        let mut last = first;
-        while last < view.len() && (view[last].pos as u64) < end {
-            last += 1;
-        }
-        // Pieces view[first..last] overlap [start, end): keep their outside parts.
-        let mut repl: Vec<SliceRec> = Vec::with_capacity(3);
-        if first < last {
-            let head = view[first];
-            if (head.pos as u64) < start {
-                let keep = (start - head.pos as u64) as u32;
-                repl.push(SliceRec { len: keep, ..head });
+        // A piece that starts before the record and reaches into it keeps its head (and its
+        // part past the record, if it spans it).
+        if let Some((_, &p)) = view.range(..r.pos).next_back() {
+            if p.end() > start {
+                view.insert(
+                    p.pos,
+                    SliceRec {
+                        len: (start - p.pos as u64) as u32,
+                        ..p
+                    },
+                );
+                if p.end() > end {
+                    view.insert(end as u32, past(p, end));
+                }
             }
         }
-        repl.push(*r);
-        if first < last {
-            let tail = view[last - 1];
-            if tail.end() > end {
-                let cut = (end - tail.pos as u64) as u32;
-                repl.push(SliceRec {
-                    pos: end as u32,
-                    off: if tail.id == 0 { 0 } else { tail.off + cut },
-                    len: tail.len - cut,
-                    ..tail
-                });
+        // Pieces that start inside the record go, but for the part of the last past its end.
+        covered.clear();
+        covered.extend(
+            view.range(r.pos..)
+                .take_while(|(k, _)| (**k as u64) < end)
+                .map(|(k, _)| *k),
+        );
+        for k in &covered {
+            if let Some(p) = view.remove(k) {
+                if p.end() > end {
+                    view.insert(end as u32, past(p, end));
+                }
             }
         }
-        view.splice(first..last, repl);
+        view.insert(r.pos, *r);
     }
-    view
+    view.into_values().collect()
+}
+
+/// The part of piece `p` from `end` on.
+fn past(p: SliceRec, end: u64) -> SliceRec {
+    let cut = (end - p.pos as u64) as u32;
+    SliceRec {
+        pos: end as u32,
+        off: if p.id == 0 { 0 } else { p.off + cut },
+        len: p.len - cut,
+        ..p
+    }
 }
 
 /// Whether the view has data (a non-zero slice) anywhere in `[start, end)`.

@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
-use crate::data::{DataStore, SliceUpload};
+use crate::data::{DataStore, SliceRange, SliceUpload};
 use crate::garbage;
 use crate::meta::{Ino, Meta, SliceRec, slice};
 
 use super::Result;
-use super::reader::read_committed;
+use super::reader::read_ranges;
 
 /// Records a chunk must have before it is compacted.
 pub const COMPACT_AT: usize = 16;
@@ -37,21 +37,28 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
         }
     }
     let total: u64 = runs.iter().map(|r| r.1 as u64).sum();
-    let base = index as u64 * crate::meta::CHUNK_SIZE;
-    let mut buf = vec![0u8; total as usize];
+    // The data pieces, in order, are the runs laid end to end: read them all at once from
+    // the view already built (committed data only: compaction must not see pending writes).
     let mut at = 0usize;
-    for (pos, len) in &runs {
-        // Committed data only: compaction must not see pending writes.
-        read_committed(
-            meta,
-            store,
-            ino,
-            base + *pos as u64,
-            &mut buf[at..at + *len as usize],
-            true,
-        )?;
-        at += *len as usize;
-    }
+    let wanted = view
+        .iter()
+        .filter(|p| p.id != 0)
+        .map(|p| {
+            let dst = at;
+            at += p.len as usize;
+            let r = SliceRange {
+                id: p.id,
+                size: p.size,
+                start: p.off,
+                len: p.len,
+            };
+            (dst, r)
+        })
+        .collect();
+    let mut buf = vec![0u8; total as usize];
+    read_ranges(store, wanted, &mut buf, true)?;
+    // Handed over as it is: each block is a view of it, not a copy.
+    let buf = Bytes::from(buf);
     let mut new = Vec::new();
     let mut upload = None;
     // Kept (in flight, see `SliceUpload::start`) until the new slice is committed.
@@ -60,8 +67,8 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
         let mut up = SliceUpload::start(store, || meta.new_slice_id())?;
         let id = up.id();
         let bs = store.block_size() as usize;
-        for (i, block) in buf.chunks(bs).enumerate() {
-            up.put_block(i as u32, Bytes::copy_from_slice(block));
+        for (i, start) in (0..buf.len()).step_by(bs).enumerate() {
+            up.put_block(i as u32, buf.slice(start..(start + bs).min(buf.len())));
         }
         up.wait()?;
         let mut off = 0u32;
@@ -114,7 +121,8 @@ impl Background {
                             break;
                         }
                     }
-                    round(&*meta, &store);
+                    let stopping = || *s.0.lock();
+                    round(&*meta, &store, &stopping);
                     if let Err(e) = meta.watch_sessions() {
                         tracing::warn!("watching sessions: {e}");
                     }
@@ -126,7 +134,11 @@ impl Background {
                         last_hb = Instant::now();
                     }
                 }
-                round(&*meta, &store);
+                // Unmounting: dead slices go (quick deletes); compaction waits for the next
+                // mount, whose reads it only speeds up.
+                if let Err(e) = garbage::reclaim_all(&*meta, &store) {
+                    tracing::warn!("reclaiming dead slices: {e}");
+                }
             })
             .expect("spawn background thread");
         Background {
@@ -150,10 +162,15 @@ fn trim_reserved(meta: &dyn Meta, store: &DataStore, trimmed: &mut u64) {
     }
 }
 
-fn round(meta: &dyn Meta, store: &DataStore) {
+/// Compacts the fragmented chunks (until `stopping` says the mount is ending: a chunk takes
+/// up to a chunk's worth of reads and writes), then deletes dead slices.
+fn round(meta: &dyn Meta, store: &DataStore, stopping: &dyn Fn() -> bool) {
     match meta.fragmented_chunks(COMPACT_AT, 64) {
         Ok(chunks) => {
             for (ino, index) in chunks {
+                if stopping() {
+                    return;
+                }
                 if let Err(e) = compact_chunk(meta, store, ino, index) {
                     tracing::warn!("compacting chunk {index} of inode {ino}: {e}");
                 }

@@ -43,6 +43,17 @@ pub fn read_committed(
         }
         at = base + b;
     }
+    read_ranges(store, wanted, buf, sequential)
+}
+
+/// Reads slice ranges into `buf`: each `(offset in buf, range)`, in order of offset, not
+/// overlapping.
+pub fn read_ranges(
+    store: &DataStore,
+    wanted: Vec<(usize, SliceRange)>,
+    buf: &mut [u8],
+    sequential: bool,
+) -> Result<()> {
     if wanted.is_empty() {
         return Ok(());
     }
