@@ -1150,3 +1150,80 @@ fn a_hung_store_fails_with_eio_at_the_deadline_and_is_logged_once() {
         );
     });
 }
+
+// ---------------------------------------------------------------------------------------------
+// 6. What close(2) said failed is not stored later
+// ---------------------------------------------------------------------------------------------
+
+/// close(2) reports EIO when the writes cannot be stored (the store is down past the
+/// deadline); once the store is back those writes must not appear: an application told they
+/// failed would otherwise find them written. A file still open after a failed fsync keeps its
+/// writes for a later fsync, which says whether they were stored.
+#[test]
+fn writes_close_reported_failed_are_never_stored_later() {
+    let server = servers::s3("faults-close");
+    let mut vol = s3_volume(&server, "1M");
+    let log = vol.dir.path().join("mount.log");
+    show_log_on_panic(&log, || {
+        let down = vol.dir.path().join("store-is-down");
+        set_faults(&mut vol, Some(&format!("down_file={}", down.display())));
+        let old = pattern(300_000, 21);
+        let m = vol.mount_with(&["--io-timeout", "1", "--io-deadline", "3"]);
+        let mp = m.path.clone();
+        write_fsync(&m.p("old"), &old);
+
+        fs::write(&down, b"").unwrap();
+        // A new file and an overwrite, each closed while the store is down.
+        let (p, q) = (mp.join("new"), mp.join("old"));
+        let (res, _) = bounded("write+close", move || {
+            let mut f = File::create(p)?;
+            f.write_all(&pattern(1_500_000, 22))?;
+            let new = nix::unistd::close(std::os::fd::IntoRawFd::into_raw_fd(f));
+            let g = OpenOptions::new().write(true).open(q)?;
+            g.write_all_at(&pattern(100_000, 23), 50_000)?;
+            let over = nix::unistd::close(std::os::fd::IntoRawFd::into_raw_fd(g));
+            Ok::<_, io::Error>((new, over))
+        });
+        let (new, over) = res.expect("writes are buffered while the store is down");
+        assert_eq!(new, Err(nix::errno::Errno::EIO), "close of the new file");
+        assert_eq!(over, Err(nix::errno::Errno::EIO), "close of the overwrite");
+        // A descriptor kept open: its fsync fails; a later fsync decides.
+        let mut kept = File::create(mp.join("kept")).unwrap();
+        let k = pattern(200_000, 24);
+        kept.write_all(&k).unwrap();
+        let (kept_back, res) = {
+            let ((f, r), _) = bounded("fsync kept", move || {
+                let r = kept.sync_all();
+                (kept, r)
+            });
+            (f, r)
+        };
+        assert_eio(
+            &res.expect_err("fsync succeeded with the store down"),
+            "fsync kept",
+        );
+
+        fs::remove_file(&down).unwrap();
+        kept_back
+            .sync_all()
+            .expect("fsync of the kept descriptor once the store is back");
+        drop(kept_back);
+        // In this mount (whose kernel cached the pages written) and after a remount.
+        assert_eq!(
+            fs::read(mp.join("new")).unwrap().len(),
+            0,
+            "writes close reported failed are visible"
+        );
+        assert_content(&mp.join("old"), &old);
+        m.unmount();
+        set_faults(&mut vol, None);
+        let m = vol.mount();
+        assert_eq!(
+            fs::read(m.p("new")).unwrap().len(),
+            0,
+            "writes close reported failed were stored later"
+        );
+        assert_content(&m.p("old"), &old);
+        assert_content(&m.p("kept"), &k);
+    });
+}

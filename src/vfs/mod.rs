@@ -574,9 +574,17 @@ impl Vfs {
     }
 
     /// `close()` of a descriptor: commits the file's writes so the next open sees them.
+    /// If it fails, the application is told its writes failed: they are then never stored
+    /// later (see [`Vfs::release`]), unless a later fsync or close of the file succeeds.
     pub fn flush(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
-        self.flush_ino(h.ino)
+        let res = self.flush_ino(h.ino);
+        if res.is_err() {
+            if let Some(w) = self.writer(h.ino) {
+                w.lock().set_close_failed();
+            }
+        }
+        res
     }
 
     pub fn release(&self, fh: u64) -> Result<()> {
@@ -595,7 +603,24 @@ impl Vfs {
                 self.discard_writer(h.ino);
             }
         }
-        let res = self.flush_ino(h.ino);
+        let told = last && self.writer(h.ino).is_some_and(|w| w.lock().close_failed());
+        let res = if told {
+            // close(2) reported these writes failed: an application told so must not find
+            // them written later (the durability contract), so they go now.
+            let bytes = self.writer(h.ino).map_or(0, |w| w.lock().buffered());
+            tracing::error!(
+                "inode {}: {bytes} bytes written are dropped, not stored: close reported the \
+                 failure to store them",
+                h.ino
+            );
+            self.discard_writer(h.ino);
+            // The kernel still caches the dropped bytes: the next open must not keep its
+            // pages or attributes (see `stamp_open`).
+            self.stamps.lock().remove(&h.ino);
+            Ok(())
+        } else {
+            self.flush_ino(h.ino)
+        };
         if let Err(e) = &res {
             tracing::error!("inode {}: writes could not be stored at close: {e}", h.ino);
         }

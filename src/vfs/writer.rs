@@ -54,6 +54,9 @@ pub struct FileWriter {
     committed: Option<Attr>,
     /// Slices made at flush of many small pending slices (see `pack`): upload and size.
     packs: Vec<(SliceUpload, u32)>,
+    /// A close (FUSE flush) told the application these writes failed, and no flush has
+    /// succeeded since: they are dropped at the last release, never committed later.
+    close_failed: bool,
 }
 
 impl FileWriter {
@@ -67,7 +70,18 @@ impl FileWriter {
             unsynced: Vec::new(),
             committed: None,
             packs: Vec::new(),
+            close_failed: false,
         }
+    }
+
+    /// Whether a close reported these writes failed (and nothing stored them since).
+    pub fn close_failed(&self) -> bool {
+        self.close_failed && self.is_dirty()
+    }
+
+    /// Notes that a close reported the pending writes failed; a successful flush clears it.
+    pub fn set_close_failed(&mut self) {
+        self.close_failed = true;
     }
 
     /// The attributes the last commit returned, if not taken yet.
@@ -342,6 +356,7 @@ impl FileWriter {
         self.chunks.clear();
         self.end = 0;
         self.bytes = 0;
+        self.close_failed = false;
         Ok(())
     }
 
