@@ -522,7 +522,14 @@ impl Filesystem for Adapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.vfs.open(ino.0, flags.0) {
-            Ok((fh, _, keep)) => reply.opened(FileHandle(fh), self.open_flags(ino.0, keep)),
+            Ok(o) => {
+                if o.atime_moved && o.keep {
+                    // Its cached access time is old (open_flags forgets the attributes of a
+                    // file not kept). Attributes only: safe within a request.
+                    self.coherence.forget_attr(ino.0);
+                }
+                reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep))
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -897,7 +904,8 @@ impl Filesystem for Adapter {
             mode & 0o7777,
             flags,
         ) {
-            Ok((fh, a, _)) => {
+            Ok(o) => {
+                let (fh, a) = (o.fh, o.attr);
                 // A new file: the kernel has no pages of it to keep or drop.
                 let f = if self.cache.keep_cache {
                     FopenFlags::FOPEN_KEEP_CACHE

@@ -39,18 +39,8 @@ pub struct MountOptions {
     pub flags: MountFlags,
 }
 
-/// When the kernel updates access times (it only sets the mount's flag: unkai itself does not
-/// store access times yet).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Atime {
-    /// `relatime` (the kernel's default; `atime` means the same).
-    #[default]
-    Relative,
-    /// `noatime`.
-    Never,
-    /// `strictatime`: on every access.
-    Strict,
-}
+/// When reads move access times: the mount's flag, which `vfs` applies (see `vfs::atime`).
+pub use crate::vfs::atime::Atime;
 
 /// The kernel's per-mount flags given with `-o`. The default (no options) is what unkai has
 /// always mounted with: `suid`, `dev`, `exec`, `relatime`.

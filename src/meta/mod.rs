@@ -395,6 +395,10 @@ pub trait Meta: Send + Sync {
     fn lookup(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr>;
     fn getattr(&self, ino: Ino) -> Result<Attr>;
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr>;
+    /// Stores access times read through a client, all in one transaction; each only moves
+    /// an atime forward, and an inode gone meanwhile is skipped. Nothing else changes (not
+    /// ctime), and other clients are not told.
+    fn set_atimes(&self, times: &[(Ino, Nanos)]) -> Result<()>;
     /// Creates a file, directory, device, fifo, socket or symlink (`target`).
     #[allow(clippy::too_many_arguments)]
     fn mknod(

@@ -670,6 +670,24 @@ impl<E: Engine> Meta for EngineMeta<E> {
         res.inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
     }
 
+    fn set_atimes(&self, times: &[(Ino, Nanos)]) -> Result<()> {
+        if times.is_empty() {
+            return Ok(());
+        }
+        let inos: Vec<Ino> = times.iter().map(|t| t.0).collect();
+        self.engine.write(&inos, false, |tx| {
+            for &(ino, at) in times {
+                if let Some(mut a) = unless_gone(tx.lock_node(ino))? {
+                    if at > a.atime {
+                        a.atime = at;
+                        tx.update_node(&a)?;
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+
     fn mknod(
         &self,
         ctx: &Ctx,

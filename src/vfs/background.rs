@@ -14,6 +14,7 @@ use crate::garbage;
 use crate::meta::{Ino, Meta, SliceRec, slice};
 
 use super::Result;
+use super::atime::Atimes;
 use super::reader::read_ranges;
 
 /// Records a chunk must have before it is compacted.
@@ -102,7 +103,7 @@ pub struct Background {
 }
 
 impl Background {
-    pub fn start(meta: Arc<dyn Meta>, store: DataStore) -> Background {
+    pub fn start(meta: Arc<dyn Meta>, store: DataStore, atimes: Arc<Atimes>) -> Background {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let s = stop.clone();
         let thread = std::thread::Builder::new()
@@ -122,6 +123,7 @@ impl Background {
                         }
                     }
                     let stopping = || *s.0.lock();
+                    store_atimes(&*meta, &atimes);
                     round(&*meta, &store, &stopping);
                     if let Err(e) = meta.watch_sessions() {
                         tracing::warn!("watching sessions: {e}");
@@ -134,8 +136,9 @@ impl Background {
                         last_hb = Instant::now();
                     }
                 }
-                // Unmounting: dead slices go (quick deletes); compaction waits for the next
-                // mount, whose reads it only speeds up.
+                // Unmounting: access times are stored and dead slices go (quick deletes);
+                // compaction waits for the next mount, whose reads it only speeds up.
+                store_atimes(&*meta, &atimes);
                 if let Err(e) = garbage::reclaim_all(&*meta, &store) {
                     tracing::warn!("reclaiming dead slices: {e}");
                 }
@@ -145,6 +148,19 @@ impl Background {
             stop,
             thread: Some(thread),
         }
+    }
+}
+
+/// Stores the access times reads moved, in one transaction (kept for the next round if
+/// that fails).
+pub fn store_atimes(meta: &dyn Meta, atimes: &Atimes) {
+    let times = atimes.take();
+    if times.is_empty() {
+        return;
+    }
+    if let Err(e) = meta.set_atimes(&times) {
+        tracing::warn!("storing access times: {e}");
+        atimes.put_back(times);
     }
 }
 

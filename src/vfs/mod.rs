@@ -6,6 +6,7 @@
 //!
 //! Not for: FUSE specifics (TTLs, reply types), SQL, object keys.
 
+pub mod atime;
 pub mod background;
 pub mod handle;
 pub mod locks;
@@ -65,6 +66,8 @@ pub struct Config {
     /// where this kernel believes the end is (another client may have appended meanwhile).
     /// Off under the kernel's writeback cache, which handles O_APPEND itself.
     pub append_at_end: bool,
+    /// When reads move access times (the mount's relatime, noatime or strictatime).
+    pub atime: atime::Atime,
 }
 
 impl Default for Config {
@@ -73,6 +76,7 @@ impl Default for Config {
             buffer_limit: 256 << 20,
             background: true,
             append_at_end: true,
+            atime: atime::Atime::Relative,
         }
     }
 }
@@ -84,6 +88,17 @@ pub struct StatFs {
     pub free_bytes: u64,
     pub files: u64,
     pub free_files: u64,
+}
+
+/// An open file.
+pub struct Opened {
+    pub fh: u64,
+    pub attr: Attr,
+    /// Whether the kernel may keep the pages it has of the file (false if the file changed
+    /// elsewhere since this mount last saw it).
+    pub keep: bool,
+    /// Whether the open moved the access time (the kernel's cached one is then old).
+    pub atime_moved: bool,
 }
 
 type SharedWriter = Arc<Mutex<FileWriter>>;
@@ -99,6 +114,8 @@ pub struct Vfs {
     written: std::sync::atomic::AtomicU64,
     retired: Mutex<Retired>,
     background: Mutex<Option<background::Background>>,
+    /// Access times read and not stored yet (stored by the background thread).
+    atimes: Arc<atime::Atimes>,
     locks: locks::Locks,
     stamps: Mutex<HashMap<Ino, Stamp>>,
 }
@@ -164,9 +181,10 @@ impl Retired {
 
 impl Vfs {
     pub fn new(meta: Arc<dyn Meta>, store: DataStore, cfg: Config) -> Vfs {
+        let atimes = Arc::new(atime::Atimes::new(cfg.atime));
         let bg = cfg
             .background
-            .then(|| background::Background::start(meta.clone(), store.clone()));
+            .then(|| background::Background::start(meta.clone(), store.clone(), atimes.clone()));
         Vfs {
             meta,
             store,
@@ -177,6 +195,7 @@ impl Vfs {
             written: Default::default(),
             retired: Mutex::new(Retired::default()),
             background: Mutex::new(bg),
+            atimes,
             locks: locks::Locks::default(),
             stamps: Mutex::new(HashMap::new()),
         }
@@ -273,6 +292,7 @@ impl Vfs {
                     a.ctime = a.ctime.max(m);
                 }
             }
+            self.atimes.overlay(&mut a);
         }
         a
     }
@@ -426,14 +446,23 @@ impl Vfs {
 
     // ---- handles ----
 
-    /// Opens a file: its handle, attributes, and whether the kernel may keep the pages it
-    /// has of the file (false if the file changed elsewhere since this mount last saw it).
-    pub fn open(&self, ino: Ino, flags: i32) -> Result<(u64, Attr, bool)> {
+    /// Opens a file (see [`Opened`]).
+    pub fn open(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let mark = self.attr_mark();
         let a = self.meta.open_inode(ino)?;
+        // An open for reading counts as an access: reads the kernel answers from its page
+        // cache never reach us (FUSE leaves access times to the file system).
+        let atime_moved = flags & libc::O_ACCMODE != libc::O_WRONLY
+            && flags & libc::O_NOATIME == 0
+            && self.atimes.read(&a, now_nanos());
         let keep = self.stamp_open(&a);
         let fh = self.handles.insert(ino, flags);
-        Ok((fh, self.overlay_attr(mark, a), keep))
+        Ok(Opened {
+            fh,
+            attr: self.overlay_attr(mark, a),
+            keep,
+            atime_moved,
+        })
     }
 
     pub fn create(
@@ -443,7 +472,7 @@ impl Vfs {
         name: &[u8],
         mode: u32,
         flags: i32,
-    ) -> Result<(u64, Attr, bool)> {
+    ) -> Result<Opened> {
         let a = match self
             .meta
             .mknod(ctx, parent, name, Kind::File, mode, 0, None)
@@ -506,16 +535,29 @@ impl Vfs {
     pub fn read(&self, fh: u64, off: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handle(fh)?;
         let sequential = off == 0 || h.read_end.load(Ordering::Relaxed) == off;
-        let data = self.read_ino(h.ino, off, size as usize, sequential)?;
+        let touch = h.flags & libc::O_NOATIME == 0;
+        let data = self.read_ino(h.ino, off, size as usize, sequential, touch)?;
         h.read_end.store(off + data.len() as u64, Ordering::Relaxed);
         Ok(data)
     }
 
-    fn read_ino(&self, ino: Ino, off: u64, size: usize, sequential: bool) -> Result<Vec<u8>> {
+    /// Reads, moving the access time if `touch` (not an O_NOATIME descriptor).
+    fn read_ino(
+        &self,
+        ino: Ino,
+        off: u64,
+        size: usize,
+        sequential: bool,
+        touch: bool,
+    ) -> Result<Vec<u8>> {
         // Hold the writer (if any) so that no flush commits between reading and overlaying.
         let w = self.writer(ino);
         let guard = w.as_ref().map(|w| w.lock());
-        let mut len = self.meta.getattr(ino)?.length;
+        let a = self.meta.getattr(ino)?;
+        if touch {
+            self.atimes.read(&a, now_nanos());
+        }
+        let mut len = a.length;
         if let Some(end) = guard.as_ref().and_then(|g| g.pending_end()) {
             len = len.max(end);
         }
@@ -871,7 +913,14 @@ impl Vfs {
     }
 
     /// Flushes every pending write (unmount, signal): nothing buffered is lost.
+    /// Stores the access times reads moved (one transaction); kept for the next try if that
+    /// fails.
+    pub fn store_atimes(&self) {
+        background::store_atimes(&*self.meta, &self.atimes);
+    }
+
     pub fn flush_all(&self) -> Result<()> {
+        self.store_atimes();
         let writers: Vec<SharedWriter> = self.writers.lock().values().cloned().collect();
         let mut first = None;
         for w in writers {

@@ -254,6 +254,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             buffer_limit: cfg.buffer_bytes,
             background: true,
             append_at_end: !cache.writeback,
+            atime: cfg.flags.atime,
         },
     ));
     let opts = MountOptions {

@@ -1,0 +1,135 @@
+//! Access times of files read through this mount: when a read moves a file's atime (the
+//! mount's `relatime`, `strictatime` or `noatime`, as Linux decides it), and the new times
+//! waiting to be stored. They are stored in groups, one transaction for all of them, by the
+//! background thread (and at unmount), never by the read itself; until then `getattr` shows
+//! them.
+//!
+//! Not for: other attributes, directories' access times (readdir does not move them).
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
+
+use crate::meta::{Attr, Ino, Nanos};
+
+/// When a read moves the access time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Atime {
+    /// `relatime` (Linux's default): when the access time is not after the last change, or
+    /// is a day old.
+    #[default]
+    Relative,
+    /// `noatime`: never.
+    Never,
+    /// `strictatime`: on every read.
+    Strict,
+}
+
+const DAY: Nanos = 86_400 * 1_000_000_000;
+
+/// Access times read and not stored yet.
+#[derive(Default)]
+pub struct Atimes {
+    mode: Atime,
+    pending: Mutex<HashMap<Ino, Nanos>>,
+}
+
+impl Atimes {
+    pub fn new(mode: Atime) -> Atimes {
+        Atimes {
+            mode,
+            pending: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// A read of the file `a` (as the engine has it) at `now`; whether it moved the access
+    /// time.
+    pub fn read(&self, a: &Attr, now: Nanos) -> bool {
+        if self.mode == Atime::Never {
+            return false;
+        }
+        let mut pending = self.pending.lock();
+        let atime = pending.get(&a.ino).map_or(a.atime, |&p| p.max(a.atime));
+        let due = match self.mode {
+            Atime::Strict => now > atime,
+            // Linux's relatime_need_update.
+            _ => atime <= a.mtime || atime <= a.ctime || now - atime >= DAY,
+        };
+        if due {
+            pending.insert(a.ino, now);
+        }
+        due
+    }
+
+    /// Shows a read's access time not stored yet.
+    pub fn overlay(&self, a: &mut Attr) {
+        if let Some(&p) = self.pending.lock().get(&a.ino) {
+            a.atime = a.atime.max(p);
+        }
+    }
+
+    /// Takes the access times to store.
+    pub fn take(&self) -> Vec<(Ino, Nanos)> {
+        self.pending.lock().drain().collect()
+    }
+
+    /// Puts back times whose storing failed (a newer one read meanwhile wins).
+    pub fn put_back(&self, times: Vec<(Ino, Nanos)>) {
+        let mut pending = self.pending.lock();
+        for (ino, t) in times {
+            let e = pending.entry(ino).or_insert(t);
+            *e = (*e).max(t);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::Kind;
+
+    fn file(atime: Nanos, mtime: Nanos) -> Attr {
+        Attr {
+            ino: 7,
+            kind: Kind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            length: 1,
+            rdev: 0,
+            atime,
+            mtime,
+            ctime: mtime,
+            parent: 0,
+        }
+    }
+
+    #[test]
+    fn relatime_moves_an_access_time_older_than_the_change_or_a_day() {
+        let t = Atimes::new(Atime::Relative);
+        // Read after a change: moves.
+        t.read(&file(100, 200), 1_000);
+        assert_eq!(t.take(), vec![(7, 1_000)]);
+        // Read again soon after: stays (the stored atime is now after the change).
+        t.read(&file(1_000, 200), 2_000);
+        assert!(t.take().is_empty());
+        // A day later: moves.
+        t.read(&file(1_000, 200), 1_000 + DAY);
+        assert_eq!(t.take(), vec![(7, 1_000 + DAY)]);
+    }
+
+    #[test]
+    fn strictatime_moves_on_every_read_and_noatime_never() {
+        let s = Atimes::new(Atime::Strict);
+        s.read(&file(1_000, 200), 2_000);
+        s.read(&file(1_000, 200), 3_000);
+        let mut a = file(1_000, 200);
+        s.overlay(&mut a);
+        assert_eq!(a.atime, 3_000);
+        assert_eq!(s.take(), vec![(7, 3_000)]);
+        let n = Atimes::new(Atime::Never);
+        n.read(&file(100, 200), 1_000);
+        assert!(n.take().is_empty());
+    }
+}
