@@ -93,3 +93,21 @@ fn noatime_never_moves_it_and_strictatime_always_does() {
         "strictatime did not move it on the second read"
     );
 }
+
+/// A time set explicitly (touch -a, utimensat) right after a read wins over the access time
+/// the read moved and not stored yet (pjdfstest's utimensat cases caught this).
+#[test]
+fn a_time_set_after_a_read_wins() {
+    let vol = Volume::new();
+    let m = vol.mount();
+    let f = m.p("f");
+    std::fs::write(&f, b"read me").unwrap();
+    set_times(&f, now() - 2 * DAY);
+    std::fs::read(&f).unwrap();
+    let set = 100_000_000;
+    set_times(&f, set);
+    assert_eq!(atime(&f), set * 1_000_000_000);
+    m.unmount();
+    let m = vol.mount();
+    assert_eq!(atime(&m.p("f")), set * 1_000_000_000, "after a remount");
+}

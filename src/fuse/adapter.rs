@@ -522,14 +522,7 @@ impl Filesystem for Adapter {
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         match self.vfs.open(ino.0, flags.0) {
-            Ok(o) => {
-                if o.atime_moved && o.keep {
-                    // Its cached access time is old (open_flags forgets the attributes of a
-                    // file not kept). Attributes only: safe within a request.
-                    self.coherence.forget_attr(ino.0);
-                }
-                reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep))
-            }
+            Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep)),
             Err(e) => reply.error(errno(&e)),
         }
     }

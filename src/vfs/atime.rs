@@ -1,6 +1,6 @@
-//! Access times of files read through this mount: when a read moves a file's atime (the
-//! mount's `relatime`, `strictatime` or `noatime`, as Linux decides it), and the new times
-//! waiting to be stored. They are stored in groups, one transaction for all of them, by the
+//! Access times of files read through this mount: when a read that reaches unkai moves a
+//! file's atime (the mount's `relatime`, `strictatime` or `noatime`, as Linux decides it),
+//! and the new times waiting to be stored. They are stored in groups, one transaction for all of them, by the
 //! background thread (and at unmount), never by the read itself; until then `getattr` shows
 //! them.
 //!
@@ -59,6 +59,11 @@ impl Atimes {
             pending.insert(a.ino, now);
         }
         due
+    }
+
+    /// Drops the access time a read moved and not stored yet (one set explicitly wins).
+    pub fn forget(&self, ino: Ino) {
+        self.pending.lock().remove(&ino);
     }
 
     /// Shows a read's access time not stored yet.

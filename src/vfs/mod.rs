@@ -97,8 +97,6 @@ pub struct Opened {
     /// Whether the kernel may keep the pages it has of the file (false if the file changed
     /// elsewhere since this mount last saw it).
     pub keep: bool,
-    /// Whether the open moved the access time (the kernel's cached one is then old).
-    pub atime_moved: bool,
 }
 
 type SharedWriter = Arc<Mutex<FileWriter>>;
@@ -321,6 +319,10 @@ impl Vfs {
         if let Some(size) = size {
             attr = Some(self.meta.truncate(ctx, ino, size)?);
         }
+        if set.atime.is_some() {
+            // A time set explicitly wins over one a read moved and not stored yet.
+            self.atimes.forget(ino);
+        }
         if set.mode.is_some()
             || set.uid.is_some()
             || set.gid.is_some()
@@ -450,18 +452,14 @@ impl Vfs {
     pub fn open(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let mark = self.attr_mark();
         let a = self.meta.open_inode(ino)?;
-        // An open for reading counts as an access: reads the kernel answers from its page
-        // cache never reach us (FUSE leaves access times to the file system).
-        let atime_moved = flags & libc::O_ACCMODE != libc::O_WRONLY
-            && flags & libc::O_NOATIME == 0
-            && self.atimes.read(&a, now_nanos());
-        let keep = self.stamp_open(&a);
+        // Reads the kernel answers from its page cache never reach us (FUSE leaves access
+        // times to the file system): under strictatime every open starts without them.
+        let keep = self.stamp_open(&a) && self.cfg.atime != atime::Atime::Strict;
         let fh = self.handles.insert(ino, flags);
         Ok(Opened {
             fh,
             attr: self.overlay_attr(mark, a),
             keep,
-            atime_moved,
         })
     }
 
