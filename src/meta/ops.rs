@@ -229,7 +229,12 @@ impl<E: Engine> EngineMeta<E> {
 
     /// An ACL as stored (checked when it was set: one that no longer reads is damage).
     fn stored_acl(ino: Ino, b: &[u8]) -> TxResult<acl::Acl> {
-        acl::Acl::parse(b).ok_or_else(|| corrupt(format!("inode {ino} has a malformed ACL")))
+        acl::Acl::parse(b).ok_or_else(|| {
+            corrupt(format!(
+                "inode {ino} has a malformed ACL: remove it (setfacl -b, or setfacl -k for a \
+                 directory's default ACL) and set it again"
+            ))
+        })
     }
 
     /// Only the owner (or root) sets or removes an inode's ACLs; symlinks have none.
@@ -728,19 +733,17 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
                 // The directory's default ACL decides the permission bits (masked by those
                 // asked for) instead of the umask, and is passed on (POSIX.1e).
-                let inherited = match kind {
-                    Kind::Symlink => None,
-                    _ => tx.xattr(parent, acl::DEFAULT)?,
-                };
-                let mut access = None;
-                match &inherited {
-                    Some(b) => {
-                        let (acl, perm) = Self::stored_acl(parent, b)?.inherit(mode);
-                        mode = (mode & !0o777) | perm;
-                        access = acl;
+                let (mut inherited, mut access) = (None, None);
+                if kind != Kind::Symlink {
+                    match tx.xattr(parent, acl::DEFAULT)? {
+                        Some(b) => {
+                            let (acl, perm) = Self::stored_acl(parent, &b)?.inherit(mode);
+                            mode = (mode & !0o777) | perm;
+                            access = acl;
+                            inherited = Some(b);
+                        }
+                        None => mode &= !(ctx.umask & 0o777),
                     }
-                    None if kind != Kind::Symlink => mode &= !(ctx.umask & 0o777),
-                    None => {}
                 }
                 let a = Attr {
                     ino,

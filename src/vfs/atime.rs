@@ -42,11 +42,10 @@ impl Atimes {
         }
     }
 
-    /// A read of the file `a` (as the engine has it) at `now`; whether it moved the access
-    /// time.
-    pub fn read(&self, a: &Attr, now: Nanos) -> bool {
+    /// A read of the file `a` (as the engine has it) at `now`.
+    pub fn read(&self, a: &Attr, now: Nanos) {
         if self.mode == Atime::Never {
-            return false;
+            return;
         }
         let mut pending = self.pending.lock();
         let atime = pending.get(&a.ino).map_or(a.atime, |&p| p.max(a.atime));
@@ -58,7 +57,6 @@ impl Atimes {
         if due {
             pending.insert(a.ino, now);
         }
-        due
     }
 
     /// Drops the access time a read moved and not stored yet (one set explicitly wins).

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
-use crate::data::{DataStore, SliceRange, SliceUpload};
+use crate::data::{DataStore, SliceUpload};
 use crate::garbage;
 use crate::meta::{Ino, Meta, SliceRec, slice};
 
 use super::Result;
 use super::atime::Atimes;
-use super::reader::read_ranges;
+use super::reader::{piece_range, read_ranges};
 
 /// Records a chunk must have before it is compacted.
 pub const COMPACT_AT: usize = 16;
@@ -47,13 +47,7 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
         .map(|p| {
             let dst = at;
             at += p.len as usize;
-            let r = SliceRange {
-                id: p.id,
-                size: p.size,
-                start: p.off,
-                len: p.len,
-            };
-            (dst, r)
+            (dst, piece_range(p, p.pos as u64, p.end()))
         })
         .collect();
     let mut buf = vec![0u8; total as usize];

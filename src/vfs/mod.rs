@@ -411,7 +411,8 @@ impl Vfs {
     }
 
     /// Throws away the pending writes of a deleted inode (and their uploaded blocks).
-    fn discard_writer(&self, ino: Ino) {
+    /// Drops a file's pending writes; returns how many bytes they were.
+    fn discard_writer(&self, ino: Ino) -> usize {
         let w = {
             let mut writers = self.writers.lock();
             let w = writers.remove(&ino);
@@ -420,11 +421,14 @@ impl Vfs {
             }
             w
         };
-        if let Some(w) = w {
-            let mut w = w.lock();
-            self.buffered.fetch_sub(w.buffered(), Ordering::Relaxed);
-            w.discard(&self.store);
-        }
+        let Some(w) = w else {
+            return 0;
+        };
+        let mut w = w.lock();
+        let bytes = w.buffered();
+        self.buffered.fetch_sub(bytes, Ordering::Relaxed);
+        w.discard(&self.store);
+        bytes
     }
 
     pub fn readdir(
@@ -647,13 +651,12 @@ impl Vfs {
         let res = if told {
             // close(2) reported these writes failed: an application told so must not find
             // them written later (the durability contract), so they go now.
-            let bytes = self.writer(h.ino).map_or(0, |w| w.lock().buffered());
+            let bytes = self.discard_writer(h.ino);
             tracing::error!(
                 "inode {}: {bytes} bytes written are dropped, not stored: close reported the \
                  failure to store them",
                 h.ino
             );
-            self.discard_writer(h.ino);
             // The kernel still caches the dropped bytes: the next open must not keep its
             // pages or attributes (see `stamp_open`).
             self.stamps.lock().remove(&h.ino);
@@ -910,15 +913,10 @@ impl Vfs {
         })
     }
 
-    /// Flushes every pending write (unmount, signal): nothing buffered is lost.
-    /// Stores the access times reads moved (one transaction); kept for the next try if that
-    /// fails.
-    pub fn store_atimes(&self) {
-        background::store_atimes(&*self.meta, &self.atimes);
-    }
-
+    /// Flushes every pending write (unmount, signal): nothing buffered is lost; and stores
+    /// the access times reads moved.
     pub fn flush_all(&self) -> Result<()> {
-        self.store_atimes();
+        background::store_atimes(&*self.meta, &self.atimes);
         let writers: Vec<SharedWriter> = self.writers.lock().values().cloned().collect();
         let mut first = None;
         for w in writers {

@@ -3,7 +3,7 @@
 //! Not for: pending (unflushed) writes, which `vfs` lays over the result.
 
 use crate::data::{DataStore, SliceRange};
-use crate::meta::{CHUNK_SIZE, Ino, Meta, slice};
+use crate::meta::{CHUNK_SIZE, Ino, Meta, SliceRec, slice};
 
 use super::Result;
 
@@ -31,19 +31,22 @@ pub fn read_committed(
             .filter(|p| p.id != 0 && p.end() > a && (p.pos as u64) < b)
         {
             let (ps, pe) = ((p.pos as u64).max(a), p.end().min(b));
-            wanted.push((
-                (base + ps - off) as usize,
-                SliceRange {
-                    id: p.id,
-                    size: p.size,
-                    start: p.off + (ps - p.pos as u64) as u32,
-                    len: (pe - ps) as u32,
-                },
-            ));
+            wanted.push(((base + ps - off) as usize, piece_range(p, ps, pe)));
         }
         at = base + b;
     }
     read_ranges(store, wanted, buf, sequential)
+}
+
+/// Bytes `[from, to)` (positions in the chunk) of a data piece of a chunk's view, as a range
+/// of its slice.
+pub fn piece_range(p: &SliceRec, from: u64, to: u64) -> SliceRange {
+    SliceRange {
+        id: p.id,
+        size: p.size,
+        start: p.off + (from - p.pos as u64) as u32,
+        len: (to - from) as u32,
+    }
 }
 
 /// Reads slice ranges into `buf`: each `(offset in buf, range)`, in order of offset, not
