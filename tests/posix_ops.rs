@@ -3010,3 +3010,106 @@ fn file_handles_open_after_the_kernel_forgets_and_ioctls_answer() {
         tail(&m.log_text(), 5)
     );
 }
+
+/// An overlayfs mount, unmounted when dropped (the test's failure included).
+struct Overlay(PathBuf);
+
+impl Drop for Overlay {
+    fn drop(&mut self) {
+        let p = cpath(&self.0);
+        // SAFETY: a plain umount2 of a path we mounted.
+        unsafe { libc::umount2(p.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// renameat2(RENAME_WHITEOUT) leaves a whiteout (a character device 0:0) under the old name,
+/// so an overlayfs whose upper layer lives on unkai deletes and renames lower files (was
+/// EINVAL). O_TMPFILE and FIEMAP say what FUSE lets them say (see docs/design.md).
+#[test]
+fn rename_whiteout_leaves_a_whiteout_for_overlayfs() {
+    setup();
+    let vol = Volume::new();
+    let m = vol.mount();
+    fs::write(m.p("a"), b"moved").unwrap();
+    renameat2(&m.p("a"), &m.p("b"), libc::RENAME_WHITEOUT).expect("RENAME_WHITEOUT");
+    assert_eq!(fs::read(m.p("b")).unwrap(), b"moved");
+    let w = fs::symlink_metadata(m.p("a")).expect("a whiteout under the old name");
+    assert!(w.file_type().is_char_device(), "{:?}", w.file_type());
+    assert_eq!((w.rdev(), w.mode() & 0o7777), (0, 0));
+    expect_errno(
+        renameat2(
+            &m.p("b"),
+            &m.p("a"),
+            libc::RENAME_WHITEOUT | libc::RENAME_EXCHANGE,
+        ),
+        libc::EINVAL,
+    );
+
+    // overlayfs with its upper layer on the mount: deleting and renaming lower files.
+    let tmp = tempfile::tempdir().unwrap();
+    let (lower, merged) = (tmp.path().join("lower"), tmp.path().join("merged"));
+    fs::create_dir(&lower).unwrap();
+    fs::create_dir(&merged).unwrap();
+    fs::create_dir(m.p("upper")).unwrap();
+    fs::create_dir(m.p("work")).unwrap();
+    fs::write(lower.join("gone"), b"lower").unwrap();
+    fs::write(lower.join("old"), b"renamed").unwrap();
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        m.p("upper").display(),
+        m.p("work").display()
+    );
+    let (src, target, fstype, data) = (
+        CString::new("overlay").unwrap(),
+        cpath(&merged),
+        CString::new("overlay").unwrap(),
+        CString::new(opts).unwrap(),
+    );
+    // SAFETY: mount(2) with valid C strings.
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            data.as_ptr().cast(),
+        )
+    };
+    if r != 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ENODEV) {
+        eprintln!("no overlayfs in this kernel: its part of the test is skipped");
+        return;
+    }
+    cvt(r).expect("mount overlayfs over the mount");
+    let ov = Overlay(merged.clone());
+    fs::remove_file(merged.join("gone")).unwrap();
+    fs::rename(merged.join("old"), merged.join("new")).unwrap();
+    fs::write(merged.join("added"), b"upper").unwrap();
+    assert_eq!(names(&merged), strs(&["added", "new"]));
+    assert_eq!(fs::read(merged.join("new")).unwrap(), b"renamed");
+    drop(ov);
+    for name in ["gone", "old"] {
+        let w = fs::symlink_metadata(m.p("upper").join(name)).unwrap();
+        assert!(w.file_type().is_char_device() && w.rdev() == 0, "{name}");
+    }
+    // The lower layer is untouched; a fresh overlay sees the same.
+    assert_eq!(names(&lower), strs(&["gone", "old"]));
+
+    // O_TMPFILE: the kernel asks FUSE_TMPFILE, which fuser does not pass on; programs get
+    // EOPNOTSUPP and fall back to a named file. FIEMAP never reaches a FUSE server: the
+    // kernel answers EOPNOTSUPP (SEEK_DATA and SEEK_HOLE give holes and data instead).
+    let dir = cpath(&m.path);
+    // SAFETY: open(2) of a directory path with O_TMPFILE.
+    let fd = unsafe { libc::open(dir.as_ptr(), libc::O_TMPFILE | libc::O_RDWR, 0o600) };
+    expect_errno(cvt(fd), libc::EOPNOTSUPP);
+    let f = File::open(m.p("b")).unwrap();
+    let mut fiemap = [0u64; 4]; // struct fiemap's 32-byte header, asking for no extents
+    fiemap[1] = u64::MAX; // fm_length
+    // SAFETY: FS_IOC_FIEMAP reads and writes the 32-byte header.
+    let r = unsafe { libc::ioctl(f.as_raw_fd(), 0xc020_660bu64 as _, fiemap.as_mut_ptr()) };
+    expect_errno(cvt(r), libc::EOPNOTSUPP);
+}
+
+fn strs(v: &[&str]) -> BTreeSet<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}

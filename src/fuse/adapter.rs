@@ -486,12 +486,10 @@ impl Filesystem for Adapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        if flags.contains(fuser::RenameFlags::RENAME_WHITEOUT) {
-            return reply.error(Errno::EINVAL);
-        }
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
+            whiteout: flags.contains(fuser::RenameFlags::RENAME_WHITEOUT),
         };
         match self.vfs.rename(
             &ctx(req),

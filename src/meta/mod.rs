@@ -264,6 +264,9 @@ pub struct DirEntry {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// Leave a whiteout (a character device 0:0, as overlayfs marks a deleted lower file)
+    /// under the old name.
+    pub whiteout: bool,
 }
 
 /// Modes of `fallocate` that unkai supports.

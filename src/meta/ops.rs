@@ -890,7 +890,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
 
     fn rename(
         &self,
-        _ctx: &Ctx,
+        ctx: &Ctx,
         parent: Ino,
         name: &[u8],
         new_parent: Ino,
@@ -899,9 +899,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
     ) -> Result<Option<Attr>> {
         check_len(name)?;
         check_name(new_name)?;
-        if flags.exchange && flags.noreplace {
+        if flags.exchange && (flags.noreplace || flags.whiteout) {
             return sys(libc::EINVAL);
         }
+        let whiteout = if flags.whiteout {
+            Some(self.alloc(&self.inos, "nextInode")?)
+        } else {
+            None
+        };
         // Moves between directories take the rename lock: one at a time (check_not_below).
         let cross = parent != new_parent;
         self.engine
@@ -942,7 +947,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     Self::exchange(tx, (p1, p2), (src_eid, src), dst, now)?;
                     return Ok(None);
                 }
-                self.move_entry(
+                let victim = self.move_entry(
                     tx,
                     (p1, p2),
                     (src_eid, src),
@@ -951,7 +956,26 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     new_name,
                     flags.noreplace,
                     now,
-                )
+                )?;
+                if let Some(ino) = whiteout {
+                    let w = Attr {
+                        ino,
+                        kind: Kind::CharDev,
+                        mode: 0,
+                        uid: ctx.uid,
+                        gid: ctx.gid,
+                        nlink: 1,
+                        length: 0,
+                        rdev: 0,
+                        atime: now,
+                        mtime: now,
+                        ctime: now,
+                        parent: 0,
+                    };
+                    tx.create_entry(&w, parent, name)?;
+                    tx.add_usage(0, 1)?;
+                }
+                Ok(victim)
             })
             .inspect(|r| {
                 self.engine.publish(|| {

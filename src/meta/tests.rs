@@ -69,6 +69,7 @@ engine_tests!(
     rename_over_directory,
     rename_kind_mismatch_and_loops,
     rename_exchange,
+    rename_whiteout,
     rename_between_hard_links_is_a_noop,
     readdir_lists_everything_with_kinds,
     readdir_paging,
@@ -350,6 +351,7 @@ fn flags(noreplace: bool, exchange: bool) -> RenameFlags {
     RenameFlags {
         noreplace,
         exchange,
+        ..RenameFlags::default()
     }
 }
 
@@ -1318,6 +1320,69 @@ fn rename_exchange(e: Engine) {
         assert_errno(exchange(m, p1.ino, "inner", ROOT_INO, "p1"), libc::EINVAL);
         assert_eq!(m.getattr(inner.ino).unwrap().parent, p1.ino);
         assert_eq!(m.getattr(p1.ino).unwrap().parent, ROOT_INO);
+    });
+}
+
+fn rename_whiteout(e: Engine) {
+    each(e, |m| {
+        let whiteout = RenameFlags {
+            whiteout: true,
+            ..RenameFlags::default()
+        };
+        let a = mkfile(m, ROOT_INO, "a");
+        let d = mkdir(m, ROOT_INO, "d");
+        let b = mkfile(m, d.ino, "b");
+        let inodes = m.usage().unwrap().inodes;
+        let ctx = Ctx {
+            uid: 7,
+            gid: 8,
+            ..CTX
+        };
+        // Over another file, across directories: the old name becomes a whiteout.
+        let victim = m
+            .rename(&ctx, ROOT_INO, b"a", d.ino, b"b", whiteout)
+            .unwrap()
+            .expect("the replaced inode is returned");
+        assert_eq!(victim.ino, b.ino);
+        assert_eq!(lookup(m, d.ino, "b").unwrap().ino, a.ino);
+        let w = lookup(m, ROOT_INO, "a").unwrap();
+        assert_ne!(w.ino, a.ino);
+        assert_eq!((w.kind, w.rdev, w.mode), (Kind::CharDev, 0, 0));
+        assert_eq!((w.uid, w.gid, w.nlink), (7, 8, 1));
+        let kinds: Vec<(String, Kind)> = listing(m, ROOT_INO)
+            .into_iter()
+            .map(|e| (String::from_utf8(e.name).unwrap(), e.kind))
+            .filter(|(n, _)| n == "a")
+            .collect();
+        assert_eq!(kinds, vec![("a".to_string(), Kind::CharDev)]);
+        // One inode replaced, one whiteout made.
+        assert_eq!(m.usage().unwrap().inodes, inodes);
+        // To a free name, with noreplace; a directory too.
+        let noreplace = RenameFlags {
+            noreplace: true,
+            ..whiteout
+        };
+        m.rename(&ctx, ROOT_INO, b"d", ROOT_INO, b"e", noreplace)
+            .unwrap();
+        assert_eq!(lookup(m, ROOT_INO, "e").unwrap().ino, d.ino);
+        assert_eq!(lookup(m, ROOT_INO, "d").unwrap().kind, Kind::CharDev);
+        // Nothing to move: nothing made. With exchange: refused.
+        assert_errno(
+            m.rename(&ctx, ROOT_INO, b"nope", ROOT_INO, b"x", whiteout),
+            libc::ENOENT,
+        );
+        assert_errno(lookup(m, ROOT_INO, "nope"), libc::ENOENT);
+        let both = RenameFlags {
+            exchange: true,
+            ..whiteout
+        };
+        assert_errno(
+            m.rename(&ctx, ROOT_INO, b"e", ROOT_INO, b"a", both),
+            libc::EINVAL,
+        );
+        // A whiteout is deleted as any inode.
+        m.unlink(&CTX, ROOT_INO, b"a").unwrap();
+        assert_errno(m.getattr(w.ino), libc::ENOENT);
     });
 }
 

@@ -294,7 +294,8 @@ impl ObjectStorage {
         let fail = |step: &'static str, e: Error| Error::Unusable {
             url: self.url.clone(),
             step,
-            msg: clipped(&e.to_string(), 500),
+            msg: no_credentials(&self.kind, &e.to_string())
+                .unwrap_or_else(|| clipped(&e.to_string(), 500)),
             errno: e.errno(),
         };
         let body = Bytes::from_static(b"unkai probe");
@@ -387,6 +388,35 @@ pub fn one_line(msg: &str) -> String {
     out
 }
 
+/// What to say when a store's client found no credentials where the user can put them and
+/// fell back to the cloud's instance metadata service, which failed (not a cloud VM, or one
+/// without a role): which variables to set, instead of the metadata service's error.
+fn no_credentials(kind: &StorageUrl, msg: &str) -> Option<String> {
+    // The metadata address of EC2, Azure and (besides metadata.google.internal) GCE.
+    if !msg.contains("169.254.169.254") && !msg.contains("metadata.google.internal") {
+        return None;
+    }
+    let set = match kind {
+        StorageUrl::S3 { .. } => {
+            "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a profile in \
+             ~/.aws/credentials (AWS_PROFILE)"
+        }
+        StorageUrl::Gcs { .. } => {
+            "set GOOGLE_APPLICATION_CREDENTIALS to a service account key file, or \
+             GOOGLE_SERVICE_ACCOUNT_KEY to its JSON"
+        }
+        StorageUrl::Azure { .. } => {
+            "set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or \
+             AZURE_STORAGE_SAS_KEY"
+        }
+        _ => return None,
+    };
+    Some(format!(
+        "no credentials found ({set}); this machine's instance metadata service, the last \
+         place looked, gave none"
+    ))
+}
+
 /// `one_line`, cut to at most `max` bytes.
 fn clipped(msg: &str, max: usize) -> String {
     let mut out = one_line(msg);
@@ -418,6 +448,23 @@ pub fn is_missing_bucket(e: &Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn missing_credentials_are_named_instead_of_the_metadata_service_error() {
+        let imds = "Generic S3 error: Error performing PUT http://169.254.169.254/latest/api/\
+                    token in 1ms - Server returned non-2xx status code: 403 Forbidden";
+        let s3 = StorageUrl::parse("s3://b").unwrap();
+        let got = no_credentials(&s3, imds).unwrap();
+        assert!(
+            got.starts_with("no credentials found (set AWS_ACCESS_KEY_ID"),
+            "{got}"
+        );
+        let gs = StorageUrl::parse("gs://b").unwrap();
+        let got = no_credentials(&gs, "http://metadata.google.internal/x: refused").unwrap();
+        assert!(got.contains("GOOGLE_APPLICATION_CREDENTIALS"), "{got}");
+        // Any other failure keeps its own words.
+        assert_eq!(no_credentials(&s3, "403 Forbidden (AccessDenied)"), None);
+    }
 
     #[test]
     fn one_line_keeps_status_code_and_message() {
