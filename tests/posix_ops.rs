@@ -3113,3 +3113,136 @@ fn rename_whiteout_leaves_a_whiteout_for_overlayfs() {
 fn strs(v: &[&str]) -> BTreeSet<String> {
     v.iter().map(|s| s.to_string()).collect()
 }
+
+/// st_blocks counts the bytes a file really stores: holes are not (du of a sparse file was
+/// its size), and a written file counts its writes before they are committed.
+#[test]
+fn st_blocks_count_what_is_stored_not_holes() {
+    setup();
+    let vol = Volume::new();
+    let m = vol.mount();
+    let used = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+    // 1.69 MB with 50 KB written in five pieces.
+    let f = OpenOptions::new()
+        .create_new(true)
+        .write(true)
+        .open(m.p("sparse"))
+        .unwrap();
+    for i in 0..5u64 {
+        f.write_all_at(&[7u8; 10_000], i * 420_000).unwrap();
+    }
+    assert!(used(&m.p("sparse")) >= 50_000, "pending writes count");
+    f.sync_all().unwrap();
+    drop(f);
+    let (size, stored) = (
+        fs::metadata(m.p("sparse")).unwrap().len(),
+        used(&m.p("sparse")),
+    );
+    assert_eq!(size, 1_690_000);
+    assert!(
+        (50_000..=64 * 1024).contains(&stored),
+        "{stored} bytes for 50 KB written"
+    );
+    // A hole punched: less; a file written whole: all of it.
+    let f = OpenOptions::new().write(true).open(m.p("sparse")).unwrap();
+    // SAFETY: fallocate on an open descriptor.
+    let r = unsafe {
+        libc::fallocate(
+            f.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            0,
+            10_000,
+        )
+    };
+    cvt(r).unwrap();
+    drop(f);
+    let after = used(&m.p("sparse"));
+    assert!(
+        after <= stored - 9_000,
+        "{after} after punching 10 KB out of {stored}"
+    );
+    fs::write(m.p("dense"), vec![1u8; 300_000]).unwrap();
+    assert!((300_000..=300_000 + 4096).contains(&used(&m.p("dense"))));
+    // What du reports, through another mount's eyes too.
+    let m2 = vol.mount();
+    assert_eq!(used(&m2.p("sparse")), after);
+}
+
+/// Runs a tool; its status and what it printed.
+fn tool(prog: &str, args: &[&Path], flag: &str) -> (bool, String) {
+    let out = std::process::Command::new(prog)
+        .arg(flag)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{prog}: {e}"));
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    (out.status.success(), text)
+}
+
+/// chattr +i and +a (e2fsprogs' own tools) hold as on ext4: an immutable file takes no
+/// change at all, an append-only one only appends; lsattr shows them (was EOPNOTSUPP).
+#[test]
+fn chattr_immutable_and_append_only_hold() {
+    setup();
+    let vol = Volume::new();
+    let m = vol.mount();
+    let f = m.p("f");
+    fs::write(&f, b"kept\n").unwrap();
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/in"), b"x").unwrap();
+
+    let (ok, out) = tool("chattr", &[&f], "+i");
+    assert!(ok, "chattr +i: {out}");
+    let (ok, out) = tool("lsattr", &[&f], "-d");
+    assert!(ok && out.starts_with("----i"), "lsattr: {out}");
+    let eperm = |r: io::Result<()>| expect_errno(r, libc::EPERM);
+    eperm(OpenOptions::new().append(true).open(&f).map(drop));
+    eperm(OpenOptions::new().write(true).open(&f).map(drop));
+    eperm(fs::remove_file(&f));
+    eperm(fs::rename(&f, m.p("g")));
+    eperm(fs::hard_link(&f, m.p("h")));
+    eperm(fs::set_permissions(&f, fs::Permissions::from_mode(0o600)));
+    eperm(setxattr(&f, "user.x", b"1", 0));
+    assert_eq!(fs::read(&f).unwrap(), b"kept\n", "reads still work");
+
+    tool("chattr", &[&f], "-i");
+    let (ok, out) = tool("chattr", &[&f], "+a");
+    assert!(ok, "chattr +a: {out}");
+    let mut a = OpenOptions::new().append(true).open(&f).unwrap();
+    a.write_all(b"more\n").unwrap();
+    drop(a);
+    eperm(OpenOptions::new().write(true).open(&f).map(drop));
+    let cf = cpath(&f);
+    // SAFETY: open(2) of a valid path; closed at once if it opened.
+    let fd = unsafe { libc::open(cf.as_ptr(), libc::O_WRONLY | libc::O_APPEND | libc::O_TRUNC) };
+    if fd >= 0 {
+        unsafe { libc::close(fd) };
+    }
+    eperm(cvt(fd).map(drop));
+    // SAFETY: truncate(2) of a valid path.
+    eperm(cvt(unsafe { libc::truncate(cf.as_ptr(), 0) }).map(drop));
+    eperm(fs::remove_file(&f));
+    assert_eq!(fs::read(&f).unwrap(), b"kept\nmore\n");
+
+    // A directory: immutable takes no names; append-only keeps its names.
+    let d = m.p("d");
+    assert!(tool("chattr", &[&d], "+i").0);
+    eperm(fs::write(m.p("d/new"), b"").map(drop));
+    eperm(fs::remove_file(m.p("d/in")));
+    tool("chattr", &[&d], "-i");
+    assert!(tool("chattr", &[&d], "+a").0);
+    fs::write(m.p("d/new"), b"").unwrap();
+    eperm(fs::remove_file(m.p("d/in")));
+
+    // Cleared, all goes; the flags are the volume's, seen from another mount.
+    let m2 = vol.mount();
+    let (ok, out) = tool("lsattr", &[&m2.p("f")], "-d");
+    assert!(
+        ok && out.starts_with("-----a"),
+        "lsattr on another mount: {out}"
+    );
+    tool("chattr", &[&f, &d], "-a");
+    fs::remove_file(&f).unwrap();
+    fs::remove_file(m.p("d/in")).unwrap();
+}

@@ -21,7 +21,7 @@ use fuser::{
 
 use super::Coherence;
 use crate::meta::{
-    Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl,
+    Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
 };
 use crate::vfs::{self, Vfs};
 
@@ -227,12 +227,39 @@ fn file_type(k: Kind) -> FileType {
     }
 }
 
+/// `FS_XFLAG_*` bits of struct fsxattr and the inode flags they stand for.
+const XFLAGS: [(u32, u32); 3] = [
+    (0x08, flags::IMMUTABLE),
+    (0x10, flags::APPEND),
+    (0x80, flags::NODUMP),
+];
+
+fn xflags_of(flags: u32) -> u32 {
+    XFLAGS
+        .iter()
+        .filter(|(_, f)| flags & f != 0)
+        .fold(0, |x, (b, _)| x | b)
+}
+
+/// The inode flags of `FS_XFLAG_*` bits; a bit without one becomes a flag unkai does not
+/// keep (so that setting it is refused).
+fn flags_of_xflags(x: u32) -> u32 {
+    let known = XFLAGS.iter().fold(0, |k, (b, _)| k | b);
+    let unknown = if x & !known != 0 { 1 << 31 } else { 0 };
+    XFLAGS
+        .iter()
+        .filter(|(b, _)| x & b != 0)
+        .fold(unknown, |f, (_, fl)| f | fl)
+}
+
 fn file_attr(a: &Attr) -> FileAttr {
     let size = if a.kind == Kind::Dir { 4096 } else { a.length };
+    // A file's blocks are the bytes it really stores (holes are not); other kinds' their size.
+    let used = if a.kind == Kind::File { a.stored } else { size };
     FileAttr {
         ino: INodeNo(a.ino),
         size,
-        blocks: size.div_ceil(512),
+        blocks: used.div_ceil(512),
         atime: systime(a.atime),
         mtime: systime(a.mtime),
         ctime: systime(a.ctime),
@@ -343,6 +370,8 @@ impl Filesystem for Adapter {
                     mtime: 0,
                     ctime: 0,
                     parent: 0,
+                    flags: 0,
+                    stored: 0,
                 });
                 attr.ino = INodeNo(0);
                 reply.entry_with_ttls(
@@ -918,10 +947,12 @@ impl Filesystem for Adapter {
     /// Inode flags (`lsattr`): none are kept, so none are reported; setting none is fine,
     /// setting any (`chattr +i`) is not supported. Every other ioctl is not this file
     /// system's: ENOTTY, as a local file system answers, and nothing logged.
+    /// The inode flags of `chattr`/`lsattr` (FS_IOC_GETFLAGS/SETFLAGS, an int whatever the
+    /// size the number encodes); any other ioctl is ENOTTY, quietly.
     fn ioctl(
         &self,
-        _req: &Request,
-        _ino: INodeNo,
+        req: &Request,
+        ino: INodeNo,
         _fh: FileHandle,
         _flags: IoctlFlags,
         cmd: u32,
@@ -933,18 +964,53 @@ impl Filesystem for Adapter {
         const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
         const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
         const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+        const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+        const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
         match cmd {
-            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => {
-                reply.ioctl(0, &vec![0u8; (out_size as usize).min(8)]);
-            }
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.vfs.getattr(ino.0) {
+                Ok(a) => {
+                    // The kernel passes an int (4 bytes), whatever the number says.
+                    let mut out = a.flags.to_ne_bytes().to_vec();
+                    out.resize((out_size as usize).min(8), 0);
+                    reply.ioctl(0, &out);
+                }
+                Err(e) => reply.error(errno(&e)),
+            },
             FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
-                if in_data.iter().all(|b| *b == 0) {
-                    reply.ioctl(0, &[]);
-                } else {
-                    reply.error(Errno::EOPNOTSUPP);
+                let Some(bytes) = in_data.get(..4) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let flags = u32::from_ne_bytes(bytes.try_into().expect("4 bytes"));
+                match self.vfs.set_flags(&ctx(req), ino.0, flags) {
+                    Ok(_) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(errno(&e)),
                 }
             }
-            _ => reply.error(Errno::ENOTTY),
+            // struct fsxattr (28 bytes): the kernel reads the flags this way before it sets
+            // them, and xfs_io uses it.
+            FS_IOC_FSGETXATTR => match self.vfs.getattr(ino.0) {
+                Ok(a) => {
+                    let mut out = vec![0u8; 28];
+                    out[..4].copy_from_slice(&xflags_of(a.flags).to_ne_bytes());
+                    out.truncate(out_size as usize);
+                    reply.ioctl(0, &out);
+                }
+                Err(e) => reply.error(errno(&e)),
+            },
+            FS_IOC_FSSETXATTR => {
+                let Some(bytes) = in_data.get(..4) else {
+                    return reply.error(Errno::EINVAL);
+                };
+                let x = u32::from_ne_bytes(bytes.try_into().expect("4 bytes"));
+                match self.vfs.set_flags(&ctx(req), ino.0, flags_of_xflags(x)) {
+                    Ok(_) => reply.ioctl(0, &[]),
+                    Err(e) => reply.error(errno(&e)),
+                }
+            }
+            _ => {
+                tracing::debug!("ioctl {cmd:#x} of inode {}: ENOTTY", ino.0);
+                reply.error(Errno::ENOTTY)
+            }
         }
     }
 

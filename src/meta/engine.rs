@@ -223,6 +223,8 @@ pub(crate) fn attr_from<E>(
         mtime: field(9)?,
         ctime: field(10)?,
         parent: field(11)? as u64,
+        flags: field(12)? as u32,
+        stored: field(13)? as u64,
     })
 }
 
@@ -230,13 +232,13 @@ pub(crate) fn attr_from<E>(
 macro_rules! node_cols {
     () => {
         "n.ino, n.kind, n.mode, n.uid, n.gid, n.nlink, n.length, n.rdev, n.atime, n.mtime, \
-         n.ctime, n.parent"
+         n.ctime, n.parent, n.flags, n.stored"
     };
 }
 pub(crate) use node_cols;
 
-/// The parameters `$1..=$12` of an inode, in [`node_cols!`]'s order.
-pub(crate) fn node_vals(a: &Attr) -> [Val<'static>; 12] {
+/// The parameters `$1..=$14` of an inode, in [`node_cols!`]'s order.
+pub(crate) fn node_vals(a: &Attr) -> [Val<'static>; 14] {
     [
         a.ino as i64,
         a.kind as i64,
@@ -250,6 +252,8 @@ pub(crate) fn node_vals(a: &Attr) -> [Val<'static>; 12] {
         a.mtime,
         a.ctime,
         a.parent as i64,
+        a.flags as i64,
+        a.stored as i64,
     ]
     .map(Val::Int)
 }
@@ -257,8 +261,8 @@ pub(crate) fn node_vals(a: &Attr) -> [Val<'static>; 12] {
 /// Writes an inode's fields from [`node_vals`]. The kind never changes; naming it in the
 /// WHERE clause lets PostgreSQL type every parameter of the shared parameter list.
 const UPDATE_NODE: &str = "UPDATE unkai_node SET mode=$3, uid=$4, gid=$5, nlink=$6, length=$7, \
-                           rdev=$8, atime=$9, mtime=$10, ctime=$11, parent=$12 WHERE ino=$1 \
-                           AND kind=$2";
+                           rdev=$8, atime=$9, mtime=$10, ctime=$11, parent=$12, flags=$13, \
+                           stored=$14 WHERE ino=$1 AND kind=$2";
 
 fn ino(i: Ino) -> Val<'static> {
     Val::Int(i as i64)
@@ -327,7 +331,8 @@ pub trait Txn {
     fn insert_node(&mut self, a: &Attr) -> TxResult<()> {
         self.exec(
             "INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev, atime, mtime,
-               ctime, parent) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)",
+               ctime, parent, flags, stored)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
             &node_vals(a),
         )?;
         Ok(())
@@ -338,8 +343,12 @@ pub trait Txn {
     }
     /// Applies a setattr to the inode and writes it (see [`SetAttr::apply`](super::SetAttr::apply)): an engine may do
     /// both in one statement.
+    /// EPERM if the inode's flags forbid the change ([`SetAttr::blocked_by`](super::SetAttr::blocked_by)).
     fn set_attr(&mut self, ino: Ino, set: &super::SetAttr, now: Nanos) -> TxResult<Attr> {
         let mut a = self.lock_node(ino)?;
+        if a.flags & set.blocked_by() != 0 {
+            return fail(libc::EPERM);
+        }
         if set.apply(&mut a, now) {
             self.update_node(&a)?;
         }
@@ -348,7 +357,7 @@ pub trait Txn {
     /// Deletes an inode's rows (node, symlink target, xattrs, chunks); returns the records of
     /// its chunks, whose slices the caller releases.
     fn delete_node_rows(&mut self, i: Ino) -> TxResult<Vec<SliceRec>> {
-        let recs = self.drop_chunks(i, 0, u64::MAX)?;
+        let recs = self.drop_chunks(i, 0, u64::MAX)?.concat();
         for sql in [
             "DELETE FROM unkai_node WHERE ino=$1",
             "DELETE FROM unkai_symlink WHERE ino=$1",
@@ -603,8 +612,8 @@ pub trait Txn {
                 .ok_or_else(|| corrupt(format!("chunk {index} of inode {i} is corrupt"))),
         }
     }
-    /// Appends records to a chunk; returns its record count after.
-    fn append_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<usize>;
+    /// Appends records to a chunk; returns all its records after.
+    fn append_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<Vec<SliceRec>>;
     /// Replaces a chunk's records (deletes the chunk if `recs` is empty).
     fn set_chunk(&mut self, i: Ino, index: u32, recs: &[SliceRec]) -> TxResult<()> {
         let (i, index) = (ino(i), Val::Int(index as i64));
@@ -621,19 +630,19 @@ pub trait Txn {
         }
         Ok(())
     }
-    /// Deletes the chunks of `ino` with index in `from..to`; returns their records (the
-    /// decodable ones), whose slices the caller releases.
-    fn drop_chunks(&mut self, i: Ino, from: u64, to: u64) -> TxResult<Vec<SliceRec>> {
+    /// Deletes the chunks of `ino` with index in `from..to`; returns their records (of the
+    /// decodable ones, chunk by chunk), whose slices the caller releases.
+    fn drop_chunks(&mut self, i: Ino, from: u64, to: u64) -> TxResult<Vec<Vec<SliceRec>>> {
         let lim = |i: u64| Val::Int(i.min(u32::MAX as u64 + 1) as i64);
         let rows = self.rows(
             "DELETE FROM unkai_chunk WHERE ino=$1 AND indx>=$2 AND indx<$3 RETURNING slices",
             &[ino(i), lim(from), lim(to)],
         )?;
-        let mut recs = Vec::new();
+        let mut chunks = Vec::new();
         for r in rows {
-            recs.extend(slice::decode(&r.bytes(0)?).unwrap_or_default());
+            chunks.push(slice::decode(&r.bytes(0)?).unwrap_or_default());
         }
-        Ok(recs)
+        Ok(chunks)
     }
     /// One more reference to each record's slice.
     fn incref(&mut self, recs: &[SliceRec]) -> TxResult<()> {

@@ -46,4 +46,6 @@ pub const LAYOUT_VERSION: u32 = 1;
 /// on another. 3: the slice ids each session took are recorded (`reserved`/`unkai_reserved`),
 /// so that `gc` leaves alone uploads a live client may still commit. Volumes of older schemas
 /// are upgraded when opened (binaries that do not record what they need then refuse them).
-pub const SCHEMA_VERSION: u32 = 3;
+/// 4: inodes carry their `chattr` flags and the bytes their data really covers (`flags`,
+/// `stored`), counted from the chunks when an older volume is upgraded.
+pub const SCHEMA_VERSION: u32 = 4;

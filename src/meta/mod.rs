@@ -129,6 +129,22 @@ pub fn now_nanos() -> Nanos {
     }
 }
 
+/// Inode flags (`chattr`/`lsattr`, FS_IOC_GETFLAGS/SETFLAGS), with Linux's values.
+pub mod flags {
+    /// Nothing changes it: no write, truncate, rename, link, unlink, chmod, chown, utimes or
+    /// xattr; a directory's entries neither come nor go.
+    pub const IMMUTABLE: u32 = 0x10;
+    /// Only appended to: writes through O_APPEND, no truncate, rename, link or unlink; a
+    /// directory gains entries but loses none.
+    pub const APPEND: u32 = 0x20;
+    /// Skipped by dump(8) and backup tools that honour it (kept, nothing else).
+    pub const NODUMP: u32 = 0x40;
+    /// The flags unkai keeps; setting any other is refused (EOPNOTSUPP).
+    pub const KEPT: u32 = IMMUTABLE | APPEND | NODUMP;
+    /// Flags only a privileged caller (CAP_LINUX_IMMUTABLE) may set or clear.
+    pub const PRIVILEGED: u32 = IMMUTABLE | APPEND;
+}
+
 /// The attributes of an inode.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Attr {
@@ -146,6 +162,11 @@ pub struct Attr {
     pub ctime: Nanos,
     /// Parent directory (directories only; 0 otherwise).
     pub parent: Ino,
+    /// The inode flags `chattr` sets (the `FS_*_FL` bits of [`flags`] unkai keeps).
+    pub flags: u32,
+    /// Bytes of a regular file's data really stored: what its slices cover, holes not
+    /// counted (0 for other kinds). Reported in `st_blocks`.
+    pub stored: u64,
 }
 
 /// Who is asking: the caller's credentials as FUSE reports them.
@@ -235,6 +256,22 @@ impl SetAttr {
             a.ctime = now;
         }
         changed
+    }
+
+    /// The inode flags that forbid this change: immutable forbids all; append-only all but
+    /// setting the times to now (as Linux's `notify_change`).
+    pub fn blocked_by(&self) -> u32 {
+        let explicit = |t: Option<SetTime>| matches!(t, Some(SetTime::At(_)));
+        if self.mode.is_some()
+            || self.uid.is_some()
+            || self.gid.is_some()
+            || explicit(self.atime)
+            || explicit(self.mtime)
+        {
+            flags::PRIVILEGED
+        } else {
+            flags::IMMUTABLE
+        }
     }
 
     /// Whether it changes nothing.
@@ -398,6 +435,9 @@ pub trait Meta: Send + Sync {
     fn lookup(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr>;
     fn getattr(&self, ino: Ino) -> Result<Attr>;
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr>;
+    /// Sets the inode's [`flags`] (`chattr`): EOPNOTSUPP for flags unkai does not keep,
+    /// EPERM unless the caller owns the inode, or is root to change immutable or append-only.
+    fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<Attr>;
     /// Stores access times read through a client, all in one transaction; each only moves
     /// an atime forward, and an inode gone meanwhile is skipped. Nothing else changes (not
     /// ctime), and other clients are not told.

@@ -5,7 +5,7 @@
 //!
 //! Not for: SQL or how rows are locked (the engines), caching (the kernel and `vfs`).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use parking_lot::Mutex;
 
@@ -37,6 +37,29 @@ fn check_name(name: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// EPERM for an inode that `chattr +i` or `+a` protects: it is not unlinked, renamed,
+/// linked, truncated, or given other xattrs.
+fn check_protected(a: &Attr) -> TxResult<()> {
+    if a.flags & flags::PRIVILEGED != 0 {
+        return fail(libc::EPERM);
+    }
+    Ok(())
+}
+
+/// EPERM for a directory whose flags forbid adding entries (immutable) or, when
+/// `removing`, taking them away (immutable, append-only).
+fn check_dir_change(dir: &Attr, removing: bool) -> TxResult<()> {
+    let forbid = if removing {
+        flags::PRIVILEGED
+    } else {
+        flags::IMMUTABLE
+    };
+    if dir.flags & forbid != 0 {
+        return fail(libc::EPERM);
+    }
+    Ok(())
+}
+
 /// Checks a name an existing entry may have.
 fn check_len(name: &[u8]) -> Result<()> {
     if name.len() > MAX_NAME_LEN {
@@ -60,7 +83,22 @@ pub(crate) fn root_node(now: Nanos) -> Attr {
         mtime: now,
         ctime: now,
         parent: ROOT_INO,
+        flags: 0,
+        stored: 0,
     }
+}
+
+/// The bytes each file's data covers, from its chunks' rows `(ino, encoded records)`: what a
+/// volume of a schema before 4, which did not count them, starts from.
+pub(crate) fn stored_per_inode(
+    rows: impl IntoIterator<Item = (i64, Vec<u8>)>,
+) -> BTreeMap<i64, u64> {
+    let mut out = BTreeMap::new();
+    for (ino, blob) in rows {
+        let covered = slice::decode(&blob).map_or(0, |recs| slice::covered(&recs));
+        *out.entry(ino).or_insert(0) += covered;
+    }
+    out
 }
 
 /// The counters of a new volume, with their first values.
@@ -351,11 +389,14 @@ impl<E: Engine> EngineMeta<E> {
         }
     }
 
-    /// Appends records to chunks, `(chunk index, record)` sorted by chunk.
-    fn append(&self, tx: &mut dyn Txn, ino: Ino, recs: &[(u32, SliceRec)]) -> TxResult<()> {
+    /// Appends records to chunks of `a`, `(chunk index, record)` sorted by chunk, and counts
+    /// in `a.stored` the holes they fill and the data they zero.
+    fn append(&self, tx: &mut dyn Txn, a: &mut Attr, recs: &[(u32, SliceRec)]) -> TxResult<()> {
         for (index, recs) in slice::by_chunk(recs) {
-            let n = tx.append_chunk(ino, index, &recs)?;
-            self.note_fragmented(ino, index, n);
+            let list = tx.append_chunk(a.ino, index, &recs)?;
+            self.note_fragmented(a.ino, index, list.len());
+            let before = &list[..list.len().saturating_sub(recs.len())];
+            a.stored = (a.stored + slice::covered(&list)).saturating_sub(slice::covered(before));
         }
         Ok(())
     }
@@ -675,6 +716,28 @@ impl<E: Engine> Meta for EngineMeta<E> {
         res.inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
     }
 
+    fn set_flags(&self, ctx: &Ctx, ino: Ino, new: u32) -> Result<Attr> {
+        if new & !flags::KEPT != 0 {
+            return sys(libc::EOPNOTSUPP);
+        }
+        self.engine
+            .write(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                // The owner may; immutable and append-only take privilege (the kernel has
+                // checked both already; a client of another kind may not have).
+                if ctx.uid != 0 && (ctx.uid != a.uid || (a.flags ^ new) & flags::PRIVILEGED != 0) {
+                    return fail(libc::EPERM);
+                }
+                if a.flags != new {
+                    a.flags = new;
+                    a.ctime = now_nanos();
+                    tx.update_node(&a)?;
+                }
+                Ok(a)
+            })
+            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+    }
+
     fn set_atimes(&self, times: &[(Ino, Nanos)]) -> Result<()> {
         if times.is_empty() {
             return Ok(());
@@ -716,6 +779,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine
             .write(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
+                check_dir_change(&p, false)?;
                 let now = now_nanos();
                 let mut mode = mode & 0o7777;
                 let mut gid = ctx.gid;
@@ -758,6 +822,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     mtime: now,
                     ctime: now,
                     parent: if kind == Kind::Dir { parent } else { 0 },
+                    flags: 0,
+                    stored: 0,
                 };
                 tx.create_entry(&a, parent, name)?;
                 if let Some(t) = target {
@@ -804,6 +870,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if tx.get_edge(parent, name)?.is_some() {
                     return fail(libc::EEXIST);
                 }
+                check_protected(&a)?;
+                check_dir_change(&p, false)?;
                 if a.nlink >= u32::MAX - 1 {
                     return fail(libc::EMLINK);
                 }
@@ -834,6 +902,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if a.kind == Kind::Dir {
                     return fail(libc::EISDIR);
                 }
+                check_dir_change(&p, true)?;
+                check_protected(&a)?;
                 let now = now_nanos();
                 p.mtime = now;
                 p.ctime = now;
@@ -870,6 +940,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if a.kind != Kind::Dir {
                     return fail(libc::ENOTDIR);
                 }
+                check_dir_change(&p, true)?;
+                check_protected(&a)?;
                 if !tx.dir_is_empty(a.ino)? {
                     return fail(libc::ENOTEMPTY);
                 }
@@ -940,6 +1012,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     }
                     None => (tx.lock_node(src_ino)?, None),
                 };
+                check_dir_change(&p1, true)?;
+                check_dir_change(&p2, dst.is_some())?;
+                check_protected(&src)?;
+                if let Some((_, d)) = &dst {
+                    check_protected(d)?;
+                }
                 if flags.exchange {
                     let Some(dst) = dst else {
                         return fail(libc::ENOENT);
@@ -971,6 +1049,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                         mtime: now,
                         ctime: now,
                         parent: 0,
+                        flags: 0,
+                        stored: 0,
                     };
                     tx.create_entry(&w, parent, name)?;
                     tx.add_usage(0, 1)?;
@@ -1136,17 +1216,20 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = Self::lock_file(tx, ino, libc::EINVAL)?;
+                check_protected(&a)?;
                 let now = now_nanos();
                 if length < a.length {
                     let dropped = tx.drop_chunks(ino, length.div_ceil(CHUNK_SIZE), u64::MAX)?;
-                    tx.decref(&dropped, now)?;
+                    let gone: u64 = dropped.iter().map(|c| slice::covered(c)).sum();
+                    a.stored = a.stored.saturating_sub(gone);
+                    tx.decref(&dropped.concat(), now)?;
                     let pos = length % CHUNK_SIZE;
                     if pos != 0 {
                         let index = (length / CHUNK_SIZE) as u32;
                         let recs = tx.chunk(ino, index)?;
                         if recs.iter().any(|r| r.end() > pos) {
                             let z = SliceRec::zero(pos as u32, (CHUNK_SIZE - pos) as u32);
-                            self.append(tx, ino, &[(index, z)])?;
+                            self.append(tx, &mut a, &[(index, z)])?;
                         }
                     }
                 }
@@ -1176,6 +1259,11 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = Self::lock_file(tx, ino, libc::ENODEV)?;
+                // As Linux: nothing on an immutable file, only allocation on an append-only.
+                let reshapes = mode.punch_hole || mode.zero_range;
+                if a.flags & flags::IMMUTABLE != 0 || (a.flags & flags::APPEND != 0 && reshapes) {
+                    return fail(libc::EPERM);
+                }
                 let now = now_nanos();
                 let zero_end = if mode.punch_hole || mode.keep_size {
                     end.min(a.length)
@@ -1183,7 +1271,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     end
                 };
                 if (mode.punch_hole || mode.zero_range) && off < zero_end {
-                    self.append(tx, ino, &slice::zero_recs(off, zero_end))?;
+                    self.append(tx, &mut a, &slice::zero_recs(off, zero_end))?;
                 }
                 let old = a.length;
                 if !mode.keep_size && !mode.punch_hole && end > a.length {
@@ -1243,13 +1331,16 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if a.kind != Kind::File {
                     return fail(libc::EBADF);
                 }
+                if a.flags & flags::IMMUTABLE != 0 {
+                    return fail(libc::EPERM);
+                }
                 let old = a.length;
                 let recs: Vec<SliceRec> = slices.iter().map(|(_, r)| *r).collect();
                 tx.incref(&recs)?;
                 for (index, r) in slices {
                     a.length = a.length.max(*index as u64 * CHUNK_SIZE + r.end());
                 }
-                self.append(tx, ino, slices)?;
+                self.append(tx, &mut a, slices)?;
                 Self::store_file(tx, &mut a, old, Some(mtime))?;
                 Ok(a)
             })
@@ -1274,6 +1365,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if s.kind != Kind::File || d.kind != Kind::File {
                     return fail(libc::EINVAL);
                 }
+                if d.flags & flags::IMMUTABLE != 0 {
+                    return fail(libc::EPERM);
+                }
+                if d.flags & flags::APPEND != 0 {
+                    return fail(libc::EBADF);
+                }
                 if src_off >= s.length || len == 0 {
                     return Ok((0, d));
                 }
@@ -1288,7 +1385,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 let out = slice::plan_copy(src_off, dst_off, len, |index| tx.chunk(src, index))?;
                 let recs: Vec<SliceRec> = out.iter().map(|(_, r)| *r).collect();
                 tx.incref(&recs)?;
-                self.append(tx, dst, &out)?;
+                self.append(tx, &mut d, &out)?;
                 let now = now_nanos();
                 let old = d.length;
                 d.length = d.length.max(dst_off + len);
@@ -1307,9 +1404,9 @@ impl<E: Engine> Meta for EngineMeta<E> {
     ) -> Result<bool> {
         self.engine.write(&[ino], false, |tx| {
             // The inode's lock keeps writers of this chunk out until we are done.
-            if unless_gone(tx.lock_node(ino))?.is_none() {
+            let Some(mut a) = unless_gone(tx.lock_node(ino))? else {
                 return Ok(false);
-            }
+            };
             let cur = tx.chunk(ino, index)?;
             if cur.len() < old.len() || cur[..old.len()] != *old {
                 return Ok(false);
@@ -1319,6 +1416,11 @@ impl<E: Engine> Meta for EngineMeta<E> {
             tx.incref(new)?;
             tx.decref(old, now_nanos())?;
             tx.set_chunk(ino, index, &list)?;
+            let (after, before) = (slice::covered(&list), slice::covered(&cur));
+            if after != before {
+                a.stored = (a.stored + after).saturating_sub(before);
+                tx.update_node(&a)?;
+            }
             Ok(true)
         })
     }
@@ -1361,6 +1463,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
+                check_protected(&a)?;
                 let exists = tx.xattr(ino, name)?.is_some();
                 match how {
                     XattrSet::Create if exists => return fail(libc::EEXIST),
@@ -1405,6 +1508,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
+                check_protected(&a)?;
                 if is_acl {
                     Self::may_set_acl(ctx, &a)?;
                 }
@@ -1489,7 +1593,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 } => tx.insert_edge(*parent, name, *ino, *kind)?,
                 Fix::DropChunk { ino, index } => {
                     let recs = tx.drop_chunks(*ino, *index as u64, *index as u64 + 1)?;
-                    tx.decref(&recs, now)?;
+                    tx.decref(&recs.concat(), now)?;
                 }
                 Fix::SetSliceRefs { id, size, refs } => {
                     tx.set_slice_refs(*id, *size, *refs, now)?

@@ -139,6 +139,16 @@ fn past(p: SliceRec, end: u64) -> SliceRec {
     }
 }
 
+/// Bytes of a chunk that hold data: what its records show, holes and zeroed ranges not
+/// counted.
+pub fn covered(recs: &[SliceRec]) -> u64 {
+    build_view(recs)
+        .iter()
+        .filter(|p| p.id != 0)
+        .map(|p| p.len as u64)
+        .sum()
+}
+
 /// Whether the view has data (a non-zero slice) anywhere in `[start, end)`.
 pub fn has_data(view: &[SliceRec], start: u64, end: u64) -> bool {
     view.iter()

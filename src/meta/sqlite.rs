@@ -23,7 +23,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, TransactionBehavior, params, params_from_iter,
 };
 
-use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val};
+use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, corrupt};
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
 use super::*;
@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS node (
   uid INTEGER NOT NULL, gid INTEGER NOT NULL, nlink INTEGER NOT NULL,
   length INTEGER NOT NULL, rdev INTEGER NOT NULL,
   atime INTEGER NOT NULL, mtime INTEGER NOT NULL, ctime INTEGER NOT NULL,
-  parent INTEGER NOT NULL);
+  parent INTEGER NOT NULL, flags INTEGER NOT NULL DEFAULT 0, stored INTEGER NOT NULL DEFAULT 0);
 CREATE TABLE IF NOT EXISTS edge (
   id INTEGER PRIMARY KEY, parent INTEGER NOT NULL, name BLOB NOT NULL,
   ino INTEGER NOT NULL, kind INTEGER NOT NULL);
@@ -208,18 +208,40 @@ impl EngineMeta<Sqlite> {
         if !path.exists() {
             return Err(Error::NotFormatted(url.to_string()));
         }
-        let c = open_conn(path, false).map_err(|e| cannot_open(path, e))?;
+        let mut c = open_conn(path, false).map_err(|e| cannot_open(path, e))?;
         let Some(json) = stored_format(&c)? else {
             return Err(Error::NotFormatted(url.to_string()));
         };
         let mut format = ops::parse_format(&json, url)?;
         c.execute_batch(SCHEMA)?;
         if format.schema < format::SCHEMA_VERSION {
-            // Schema 2 added `open_file`, 3 `reserved` (created above); binaries that do not
-            // record opens or reserved slice ids refuse the volume from now on.
+            // Schema 2 added `open_file`, 3 `reserved` (created above), 4 the columns `flags`
+            // and `stored` of `node`; binaries that do not keep them refuse the volume from
+            // now on.
+            let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if format.schema < 4 {
+                let has = tx
+                    .prepare("SELECT 1 FROM pragma_table_info('node') WHERE name='stored'")?
+                    .exists([])?;
+                if !has {
+                    tx.execute_batch(
+                        "ALTER TABLE node ADD COLUMN flags INTEGER NOT NULL DEFAULT 0;
+                         ALTER TABLE node ADD COLUMN stored INTEGER NOT NULL DEFAULT 0;",
+                    )?;
+                }
+                let rows = tx
+                    .prepare("SELECT ino, slices FROM chunk")?
+                    .query_map([], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?)))?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let mut set = tx.prepare("UPDATE node SET stored=?2 WHERE ino=?1")?;
+                for (ino, stored) in ops::stored_per_inode(rows) {
+                    set.execute(params![ino, stored as i64])?;
+                }
+            }
             format.schema = format::SCHEMA_VERSION;
             let json = serde_json::to_string(&format).expect("format serializes");
-            c.execute("UPDATE setting SET value=?1 WHERE name='format'", [json])?;
+            tx.execute("UPDATE setting SET value=?1 WHERE name='format'", [json])?;
+            tx.commit()?;
         }
         let engine = Sqlite {
             path: path.to_path_buf(),
@@ -425,19 +447,20 @@ impl Txn for SqlTx<'_> {
     }
 
     /// SQLite's `||` makes text of two BLOBs: cast back.
-    fn append_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<usize> {
-        let n: i64 = self
+    fn append_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<Vec<SliceRec>> {
+        let all: Vec<u8> = self
             .0
             .prepare_cached(
                 "INSERT INTO chunk (ino, indx, slices) VALUES (?1, ?2, ?3)
                  ON CONFLICT (ino, indx) DO UPDATE
                    SET slices = CAST(slices || excluded.slices AS BLOB)
-                 RETURNING length(slices)",
+                 RETURNING slices",
             )?
             .query_row(params![ino as i64, index, slice::encode(recs)], |r| {
                 r.get(0)
             })?;
-        Ok(n as usize / slice::REC_SIZE)
+        slice::decode(&all)
+            .ok_or_else(|| corrupt(format!("chunk {index} of inode {ino} is corrupt")))
     }
 
     /// A name written by hand may be TEXT.

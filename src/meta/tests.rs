@@ -70,6 +70,7 @@ engine_tests!(
     rename_kind_mismatch_and_loops,
     rename_exchange,
     rename_whiteout,
+    inode_flags_protect_files_and_directories,
     rename_between_hard_links_is_a_noop,
     readdir_lists_everything_with_kinds,
     readdir_paging,
@@ -95,6 +96,8 @@ engine_tests!(
     dead_client_opens_are_reclaimed_on_heartbeat,
     slice_ids_are_reserved_until_the_session_ends,
     an_old_schema_is_upgraded,
+    stored_bytes_count_data_not_holes,
+    an_old_schema_counts_what_files_store,
     trash_days_delay_dead_slices,
     usage_counters,
     concurrent_clients_on_one_volume,
@@ -1383,6 +1386,116 @@ fn rename_whiteout(e: Engine) {
         // A whiteout is deleted as any inode.
         m.unlink(&CTX, ROOT_INO, b"a").unwrap();
         assert_errno(m.getattr(w.ino), libc::ENOENT);
+    });
+}
+
+fn inode_flags_protect_files_and_directories(e: Engine) {
+    each(e, |m| {
+        let root = Ctx {
+            uid: 0,
+            gid: 0,
+            ..CTX
+        };
+        let f = mkfile(m, ROOT_INO, "f");
+        write(m, f.ino, 0, 100);
+        // Who may set what.
+        let other = Ctx { uid: 4242, ..CTX };
+        assert_errno(m.set_flags(&other, f.ino, flags::NODUMP), libc::EPERM);
+        assert_errno(m.set_flags(&CTX, f.ino, flags::IMMUTABLE), libc::EPERM);
+        assert_errno(m.set_flags(&root, f.ino, 0x8000), libc::EOPNOTSUPP);
+        assert_eq!(
+            m.set_flags(&CTX, f.ino, flags::NODUMP).unwrap().flags,
+            flags::NODUMP
+        );
+        let a = m.set_flags(&root, f.ino, flags::IMMUTABLE).unwrap();
+        assert_eq!(m.getattr(f.ino).unwrap().flags, flags::IMMUTABLE);
+        assert!(a.ctime > f.ctime);
+
+        // Immutable: nothing changes, root included.
+        let chmod = SetAttr {
+            mode: Some(0o600),
+            ..SetAttr::default()
+        };
+        let touch = SetAttr {
+            mtime: Some(SetTime::Now),
+            ..SetAttr::default()
+        };
+        let punch = FallocMode {
+            punch_hole: true,
+            keep_size: true,
+            ..FallocMode::default()
+        };
+        assert_errno(m.setattr(&root, f.ino, &chmod), libc::EPERM);
+        assert_errno(m.setattr(&root, f.ino, &touch), libc::EPERM);
+        assert_errno(m.truncate(&root, f.ino, 0), libc::EPERM);
+        assert_errno(
+            m.fallocate(&root, f.ino, FallocMode::default(), 0, 10),
+            libc::EPERM,
+        );
+        let id = m.new_slice_id().unwrap();
+        assert_errno(
+            m.write_slices(f.ino, &slice_recs(id, 0, 10), now_nanos()),
+            libc::EPERM,
+        );
+        assert_errno(m.unlink(&root, ROOT_INO, b"f"), libc::EPERM);
+        assert_errno(
+            m.rename(&root, ROOT_INO, b"f", ROOT_INO, b"g", flags(false, false)),
+            libc::EPERM,
+        );
+        assert_errno(m.link(&root, f.ino, ROOT_INO, b"h"), libc::EPERM);
+        assert_errno(
+            m.set_xattr(&root, f.ino, b"user.x", b"1", XattrSet::Any),
+            libc::EPERM,
+        );
+        let g = mkfile(m, ROOT_INO, "g");
+        assert_errno(
+            m.rename(&root, ROOT_INO, b"g", ROOT_INO, b"f", flags(false, false)),
+            libc::EPERM,
+        );
+        assert_eq!(m.getattr(f.ino).unwrap().length, 100);
+
+        // Append-only: grows, its times may be set to now; nothing else.
+        m.set_flags(&root, f.ino, flags::APPEND).unwrap();
+        write(m, f.ino, 100, 50);
+        assert_eq!(m.getattr(f.ino).unwrap().length, 150);
+        m.setattr(&root, f.ino, &touch).unwrap();
+        m.fallocate(&root, f.ino, FallocMode::default(), 0, 4096)
+            .unwrap();
+        assert_errno(m.fallocate(&root, f.ino, punch, 0, 10), libc::EPERM);
+        assert_errno(m.setattr(&root, f.ino, &chmod), libc::EPERM);
+        assert_errno(m.truncate(&root, f.ino, 0), libc::EPERM);
+        assert_errno(m.unlink(&root, ROOT_INO, b"f"), libc::EPERM);
+        assert_errno(m.copy_range(&root, g.ino, 0, f.ino, 0, 10), libc::EBADF);
+
+        // Directories: immutable takes no entries, append-only keeps those it has.
+        let d = mkdir(m, ROOT_INO, "d");
+        mkfile(m, d.ino, "in");
+        m.set_flags(&root, d.ino, flags::IMMUTABLE).unwrap();
+        assert_errno(
+            m.mknod(&root, d.ino, b"new", Kind::File, 0o644, 0, None),
+            libc::EPERM,
+        );
+        assert_errno(m.unlink(&root, d.ino, b"in"), libc::EPERM);
+        assert_errno(
+            m.rename(&root, ROOT_INO, b"g", d.ino, b"g", flags(false, false)),
+            libc::EPERM,
+        );
+        m.set_flags(&root, d.ino, flags::APPEND).unwrap();
+        mkfile(m, d.ino, "new");
+        m.rename(&root, ROOT_INO, b"g", d.ino, b"g", flags(false, false))
+            .unwrap();
+        assert_errno(m.unlink(&root, d.ino, b"in"), libc::EPERM);
+        assert_errno(
+            m.rename(&root, d.ino, b"g", ROOT_INO, b"g", flags(false, false)),
+            libc::EPERM,
+        );
+
+        // Cleared: everything works again.
+        m.set_flags(&root, d.ino, 0).unwrap();
+        m.set_flags(&root, f.ino, 0).unwrap();
+        m.truncate(&root, f.ino, 0).unwrap();
+        m.unlink(&root, d.ino, b"in").unwrap();
+        m.unlink(&root, ROOT_INO, b"f").unwrap();
     });
 }
 
@@ -2837,6 +2950,100 @@ fn an_old_schema_is_upgraded(e: Engine) {
         assert!(r.iter().any(|(_, lo, hi)| *lo <= id && id < *hi), "{r:?}");
         let again = (place.open)().unwrap();
         assert_eq!(again.format().schema, SCHEMA_VERSION);
+    }
+}
+
+/// `stored` follows what a file's data covers through every change of its slices.
+fn stored_bytes_count_data_not_holes(e: Engine) {
+    each(e, |m| {
+        let stored = |ino| m.getattr(ino).unwrap().stored;
+        let f = mkfile(m, ROOT_INO, "f");
+        write(m, f.ino, 0, 10_000);
+        assert_eq!(stored(f.ino), 10_000);
+        // Far away, across a chunk boundary: the hole between is not stored.
+        write(m, f.ino, CHUNK_SIZE - 1000, 3000);
+        assert_eq!(stored(f.ino), 13_000);
+        assert!(m.getattr(f.ino).unwrap().length > CHUNK_SIZE);
+        // Overwriting stored bytes adds only what was a hole.
+        write(m, f.ino, 5000, 10_000);
+        assert_eq!(stored(f.ino), 18_000);
+        // Punching a hole, zeroing a range: gone from what is stored.
+        let punch = FallocMode {
+            punch_hole: true,
+            keep_size: true,
+            ..FallocMode::default()
+        };
+        m.fallocate(&CTX, f.ino, punch, 1000, 2000).unwrap();
+        assert_eq!(stored(f.ino), 16_000);
+        let zero = FallocMode {
+            zero_range: true,
+            ..FallocMode::default()
+        };
+        m.fallocate(&CTX, f.ino, zero, 14_000, 2000).unwrap();
+        assert_eq!(stored(f.ino), 15_000);
+        // Preallocation and growth by truncate store nothing.
+        m.fallocate(&CTX, f.ino, FallocMode::default(), 0, 4 * CHUNK_SIZE)
+            .unwrap();
+        m.truncate(&CTX, f.ino, 5 * CHUNK_SIZE).unwrap();
+        assert_eq!(stored(f.ino), 15_000);
+        // A copy stores what its source stored in the range.
+        let g = mkfile(m, ROOT_INO, "g");
+        m.copy_range(&CTX, f.ino, 0, g.ino, 0, 20_000).unwrap();
+        assert_eq!(stored(g.ino), 12_000);
+        // Compaction into one slice keeps holes holes.
+        m.truncate(&CTX, f.ino, CHUNK_SIZE + 10).unwrap();
+        assert_eq!(stored(f.ino), 13_010);
+        let old = m.read_chunk(f.ino, 0).unwrap();
+        let id = m.new_slice_id().unwrap();
+        let whole = SliceRec {
+            pos: 0,
+            id,
+            size: 16_000,
+            off: 0,
+            len: 16_000,
+        };
+        assert!(m.replace_slices(f.ino, 0, &old, &[whole]).unwrap());
+        assert_eq!(stored(f.ino), 16_000 + 10);
+        // Cut to less than what is stored.
+        m.truncate(&CTX, f.ino, 100).unwrap();
+        assert_eq!(stored(f.ino), 100);
+        m.truncate(&CTX, f.ino, 0).unwrap();
+        assert_eq!(stored(f.ino), 0);
+    });
+}
+
+/// A volume of schema 3 (no `flags` or `stored`) gains them, counted from its chunks.
+fn an_old_schema_counts_what_files_store(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        let mut fmt = test_format("vol");
+        fmt.schema = 3;
+        (place.create)(&fmt, false).unwrap();
+        let m = (place.open)().unwrap();
+        let f = mkfile(&*m, ROOT_INO, "f");
+        write(&*m, f.ino, 0, 5000);
+        write(&*m, f.ino, 3 * CHUNK_SIZE, 7000);
+        let g = mkfile(&*m, ROOT_INO, "g");
+        m.truncate(&CTX, g.ino, 1 << 30).unwrap();
+        drop(m);
+        (place.sql)(match e {
+            Engine::Sqlite => {
+                "UPDATE setting SET value = replace(value, '\"schema\":4', '\"schema\":3')
+                   WHERE name = 'format';
+                 ALTER TABLE node DROP COLUMN flags; ALTER TABLE node DROP COLUMN stored"
+            }
+            Engine::Postgres => {
+                "UPDATE unkai_setting SET value = replace(value, '\"schema\":4', '\"schema\":3')
+                   WHERE name = 'format';
+                 ALTER TABLE unkai_node DROP COLUMN flags, DROP COLUMN stored"
+            }
+        });
+        let m = (place.open)().unwrap();
+        assert_eq!(m.format().schema, SCHEMA_VERSION);
+        assert_eq!(m.getattr(f.ino).unwrap().stored, 12_000);
+        assert_eq!(m.getattr(g.ino).unwrap().stored, 0);
+        assert_eq!(m.getattr(ROOT_INO).unwrap().flags, 0);
     }
 }
 

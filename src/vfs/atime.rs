@@ -105,6 +105,8 @@ mod tests {
             mtime,
             ctime: mtime,
             parent: 0,
+            flags: 0,
+            stored: 0,
         }
     }
 

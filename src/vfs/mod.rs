@@ -177,6 +177,20 @@ impl Retired {
     }
 }
 
+/// EPERM for an open that would change a file its flags protect: any write to an immutable
+/// file, and to an append-only one any but through O_APPEND (truncation included).
+fn open_allowed(a: &Attr, flags: i32) -> Result<()> {
+    let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
+    let appends = flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0;
+    if writes
+        && (a.flags & meta::flags::IMMUTABLE != 0
+            || (a.flags & meta::flags::APPEND != 0 && !appends))
+    {
+        return Err(meta::Error::Sys(libc::EPERM).into());
+    }
+    Ok(())
+}
+
 impl Vfs {
     pub fn new(meta: Arc<dyn Meta>, store: DataStore, cfg: Config) -> Vfs {
         let atimes = Arc::new(atime::Atimes::new(cfg.atime));
@@ -284,6 +298,8 @@ impl Vfs {
                 }
                 if let Some(end) = w.pending_end() {
                     a.length = a.length.max(end);
+                    // Counted as stored already (some may overwrite stored bytes).
+                    a.stored = (a.stored + w.buffered() as u64).min(a.length);
                 }
                 if let Some(m) = w.mtime() {
                     a.mtime = a.mtime.max(m);
@@ -305,6 +321,12 @@ impl Vfs {
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
         let mark = self.attr_mark();
         Ok(self.overlay_attr(mark, self.meta.getattr(ino)?))
+    }
+
+    /// `chattr`: sets the inode's flags ([`meta::flags`]).
+    pub fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<Attr> {
+        let mark = self.attr_mark();
+        Ok(self.overlay_attr(mark, self.meta.set_flags(ctx, ino, flags)?))
     }
 
     pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr, size: Option<u64>) -> Result<Attr> {
@@ -456,6 +478,10 @@ impl Vfs {
     pub fn open(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let mark = self.attr_mark();
         let a = self.meta.open_inode(ino)?;
+        if let Err(e) = open_allowed(&a, flags) {
+            self.meta.close_inode(ino)?;
+            return Err(e);
+        }
         // Reads the kernel answers from its page cache never reach us (FUSE leaves access
         // times to the file system): under strictatime every open starts without them.
         let keep = self.stamp_open(&a) && self.cfg.atime != atime::Atime::Strict;
