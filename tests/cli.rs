@@ -821,6 +821,39 @@ fn a_killed_client_not_yet_reaped_does_not_make_the_next_mount_shared() {
     drop(fg);
 }
 
+/// A mount of an SQLite volume that started alone lowers its kernel TTLs when another mount
+/// comes (a name the other creates shows within seconds, not after the 30 s of a lone
+/// mount), and raises them again when it goes (or when a dead client is cleaned up later).
+#[test]
+fn kernel_ttls_follow_other_mounts_coming_and_going() {
+    let vol = Volume::new();
+    let a = vol.mount();
+    assert!(a.log_text().contains("this mount has the volume to itself"));
+    let b = vol.mount();
+    assert!(
+        eventually(Duration::from_secs(60), || a
+            .log_text()
+            .contains("another client mounted the volume")),
+        "the first mount never noticed the second:\n{}",
+        a.log_text()
+    );
+    // A miss now stays in the first kernel for a TTL: short, so the other's file shows.
+    assert!(!a.p("n").exists());
+    fs::write(b.p("n"), b"from b").unwrap();
+    assert!(
+        eventually(Duration::from_secs(15), || a.p("n").exists()),
+        "a name created on the other mount stayed hidden (a lone mount's 30 s TTL)"
+    );
+    drop(b);
+    assert!(
+        eventually(Duration::from_secs(60), || a
+            .log_text()
+            .contains("this mount now has the volume to itself")),
+        "TTLs stayed short after the other mount went:\n{}",
+        a.log_text()
+    );
+}
+
 #[test]
 fn a_damaged_metadata_database_is_refused_at_mount_and_named_by_fsck() {
     let vol = Volume::with_args(&[]);

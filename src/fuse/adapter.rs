@@ -44,6 +44,9 @@ pub struct CacheConfig {
     /// With change notification (the TTLs above assume it): the TTLs used while
     /// notifications do not flow (connection lost).
     pub fallback_ttl: Option<Duration>,
+    /// TTLs that follow whether this mount is alone ([`Coherence::alone`]): the one used
+    /// while it is (the TTLs above, and `shared`, hold while it is not).
+    pub alone_ttl: Option<Duration>,
 }
 
 impl Default for CacheConfig {
@@ -56,6 +59,7 @@ impl Default for CacheConfig {
             writeback: false,
             shared: true,
             fallback_ttl: None,
+            alone_ttl: None,
         }
     }
 }
@@ -82,11 +86,25 @@ impl Adapter {
         }
     }
 
-    /// A TTL to hand out: as configured, or the fallback while pushed changes do not flow.
+    /// A TTL to hand out: as configured, the fallback while pushed changes do not flow, or
+    /// the long one while this mount is alone on a volume it may share.
     fn ttl(&self, t: Duration) -> Duration {
+        if let Some(a) = self.cache.alone_ttl {
+            if self.coherence.alone() {
+                return a;
+            }
+        }
         match self.cache.fallback_ttl {
             Some(f) if !self.coherence.pushed() => t.min(f),
             _ => t,
+        }
+    }
+
+    /// Whether other clients may change the volume now.
+    fn shared(&self) -> bool {
+        match self.cache.alone_ttl {
+            Some(_) => !self.coherence.alone(),
+            None => self.cache.shared,
         }
     }
 
@@ -121,7 +139,7 @@ impl Adapter {
     /// Whether the kernel's attributes can be trusted without asking: nobody else changes
     /// the volume, or their changes are pushed.
     fn attrs_trusted(&self) -> bool {
-        !self.cache.shared || (self.cache.fallback_ttl.is_some() && self.coherence.pushed())
+        !self.shared() || (self.cache.fallback_ttl.is_some() && self.coherence.pushed())
     }
 
     /// FOPEN flags of an open: the kernel keeps the file's pages only if the file has not

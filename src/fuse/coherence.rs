@@ -8,7 +8,9 @@
 //! without waiting for this thread.
 //!
 //! While changes flow, the kernel may cache for long; when they stop (connection lost), the
-//! adapter hands out short TTLs until they flow again ([`Coherence::pushed`]).
+//! adapter hands out short TTLs until they flow again ([`Coherence::pushed`]). On a volume of
+//! one machine (SQLite), whether this mount is alone on it ([`Coherence::alone`]) also moves
+//! the TTLs, as other mounts come and go.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -23,9 +25,32 @@ use crate::meta::{Change, ChangeSink};
 pub struct Coherence {
     notifier: OnceLock<Notifier>,
     pushed: AtomicBool,
+    alone: AtomicBool,
 }
 
 impl Coherence {
+    /// Whether this mount is, as last checked, the volume's only client.
+    pub fn alone(&self) -> bool {
+        self.alone.load(Ordering::Acquire)
+    }
+
+    /// Whether this mount starts as the volume's only client.
+    pub fn start_alone(&self, alone: bool) {
+        self.alone.store(alone, Ordering::Release);
+    }
+
+    /// Records whether this mount is the volume's only client; says so in the log when it
+    /// changes.
+    pub fn set_alone(&self, alone: bool) {
+        if self.alone.swap(alone, Ordering::AcqRel) != alone {
+            if alone {
+                tracing::info!("this mount now has the volume to itself: long kernel cache TTLs");
+            } else {
+                tracing::info!("another client mounted the volume: short kernel cache TTLs");
+            }
+        }
+    }
+
     /// Whether other clients' changes reach this kernel as they happen.
     pub fn pushed(&self) -> bool {
         self.pushed.load(Ordering::Acquire)

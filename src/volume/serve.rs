@@ -119,10 +119,27 @@ impl Sharing {
     }
 }
 
+/// How often a mount of a one-machine volume checks whether it is alone on it.
+const ALONE_CHECK: Duration = Duration::from_secs(2);
+
+/// Whether the TTLs follow other mounts coming and going: on a volume of one machine, unless
+/// the user set them.
+fn ttls_follow(cfg: &MountConfig, engine: EngineKind) -> bool {
+    engine.one_machine()
+        && cfg.attr_ttl.is_none()
+        && cfg.entry_ttl.is_none()
+        && cfg.negative_ttl.is_none()
+}
+
 /// The kernel's cache settings for a mount shared as `sharing`, with the user's overrides.
-fn cache_config(cfg: &MountConfig, sharing: Sharing) -> anyhow::Result<CacheConfig> {
+/// With `follow`, the TTLs are the shared ones, raised while the mount is alone
+/// ([`CacheConfig::alone_ttl`]); the writeback cache stays as `sharing` decided.
+fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Result<CacheConfig> {
     let exclusive = sharing == Sharing::Exclusive;
-    let attr_ttl = cfg.attr_ttl.unwrap_or(sharing.default_ttl());
+    let attr_ttl = match follow {
+        true => SHARED_TTL,
+        false => cfg.attr_ttl.unwrap_or(sharing.default_ttl()),
+    };
     Ok(CacheConfig {
         attr_ttl: ttl(attr_ttl, "attr-ttl")?,
         entry_ttl: ttl(cfg.entry_ttl.unwrap_or(attr_ttl), "entry-ttl")?,
@@ -135,7 +152,38 @@ fn cache_config(cfg: &MountConfig, sharing: Sharing) -> anyhow::Result<CacheConf
         },
         shared: !exclusive,
         fallback_ttl: (sharing == Sharing::Pushed).then(|| Duration::from_secs_f64(SHARED_TTL)),
+        alone_ttl: follow.then(|| Duration::from_secs_f64(EXCLUSIVE_TTL)),
     })
+}
+
+/// Other clients' sessions on the volume (dead ones go at the heartbeats' clean-ups).
+fn other_sessions(meta: &dyn Meta) -> anyhow::Result<usize> {
+    Ok(meta
+        .sessions()?
+        .into_iter()
+        .filter(|s| s.pid != std::process::id())
+        .count())
+}
+
+/// Keeps `coherence` told whether this mount is alone on the volume, until `stop`: a dead
+/// client cleaned up later, or another mount that comes or goes, moves the TTLs.
+fn follow_sessions(
+    meta: Arc<dyn Meta>,
+    coherence: Arc<fuse::Coherence>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> anyhow::Result<()> {
+    std::thread::Builder::new()
+        .name("unkai-sessions".into())
+        .spawn(move || {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                std::thread::sleep(ALONE_CHECK);
+                match other_sessions(&*meta) {
+                    Ok(n) => coherence.set_alone(n == 0),
+                    Err(e) => tracing::debug!("counting other sessions: {e}"),
+                }
+            }
+        })?;
+    Ok(())
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after),
@@ -169,11 +217,7 @@ fn register_session(meta: &dyn Meta, cfg: &MountConfig) -> anyhow::Result<()> {
 /// Decides how the volume is shared, and starts other clients' changes flowing into
 /// `coherence` when it may be.
 fn sharing(meta: &dyn Meta, coherence: &Arc<fuse::Coherence>) -> anyhow::Result<Sharing> {
-    let others = meta
-        .sessions()?
-        .into_iter()
-        .filter(|s| s.pid != std::process::id())
-        .count();
+    let others = other_sessions(meta)?;
     if Sharing::alone(meta.engine(), others) {
         return Ok(Sharing::Exclusive);
     }
@@ -239,12 +283,23 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     register_session(&*meta, cfg)?;
     let coherence = Arc::new(fuse::Coherence::default());
     let sharing = sharing(&*meta, &coherence)?;
-    let cache = cache_config(cfg, sharing)?;
+    let follow = ttls_follow(cfg, meta.engine());
+    coherence.start_alone(sharing == Sharing::Exclusive);
+    let cache = cache_config(cfg, sharing, follow)?;
+    let now = |t: Duration| match cache.alone_ttl {
+        Some(a) if sharing == Sharing::Exclusive => a,
+        _ => t,
+    };
     tracing::info!(
-        "{}: kernel caches attributes {:?}, entries {:?}, writeback cache {}",
+        "{}: kernel caches attributes {:?}, entries {:?}{}, writeback cache {}",
         sharing.describe(),
-        cache.attr_ttl,
-        cache.entry_ttl,
+        now(cache.attr_ttl),
+        now(cache.entry_ttl),
+        if follow {
+            " (following other mounts as they come and go)"
+        } else {
+            ""
+        },
         if cache.writeback { "on" } else { "off" }
     );
     let vfs = Arc::new(Vfs::new(
@@ -264,7 +319,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         threads: cfg.threads,
         volume: fmt.name.clone(),
         cache,
-        coherence,
+        coherence: coherence.clone(),
     };
     let mountpoint = &cfg.mountpoint;
     let mut session = match fuse::mount(vfs.clone(), mountpoint, &opts) {
@@ -291,8 +346,13 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     ready();
 
     spawn_signal_thread(sigs, session.unmount_callable(), mountpoint.clone())?;
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    if follow {
+        follow_sessions(meta.clone(), coherence, stop.clone())?;
+    }
 
     let served = session.run();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let res = vfs.shutdown();
     let _ = std::fs::remove_file(&cfg.pid_file);
     served.context("serving FUSE requests")?;
@@ -335,11 +395,11 @@ mod tests {
 
     #[test]
     fn ttl_defaults_and_overrides() {
-        let c = cache_config(&cfg(), Sharing::Exclusive).unwrap();
+        let c = cache_config(&cfg(), Sharing::Exclusive, false).unwrap();
         assert_eq!(c.attr_ttl, Duration::from_secs(30));
         assert_eq!(c.negative_ttl, Duration::from_secs(30));
         assert!(c.writeback && !c.shared && c.fallback_ttl.is_none());
-        let c = cache_config(&cfg(), Sharing::Pushed).unwrap();
+        let c = cache_config(&cfg(), Sharing::Pushed, false).unwrap();
         assert_eq!(c.entry_ttl, Duration::from_secs(5));
         assert_eq!(c.fallback_ttl, Some(Duration::from_secs(1)));
         assert!(!c.writeback && c.shared);
@@ -347,10 +407,21 @@ mod tests {
         o.attr_ttl = Some(2.0);
         o.negative_ttl = Some(0.0);
         o.writeback = Writeback::On;
-        let c = cache_config(&o, Sharing::Shared).unwrap();
+        let c = cache_config(&o, Sharing::Shared, false).unwrap();
         assert_eq!(c.attr_ttl, Duration::from_secs(2));
         assert_eq!(c.entry_ttl, Duration::from_secs(2));
         assert_eq!(c.negative_ttl, Duration::ZERO);
         assert!(c.writeback && c.fallback_ttl.is_none());
+        // TTLs that follow other mounts: short while shared, long while alone; set ones don't.
+        assert!(ttls_follow(&cfg(), EngineKind::Sqlite));
+        assert!(!ttls_follow(&o, EngineKind::Sqlite));
+        assert!(!ttls_follow(&cfg(), EngineKind::Postgres));
+        let c = cache_config(&cfg(), Sharing::Shared, true).unwrap();
+        assert_eq!(c.attr_ttl, Duration::from_secs(1));
+        assert_eq!(c.alone_ttl, Some(Duration::from_secs(30)));
+        assert!(!c.writeback && c.shared);
+        let c = cache_config(&cfg(), Sharing::Exclusive, true).unwrap();
+        assert_eq!(c.alone_ttl, Some(Duration::from_secs(30)));
+        assert!(c.writeback);
     }
 }
