@@ -87,6 +87,35 @@ fn finds_and_repairs_a_broken_link_count() {
     assert_eq!(std::fs::read(m.p("link")).unwrap(), b"small");
 }
 
+/// A file's count of bytes stored (its st_blocks) that drifted from its chunks is named and
+/// recounted by --repair.
+#[test]
+fn finds_and_repairs_a_wrong_count_of_bytes_stored() {
+    let vol = populated();
+    db(&vol)
+        .execute(
+            "UPDATE node SET stored = 1 WHERE ino = (SELECT ino FROM edge WHERE name = CAST('big' AS BLOB))",
+            [],
+        )
+        .unwrap();
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(!ok, "{out}");
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 1, "{out}");
+    assert!(
+        errs[0].contains("/a/b/big")
+            && errs[0].contains("counts 1 bytes stored; its chunks hold 5242880"),
+        "{out}"
+    );
+    let (ok, out) = fsck(&vol, &["--repair"]);
+    assert!(ok, "{out}");
+    let (ok, out) = fsck(&vol, &[]);
+    assert!(ok && errors(&out).is_empty(), "{out}");
+    let m = vol.mount();
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(std::fs::metadata(m.p("a/b/big")).unwrap().blocks(), 5 << 11);
+}
+
 #[test]
 fn finds_dangling_entries_and_orphans() {
     let vol = populated();

@@ -158,6 +158,8 @@ struct SliceRefs {
     counted: HashMap<u64, (u32, u32)>,
     /// Slice -> the first file found referencing it.
     owner: HashMap<u64, Ino>,
+    /// File -> bytes its decodable chunks cover.
+    covered: HashMap<Ino, u64>,
 }
 
 /// Checks a volume. `objects`: the bucket, to check objects too (None: metadata only).
@@ -179,6 +181,7 @@ pub fn check(
     let slices = check_chunks(meta, &ns, quiet, &mut r)?;
     let table = SliceTable::load(meta)?;
     check_slice_table(&ns, &slices, &table, &mut r);
+    check_stored(&ns, &slices, &mut r);
     if let Some(obj) = objects {
         let listed = list_objects(obj, &fmt, quiet)?;
         let reserved = Reserved::load(meta)?;
@@ -535,6 +538,7 @@ fn check_chunk(
         );
         return;
     }
+    *refs.covered.entry(ino).or_insert(0) += crate::meta::slice::covered(&recs);
     for x in &recs {
         if x.end() > CHUNK_SIZE || (x.id != 0 && x.off as u64 + x.len as u64 > x.size as u64) {
             r.error(
@@ -555,6 +559,28 @@ fn check_chunk(
             }
             e.1 += 1;
             refs.owner.entry(x.id).or_insert(ino);
+        }
+    }
+}
+
+/// Each file's count of bytes stored (its `st_blocks`) is what its chunks cover.
+fn check_stored(ns: &Namespace, slices: &SliceRefs, r: &mut Report) {
+    let mut files: Vec<&Attr> = ns.nodes.values().filter(|a| a.kind == Kind::File).collect();
+    files.sort_by_key(|a| a.ino);
+    for a in files {
+        let covered = slices.covered.get(&a.ino).copied().unwrap_or(0);
+        if a.stored != covered {
+            r.error(
+                format!(
+                    "{} counts {} bytes stored; its chunks hold {covered}",
+                    ns.names.path(a.ino),
+                    a.stored
+                ),
+                vec![Fix::SetStored {
+                    ino: a.ino,
+                    stored: covered,
+                }],
+            );
         }
     }
 }

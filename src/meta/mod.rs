@@ -635,6 +635,11 @@ pub enum Fix {
         used_bytes: u64,
         inodes: u64,
     },
+    /// Set the bytes a file stores to what its chunks cover.
+    SetStored {
+        ino: Ino,
+        stored: u64,
+    },
 }
 #[cfg(test)]
 mod tests;

@@ -1604,6 +1604,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     tx.delete_open(*ino, Some(*session))?;
                 }
                 Fix::SetUsage { used_bytes, inodes } => tx.set_usage(*used_bytes, *inodes)?,
+                Fix::SetStored { ino, stored } => {
+                    if let Some(mut a) = unless_gone(tx.lock_node(*ino))? {
+                        a.stored = *stored;
+                        tx.update_node(&a)?;
+                    }
+                }
             }
             Ok(())
         })
