@@ -11,6 +11,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -165,25 +166,26 @@ fn other_sessions(meta: &dyn Meta) -> anyhow::Result<usize> {
         .count())
 }
 
-/// Keeps `coherence` told whether this mount is alone on the volume, until `stop`: a dead
-/// client cleaned up later, or another mount that comes or goes, moves the TTLs.
+/// Keeps `coherence` told whether this mount is alone on the volume: a dead client cleaned
+/// up later, or another mount that comes or goes, moves the TTLs. Stops as soon as the
+/// returned sender is dropped; join the handle then, so that the volume's last reference
+/// goes with the unmount (SQLite checkpoints its WAL when its connections close).
 fn follow_sessions(
     meta: Arc<dyn Meta>,
     coherence: Arc<fuse::Coherence>,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> anyhow::Result<()> {
-    std::thread::Builder::new()
+) -> anyhow::Result<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let handle = std::thread::Builder::new()
         .name("unkai-sessions".into())
         .spawn(move || {
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                std::thread::sleep(ALONE_CHECK);
+            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(ALONE_CHECK) {
                 match other_sessions(&*meta) {
                     Ok(n) => coherence.set_alone(n == 0),
                     Err(e) => tracing::debug!("counting other sessions: {e}"),
                 }
             }
         })?;
-    Ok(())
+    Ok((stop, handle))
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after),
@@ -346,13 +348,25 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     ready();
 
     spawn_signal_thread(sigs, session.unmount_callable(), mountpoint.clone())?;
-    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    if follow {
-        follow_sessions(meta.clone(), coherence, stop.clone())?;
-    }
+    let follower = match follow {
+        true => Some(follow_sessions(meta.clone(), coherence)?),
+        false => None,
+    };
 
-    let served = session.run();
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let served = match session.run() {
+        // The kernel ended the connection itself (seen now and then when a mount detached
+        // while busy loses its last open file, and on `umount -f`): nothing more can come
+        // through it, and what is pending is flushed below as at any unmount.
+        Err(e) if e.raw_os_error() == Some(libc::ECONNABORTED) => {
+            tracing::info!("the kernel closed the FUSE connection ({e})");
+            Ok(())
+        }
+        other => other,
+    };
+    if let Some((stop, handle)) = follower {
+        drop(stop);
+        let _ = handle.join();
+    }
     let res = vfs.shutdown();
     let _ = std::fs::remove_file(&cfg.pid_file);
     served.context("serving FUSE requests")?;
