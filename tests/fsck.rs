@@ -21,6 +21,23 @@ fn populated() -> Volume {
     vol
 }
 
+/// Sets a column of the inode named `name` behind the volume's back (`set`: `nlink = 7`).
+fn set_node(vol: &Volume, name: &str, set: &str) {
+    let sql = format!(
+        "UPDATE node SET {set} WHERE ino = (SELECT ino FROM edge WHERE name = CAST(?1 AS BLOB))"
+    );
+    assert_eq!(db(vol).execute(&sql, [name]).unwrap(), 1, "{sql}");
+}
+
+/// The one error fsck reports.
+fn one_error(vol: &Volume) -> String {
+    let (ok, out) = fsck(vol, &[]);
+    assert!(!ok, "{out}");
+    let errs = errors(&out);
+    assert_eq!(errs.len(), 1, "{out}");
+    errs[0].to_string()
+}
+
 fn fsck(vol: &Volume, extra: &[&str]) -> (bool, String) {
     let mut args = vec!["-q"];
     args.extend_from_slice(extra);
@@ -66,18 +83,12 @@ fn finds_a_deleted_object_with_its_path() {
 #[test]
 fn finds_and_repairs_a_broken_link_count() {
     let vol = populated();
-    db(&vol)
-        .execute("UPDATE node SET nlink = 7 WHERE ino = (SELECT ino FROM edge WHERE name = CAST('small' AS BLOB))", [])
-        .unwrap();
-    let (ok, out) = fsck(&vol, &[]);
-    assert!(!ok, "{out}");
-    let errs = errors(&out);
-    assert_eq!(errs.len(), 1, "{out}");
+    set_node(&vol, "small", "nlink = 7");
+    let err = one_error(&vol);
     // Either name of the hard-linked file identifies it.
     assert!(
-        (errs[0].contains("/a/small") || errs[0].contains("/link"))
-            && errs[0].contains("is 7, should be 2"),
-        "{out}"
+        (err.contains("/a/small") || err.contains("/link")) && err.contains("is 7, should be 2"),
+        "{err}"
     );
     let (ok, out) = fsck(&vol, &["--repair"]);
     assert!(ok, "{out}");
@@ -92,20 +103,11 @@ fn finds_and_repairs_a_broken_link_count() {
 #[test]
 fn finds_and_repairs_a_wrong_count_of_bytes_stored() {
     let vol = populated();
-    db(&vol)
-        .execute(
-            "UPDATE node SET stored = 1 WHERE ino = (SELECT ino FROM edge WHERE name = CAST('big' AS BLOB))",
-            [],
-        )
-        .unwrap();
-    let (ok, out) = fsck(&vol, &[]);
-    assert!(!ok, "{out}");
-    let errs = errors(&out);
-    assert_eq!(errs.len(), 1, "{out}");
+    set_node(&vol, "big", "stored = 1");
+    let err = one_error(&vol);
     assert!(
-        errs[0].contains("/a/b/big")
-            && errs[0].contains("counts 1 bytes stored; its chunks hold 5242880"),
-        "{out}"
+        err.contains("/a/b/big") && err.contains("counts 1 bytes stored; its chunks hold 5242880"),
+        "{err}"
     );
     let (ok, out) = fsck(&vol, &["--repair"]);
     assert!(ok, "{out}");

@@ -962,9 +962,6 @@ impl Filesystem for Adapter {
         }
     }
 
-    /// Inode flags (`lsattr`): none are kept, so none are reported; setting none is fine,
-    /// setting any (`chattr +i`) is not supported. Every other ioctl is not this file
-    /// system's: ENOTTY, as a local file system answers, and nothing logged.
     /// The inode flags of `chattr`/`lsattr` (FS_IOC_GETFLAGS/SETFLAGS, an int whatever the
     /// size the number encodes); any other ioctl is ENOTTY, quietly.
     fn ioctl(
@@ -984,51 +981,48 @@ impl Filesystem for Adapter {
         const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
         const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
         const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
-        match cmd {
-            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => match self.vfs.getattr(ino.0) {
-                Ok(a) => {
-                    // The kernel passes an int (4 bytes), whatever the number says.
-                    let mut out = a.flags.to_ne_bytes().to_vec();
-                    out.resize((out_size as usize).min(8), 0);
-                    reply.ioctl(0, &out);
-                }
-                Err(e) => reply.error(errno(&e)),
-            },
-            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => {
-                let Some(bytes) = in_data.get(..4) else {
-                    return reply.error(Errno::EINVAL);
-                };
-                let flags = u32::from_ne_bytes(bytes.try_into().expect("4 bytes"));
-                match self.vfs.set_flags(&ctx(req), ino.0, flags) {
-                    Ok(_) => reply.ioctl(0, &[]),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }
+        // Both setters carry the flags in their first 4 bytes (an int; fsxattr's fsx_xflags).
+        let given = || match in_data.get(..4) {
+            Some(b) => Ok(u32::from_ne_bytes(b.try_into().expect("4 bytes"))),
+            None => Err(Errno::EINVAL),
+        };
+        let set = |flags: u32| match self.vfs.set_flags(&ctx(req), ino.0, flags) {
+            Ok(_) => Ok(Vec::new()),
+            Err(e) => Err(errno(&e)),
+        };
+        let flags = || {
+            self.vfs
+                .getattr(ino.0)
+                .map(|a| a.flags)
+                .map_err(|e| errno(&e))
+        };
+        let res = match cmd {
+            // The kernel passes an int (4 bytes), whatever size the number encodes.
+            FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => flags().map(|f| {
+                let mut out = f.to_ne_bytes().to_vec();
+                out.resize(8, 0);
+                out
+            }),
+            FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => given().and_then(set),
             // struct fsxattr (28 bytes): the kernel reads the flags this way before it sets
             // them, and xfs_io uses it.
-            FS_IOC_FSGETXATTR => match self.vfs.getattr(ino.0) {
-                Ok(a) => {
-                    let mut out = vec![0u8; 28];
-                    out[..4].copy_from_slice(&xflags_of(a.flags).to_ne_bytes());
-                    out.truncate(out_size as usize);
-                    reply.ioctl(0, &out);
-                }
-                Err(e) => reply.error(errno(&e)),
-            },
-            FS_IOC_FSSETXATTR => {
-                let Some(bytes) = in_data.get(..4) else {
-                    return reply.error(Errno::EINVAL);
-                };
-                let x = u32::from_ne_bytes(bytes.try_into().expect("4 bytes"));
-                match self.vfs.set_flags(&ctx(req), ino.0, flags_of_xflags(x)) {
-                    Ok(_) => reply.ioctl(0, &[]),
-                    Err(e) => reply.error(errno(&e)),
-                }
-            }
+            FS_IOC_FSGETXATTR => flags().map(|f| {
+                let mut out = vec![0u8; 28];
+                out[..4].copy_from_slice(&xflags_of(f).to_ne_bytes());
+                out
+            }),
+            FS_IOC_FSSETXATTR => given().and_then(|x| set(flags_of_xflags(x))),
             _ => {
                 tracing::debug!("ioctl {cmd:#x} of inode {}: ENOTTY", ino.0);
-                reply.error(Errno::ENOTTY)
+                Err(Errno::ENOTTY)
             }
+        };
+        match res {
+            Ok(mut out) => {
+                out.truncate(out_size as usize);
+                reply.ioctl(0, &out)
+            }
+            Err(e) => reply.error(e),
         }
     }
 

@@ -228,6 +228,11 @@ pub(crate) fn attr_from<E>(
     })
 }
 
+/// The records of chunk `index` of inode `ino` from its stored form.
+pub(crate) fn decode_chunk(b: &[u8], ino: Ino, index: u32) -> TxResult<Vec<SliceRec>> {
+    slice::decode(b).ok_or_else(|| corrupt(format!("chunk {index} of inode {ino} is corrupt")))
+}
+
 /// The columns of an inode, in [`SqlRow::attr`]'s order, of `unkai_node n`.
 macro_rules! node_cols {
     () => {
@@ -608,8 +613,7 @@ pub trait Txn {
         let sql = "SELECT slices FROM unkai_chunk WHERE ino=$1 AND indx=$2";
         match self.row(sql, &[ino(i), Val::Int(index as i64)])? {
             None => Ok(Vec::new()),
-            Some(r) => slice::decode(&r.bytes(0)?)
-                .ok_or_else(|| corrupt(format!("chunk {index} of inode {i} is corrupt"))),
+            Some(r) => decode_chunk(&r.bytes(0)?, i, index),
         }
     }
     /// Appends records to a chunk; returns all its records after.

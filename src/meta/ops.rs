@@ -70,19 +70,37 @@ fn check_len(name: &[u8]) -> Result<()> {
 
 /// The root directory of a new volume.
 pub(crate) fn root_node(now: Nanos) -> Attr {
+    let (uid, gid) = (
+        nix::unistd::getuid().as_raw(),
+        nix::unistd::getgid().as_raw(),
+    );
+    new_node(ROOT_INO, Kind::Dir, 0o755, (uid, gid), ROOT_INO, now)
+}
+
+/// A new inode made at `now`, owned by `(uid, gid)`, with its one name in `parent` (kept
+/// as the parent of a directory), empty.
+fn new_node(
+    ino: Ino,
+    kind: Kind,
+    mode: u32,
+    (uid, gid): (u32, u32),
+    parent: Ino,
+    now: Nanos,
+) -> Attr {
+    let dir = kind == Kind::Dir;
     Attr {
-        ino: ROOT_INO,
-        kind: Kind::Dir,
-        mode: 0o755,
-        uid: nix::unistd::getuid().as_raw(),
-        gid: nix::unistd::getgid().as_raw(),
-        nlink: 2,
+        ino,
+        kind,
+        mode,
+        uid,
+        gid,
+        nlink: if dir { 2 } else { 1 },
         length: 0,
         rdev: 0,
         atime: now,
         mtime: now,
         ctime: now,
-        parent: ROOT_INO,
+        parent: if dir { parent } else { 0 },
         flags: 0,
         stored: 0,
     }
@@ -810,20 +828,9 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     }
                 }
                 let a = Attr {
-                    ino,
-                    kind,
-                    mode,
-                    uid: ctx.uid,
-                    gid,
-                    nlink: if kind == Kind::Dir { 2 } else { 1 },
                     length: target.map_or(0, |t| t.len() as u64),
                     rdev,
-                    atime: now,
-                    mtime: now,
-                    ctime: now,
-                    parent: if kind == Kind::Dir { parent } else { 0 },
-                    flags: 0,
-                    stored: 0,
+                    ..new_node(ino, kind, mode, (ctx.uid, gid), parent, now)
                 };
                 tx.create_entry(&a, parent, name)?;
                 if let Some(t) = target {
@@ -1036,22 +1043,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     now,
                 )?;
                 if let Some(ino) = whiteout {
-                    let w = Attr {
-                        ino,
-                        kind: Kind::CharDev,
-                        mode: 0,
-                        uid: ctx.uid,
-                        gid: ctx.gid,
-                        nlink: 1,
-                        length: 0,
-                        rdev: 0,
-                        atime: now,
-                        mtime: now,
-                        ctime: now,
-                        parent: 0,
-                        flags: 0,
-                        stored: 0,
-                    };
+                    let w = new_node(ino, Kind::CharDev, 0, (ctx.uid, ctx.gid), parent, now);
                     tx.create_entry(&w, parent, name)?;
                     tx.add_usage(0, 1)?;
                 }

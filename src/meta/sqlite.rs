@@ -23,7 +23,7 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, TransactionBehavior, params, params_from_iter,
 };
 
-use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, corrupt};
+use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, decode_chunk};
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
 use super::*;
@@ -459,8 +459,7 @@ impl Txn for SqlTx<'_> {
             .query_row(params![ino as i64, index, slice::encode(recs)], |r| {
                 r.get(0)
             })?;
-        slice::decode(&all)
-            .ok_or_else(|| corrupt(format!("chunk {index} of inode {ino} is corrupt")))
+        decode_chunk(&all, ino, index)
     }
 
     /// A name written by hand may be TEXT.

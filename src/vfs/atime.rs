@@ -1,8 +1,8 @@
 //! Access times of files read through this mount: when a read that reaches unkai moves a
 //! file's atime (the mount's `relatime`, `strictatime` or `noatime`, as Linux decides it),
-//! and the new times waiting to be stored. They are stored in groups, one transaction for all of them, by the
-//! background thread (and at unmount), never by the read itself; until then `getattr` shows
-//! them.
+//! and the new times waiting to be stored. They are stored in groups, one transaction for
+//! all of them, by the background thread (and at unmount), never by the read itself; until
+//! then `getattr` shows them.
 //!
 //! Not for: other attributes, directories' access times (readdir does not move them).
 

@@ -432,8 +432,8 @@ impl Vfs {
         }
     }
 
-    /// Throws away the pending writes of a deleted inode (and their uploaded blocks).
-    /// Drops a file's pending writes; returns how many bytes they were.
+    /// Throws away a file's pending writes (and their uploaded blocks); returns how many
+    /// bytes they were.
     fn discard_writer(&self, ino: Ino) -> usize {
         let w = {
             let mut writers = self.writers.lock();

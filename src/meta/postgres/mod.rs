@@ -37,8 +37,8 @@ use self::pool::{Conn, P, Pool, connect_creating, pg_err};
 use self::url::PgUrl;
 use self::watch::Watch;
 use super::engine::{
-    Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, attr_from, corrupt, fail, node_cols,
-    node_vals,
+    Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, attr_from, corrupt, decode_chunk, fail,
+    node_cols, node_vals,
 };
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
@@ -719,8 +719,7 @@ impl Txn for Db<'_> {
              RETURNING slices",
             &[&(ino as i64), &(index as i64), &slice::encode(recs)],
         )?;
-        slice::decode(r.try_get::<_, &[u8]>(0)?)
-            .ok_or_else(|| corrupt(format!("chunk {index} of inode {ino} is corrupt")))
+        decode_chunk(r.try_get::<_, &[u8]>(0)?, ino, index)
     }
 
     /// In one statement.
