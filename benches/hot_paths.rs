@@ -86,6 +86,7 @@ fn metadata(c: &mut Criterion) {
         started: 0,
         heartbeat: 0,
         id: 0,
+        ..Default::default()
     })
     .unwrap();
     let f = meta

@@ -29,6 +29,34 @@ pub fn default_dir() -> PathBuf {
         .join("default")
 }
 
+/// The cache directories a mount or a command uses: `given` (paths separated by ':'), or
+/// /var/cache/unkai for root and ~/.cache/unkai for others.
+pub fn cache_dirs(given: Option<&str>) -> anyhow::Result<Vec<PathBuf>> {
+    let dirs: Vec<PathBuf> = match given {
+        Some(g) => g
+            .split(':')
+            .filter(|d| !d.is_empty())
+            .map(PathBuf::from)
+            .collect(),
+        None if nix::unistd::geteuid().is_root() => vec![PathBuf::from("/var/cache/unkai")],
+        None => vec![
+            dirs::cache_dir()
+                .unwrap_or_else(|| PathBuf::from("/var/tmp"))
+                .join("unkai"),
+        ],
+    };
+    if dirs.is_empty() {
+        bail!("invalid --cache-dir '': give one or more directories separated by ':'");
+    }
+    if let Some(d) = dirs.iter().find(|d| d.is_relative()) {
+        bail!(
+            "invalid --cache-dir {}: use an absolute path, e.g. /var/cache/unkai",
+            d.display()
+        );
+    }
+    Ok(dirs)
+}
+
 pub fn default_meta_url() -> String {
     format!("sqlite://{}", default_dir().join("meta.db").display())
 }

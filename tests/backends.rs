@@ -85,11 +85,12 @@ impl Store {
             self.kind,
             self.server.log()
         );
+        let env = common::with_cache_dir(self.env(), dir.path());
         Volume {
             dir,
             meta_url,
             name: name.to_string(),
-            env: self.env(),
+            env,
             db: None,
         }
     }
@@ -1399,10 +1400,10 @@ fn format_creates_bucket(kind: Kind) {
     assert!(ok, "{out}{err}");
     // Both work.
     let v1 = Volume {
+        env: common::with_cache_dir(st.env(), dir.path()),
         dir,
         meta_url: meta,
         name: "testvol".into(),
-        env: st.env(),
         db: None,
     };
     for v in [&v1, &v2] {

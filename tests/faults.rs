@@ -48,10 +48,14 @@ const RETRY_LOG: &str = "info,unkai::object::retry=debug";
 // Helpers
 
 /// A volume on a fresh versitygw bucket, formatted without faults.
+/// Close and fsync wait for the store on it (`--writeback off`): these tests are about what
+/// a failing store does to the application; tests/writeback.rs covers staging.
 fn s3_volume(server: &servers::Server, block_size: &str) -> Volume {
+    let mut env = server.env.clone();
+    env.push(("UNKAI_WRITEBACK".into(), "off".into()));
     Volume::with_env(
         &["--storage", &server.storage, "--block-size", block_size],
-        server.env.clone(),
+        env,
     )
 }
 

@@ -1,4 +1,4 @@
-//! The kernel's writeback cache (`mount --writeback on`): writes gather in the page cache
+//! The kernel's writeback cache (`mount --writeback-cache on`): writes gather in the page cache
 //! and reach unkai later, yet what close and fsync acknowledged is committed, sizes, times
 //! and contents survive a remount, and SEEK_DATA never calls unwritten data a hole.
 
@@ -14,7 +14,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 fn mount(vol: &Volume) -> Mount {
-    let m = vol.mount_with(&["--writeback", "on"]);
+    let m = vol.mount_with(&["--writeback-cache", "on"]);
     assert!(
         m.log_text().contains("writeback cache on"),
         "the mount did not turn the writeback cache on:\n{}",

@@ -52,6 +52,9 @@ pub struct Report {
     /// Objects no slice references yet, of slice ids a live session reserved: uploads it may
     /// still commit (not garbage, not a problem).
     pub in_flight: Vec<ObjectInfo>,
+    /// Blocks of committed slices not in the bucket yet, staged for upload (write-back) on
+    /// this machine or by a live client: not a problem.
+    pub staged: u64,
 }
 
 impl Report {
@@ -164,10 +167,12 @@ struct SliceRefs {
 
 /// Checks a volume. `objects`: the bucket, to check objects too (None: metadata only).
 /// The checks run in this order, and report in it.
-/// With `verify`, every referenced object is also read and its contents checked.
+/// With `verify`, every referenced object is also read and its contents checked. `staged`:
+/// the keys staged for upload on this machine (`data::stage`), present though not in the bucket.
 pub fn check(
     meta: &dyn Meta,
     objects: Option<&ObjectStorage>,
+    staged: &HashSet<String>,
     verify: bool,
     quiet: bool,
 ) -> anyhow::Result<Report> {
@@ -186,7 +191,7 @@ pub fn check(
         let listed = list_objects(obj, &fmt, quiet)?;
         let reserved = Reserved::load(meta)?;
         r.objects = listed.len() as u64;
-        check_objects_present(&fmt, &listed, &ns, &slices, &mut r);
+        check_objects_present(&fmt, &listed, &ns, &slices, staged, &reserved, &mut r);
         if verify {
             verify_objects(obj, &fmt, &listed, &ns, &slices, quiet, &mut r)?;
         }
@@ -689,12 +694,15 @@ fn referenced_blocks(layout: &Layout, slices: &SliceRefs) -> Vec<BlockRef> {
 }
 
 /// Every block of every referenced slice is in the bucket, with the right size (slices in
-/// order of id).
+/// order of id), or staged for upload (on this machine, or by a live client that reserved its
+/// slice id).
 fn check_objects_present(
     fmt: &Format,
     listed: &[ObjectInfo],
     ns: &Namespace,
     slices: &SliceRefs,
+    staged: &HashSet<String>,
+    reserved: &Reserved,
     r: &mut Report,
 ) {
     let layout = Layout::new(fmt);
@@ -717,6 +725,7 @@ fn check_objects_present(
                 ),
                 vec![],
             ),
+            None if staged.contains(&key) || reserved.contains(id) => r.staged += 1,
             None => r.error(
                 format!(
                     "object {key} of {} is missing (slice {id}, block {index})",

@@ -2,8 +2,33 @@
 
 use anyhow::bail;
 
+use std::collections::HashSet;
+use std::path::PathBuf;
+
 use crate::admin::fsck::{self, Severity};
+use crate::data::{self, stage::Stage};
+use crate::meta::Format;
 use crate::volume;
+
+/// Uploads the blocks that mounts of this machine left staged (the volume is unmounted).
+fn upload_staged(fmt: &Format, dirs: &[PathBuf], blocks: usize, quiet: bool) -> anyhow::Result<()> {
+    println!("uploading {blocks} blocks left staged on this machine");
+    let store = volume::open_data(
+        fmt,
+        data::Config {
+            stage: Some(data::StageConfig {
+                dirs: dirs.to_vec(),
+                limit: u64::MAX,
+                wait: std::time::Duration::ZERO,
+            }),
+            ..data::Config::default()
+        },
+    )?;
+    let bar = super::progress_bar(blocks as u64, "uploading staged blocks", quiet);
+    store.drain(|left, _| bar.set_position(blocks as u64 - left.min(blocks as u64)));
+    bar.finish_and_clear();
+    Ok(())
+}
 
 /// Check a volume's invariants: link counts, entries pointing nowhere, inodes no directory
 /// reaches, slices whose objects are missing, objects no slice references (leaked), chunk
@@ -30,6 +55,10 @@ pub struct Args {
     /// No progress display.
     #[arg(short, long)]
     quiet: bool,
+    /// The cache directories of mounts on this machine, separated by ':' (blocks staged
+    /// there and not uploaded yet are found there; --repair uploads them) [default: as mount].
+    #[arg(long, env = "UNKAI_CACHE_DIR")]
+    cache_dir: Option<String>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -47,7 +76,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             damage.len()
         );
     }
-    let sessions = meta.sessions()?;
+    // A client killed without unmounting still has its row until a mount cleans it up; it
+    // holds nothing (its staged blocks are found below).
+    let now = crate::meta::now_nanos();
+    let sessions: Vec<_> = meta
+        .sessions()?
+        .into_iter()
+        .filter(|s| !crate::meta::session::session_dead(s, s.heartbeat, now))
+        .collect();
     if !sessions.is_empty() {
         if a.repair {
             bail!(
@@ -66,7 +102,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     } else {
         Some(volume::open_storage(meta.format())?)
     };
-    let mut report = fsck::check(&*meta, obj.as_ref(), a.verify, a.quiet)?;
+    let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
+    let uuid = meta.format().uuid.clone();
+    let mut staged: HashSet<String> = Stage::peek(&cache_dirs, &uuid).into_iter().collect();
+    if a.repair && !staged.is_empty() && obj.is_some() {
+        upload_staged(meta.format(), &cache_dirs, staged.len(), a.quiet)?;
+        staged = Stage::peek(&cache_dirs, &uuid).into_iter().collect();
+    }
+    let mut report = fsck::check(&*meta, obj.as_ref(), &staged, a.verify, a.quiet)?;
     let mut rounds = 0;
     while a.repair && report.problems.iter().any(|p| !p.fixes.is_empty()) && rounds < 4 {
         for p in report.problems.iter().filter(|p| !p.fixes.is_empty()) {
@@ -74,7 +117,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         fsck::repair(&*meta, &report)?;
         rounds += 1;
-        report = fsck::check(&*meta, obj.as_ref(), a.verify, a.quiet)?;
+        report = fsck::check(&*meta, obj.as_ref(), &staged, a.verify, a.quiet)?;
     }
     println!(
         "checked {} inodes, {} entries, {} chunks, {} slices, {} objects",
@@ -90,6 +133,15 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let errors = report.errors().count();
     let fixable = report.errors().filter(|p| !p.fixes.is_empty()).count();
     super::print_in_flight(&report.in_flight, "");
+    if report.staged > 0 {
+        println!(
+            "{} blocks are staged for upload, not in the bucket yet ({} on this machine): the \
+             mount holding them uploads them; blocks left by a mount that ended go up at the \
+             next mount here or with `unkai fsck --repair`",
+            report.staged,
+            staged.len()
+        );
+    }
     let leaked_bytes: u64 = report.leaked.iter().map(|o| o.size).sum();
     if !report.leaked.is_empty() {
         println!(

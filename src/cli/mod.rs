@@ -177,3 +177,16 @@ pub(crate) fn pid_file(mountpoint: &std::path::Path) -> std::path::PathBuf {
         .collect();
     runtime_dir().join("mounts").join(format!("{hex}.pid"))
 }
+
+/// A progress bar of `len` steps labelled `what` (hidden with `quiet`).
+pub(crate) fn progress_bar(len: u64, what: &str, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new(len);
+    let style = format!("{what} {{bar:30}} {{pos}}/{{len}} {{eta}}");
+    if let Ok(s) = indicatif::ProgressStyle::with_template(&style) {
+        pb.set_style(s);
+    }
+    pb
+}

@@ -26,7 +26,7 @@ use crate::volume::{
 #[derive(clap::Args, Clone)]
 #[command(
     override_usage = "unkai mount [OPTIONS] [META-URL] <MOUNTPOINT>",
-    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 1G sqlite:///var/lib/unkai/vol.db /mnt/vol"
+    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 1G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol"
 )]
 pub struct Args {
     /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
@@ -70,13 +70,28 @@ pub struct Args {
     /// --attr-ttl].
     #[arg(long)]
     negative_ttl: Option<f64>,
+    /// Write-back: a file's new blocks are staged on local disk (--cache-dir) and uploaded
+    /// behind the application; close and fsync wait for local disk only, and nothing staged
+    /// is lost to a crash (the next mount uploads it). `auto`: on for a volume this client has
+    /// to itself (SQLite) whose store is not a plain local directory. On a PostgreSQL volume,
+    /// `on` weakens close-to-open: another client may read EIO until the upload lands (see
+    /// the README's durability contract).
+    #[arg(long, value_enum, default_value_t = Toggle::Auto, env = "UNKAI_WRITEBACK")]
+    writeback: Toggle,
+    /// Local directories for the staging area (and later the block cache), separated by ':'
+    /// [default: /var/cache/unkai for root, ~/.cache/unkai otherwise].
+    #[arg(long, env = "UNKAI_CACHE_DIR")]
+    cache_dir: Option<String>,
+    /// Bytes staged at most before writers wait for uploads to make room, e.g. 10G.
+    #[arg(long, default_value = "10G", env = "UNKAI_STAGE_SIZE")]
+    stage_size: String,
     /// The kernel's writeback cache: small writes gather in the page cache and reach unkai
     /// in large batches; close and fsync still flush everything (the durability contract
     /// holds). `auto` turns it on when this mount has the volume to itself. With it,
     /// SEEK_DATA/SEEK_HOLE report no holes, and a write past the largest file size fails at
     /// close or fsync instead of at once.
-    #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK")]
-    writeback: Toggle,
+    #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK_CACHE")]
+    writeback_cache: Toggle,
     /// Memory for cached blocks, e.g. 256M.
     #[arg(long, default_value = "256M", env = "UNKAI_CACHE_SIZE")]
     cache_size: String,
@@ -101,6 +116,16 @@ pub enum Toggle {
     Auto,
     On,
     Off,
+}
+
+impl From<Toggle> for Writeback {
+    fn from(t: Toggle) -> Writeback {
+        match t {
+            Toggle::Auto => Writeback::Auto,
+            Toggle::On => Writeback::On,
+            Toggle::Off => Writeback::Off,
+        }
+    }
 }
 
 /// Set in the environment of the daemon: the fd to report readiness on.
@@ -197,6 +222,8 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     if a.threads == 0 || a.threads > 256 {
         bail!("invalid --threads {}: use 1 to 256", a.threads);
     }
+    let stage_bytes = volume::parse_size(&a.stage_size)?;
+    let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
     let io_timeout = serve::ttl(a.io_timeout, "io-timeout")?;
     let io_deadline = serve::ttl(a.io_deadline, "io-deadline")?;
     if io_timeout.is_zero() || io_deadline < io_timeout {
@@ -237,11 +264,10 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         attr_ttl: a.attr_ttl,
         entry_ttl: a.entry_ttl,
         negative_ttl: a.negative_ttl,
-        writeback: match a.writeback {
-            Toggle::Auto => Writeback::Auto,
-            Toggle::On => Writeback::On,
-            Toggle::Off => Writeback::Off,
-        },
+        writeback_cache: a.writeback_cache.into(),
+        writeback: a.writeback.into(),
+        cache_dirs,
+        stage_bytes,
         keep_cache: !a.no_keep_cache,
         cache_bytes,
         buffer_bytes,

@@ -71,8 +71,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         for s in sessions {
             let age = (crate::meta::now_nanos() - s.heartbeat) / 1_000_000_000;
             println!(
-                "  #{} {} pid {} at {} (unkai {}, heartbeat {}s ago)",
-                s.id, s.host, s.pid, s.mountpoint, s.version, age
+                "  #{} {} pid {} at {} (unkai {}, heartbeat {}s ago; staged for upload: {} \
+                 blocks, {})",
+                s.id,
+                s.host,
+                s.pid,
+                s.mountpoint,
+                s.version,
+                age,
+                s.staged_blocks,
+                super::human_bytes(s.staged_bytes)
             );
         }
     }

@@ -12,7 +12,9 @@
 pub mod block;
 pub mod cache;
 pub mod layout;
+pub mod stage;
 pub mod upload;
+mod writeback;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -40,12 +42,16 @@ pub enum Error {
     Corrupt { key: String, problem: String },
     #[error("upload task failed: {0}")]
     Task(String),
+    /// Staging had no room for a block, and the bucket refused it too.
+    #[error("{stage}; storing the block directly failed too: {put}")]
+    NoRoom { stage: String, put: String },
 }
 
 impl Error {
     pub fn errno(&self) -> i32 {
         match self {
             Error::Object(e) => e.errno(),
+            Error::NoRoom { .. } => libc::ENOSPC,
             _ => libc::EIO,
         }
     }
@@ -69,6 +75,20 @@ pub struct Config {
     pub cache_bytes: usize,
     /// Threads of the I/O runtime.
     pub io_threads: usize,
+    /// Write-back: blocks are staged on local disk and uploaded behind the application
+    /// (None: every block is put in the bucket before its slice may be committed).
+    pub stage: Option<StageConfig>,
+}
+
+/// Where and how much to stage (see [`stage`]).
+#[derive(Clone, Debug)]
+pub struct StageConfig {
+    /// Cache directories; the staging area of the volume lives under each.
+    pub dirs: Vec<std::path::PathBuf>,
+    /// Bytes staged at most; writers wait for room beyond.
+    pub limit: u64,
+    /// How long a writer waits for room before storing its block directly in the bucket.
+    pub wait: Duration,
 }
 
 impl Default for Config {
@@ -76,6 +96,7 @@ impl Default for Config {
         Config {
             cache_bytes: 256 << 20,
             io_threads: 4,
+            stage: None,
         }
     }
 }
@@ -88,6 +109,35 @@ pub(crate) struct Shared {
     /// Slices being uploaded (a [`SliceUpload`] alive): id -> how many uploads of it. Its
     /// lock is held while an upload takes its id (see [`SliceUpload::start`]).
     pub(crate) in_flight: parking_lot::Mutex<std::collections::BTreeMap<u64, usize>>,
+    /// Write-back: the staging area, its uploads, and how long a writer waits for room.
+    pub(crate) stage: Option<Arc<stage::Stage>>,
+    pub(crate) uploader: Option<writeback::Uploader>,
+    pub(crate) stage_wait: Duration,
+}
+
+impl Shared {
+    /// Counts slice `id` in flight once more (a block of it staged, not yet uploaded).
+    pub(crate) fn hold(&self, id: u64) {
+        *self.in_flight.lock().entry(id).or_default() += 1;
+    }
+
+    /// Ends one count of slice `id` in flight (see [`Shared::hold`]).
+    pub(crate) fn release(&self, id: u64) {
+        let mut live = self.in_flight.lock();
+        if let Some(n) = live.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                live.remove(&id);
+            }
+        }
+    }
+
+    /// Removes a staged block (its slice is gone) so that it is never uploaded.
+    fn unstage(&self, key: &str) {
+        if let Some(id) = self.stage.as_ref().and_then(|s| s.remove(key)) {
+            self.release(id);
+        }
+    }
 }
 
 /// Reads and writes blocks. Cheap to clone (shared inside).
@@ -107,22 +157,87 @@ pub struct SliceRange {
 }
 
 impl DataStore {
+    /// Opens the data layer of a volume. With a staging area, blocks a previous mount left
+    /// staged (adopted from directories no live process holds) are queued for upload at
+    /// once, and served from the stage until then.
     pub fn new(obj: ObjectStorage, format: Format, cfg: Config) -> std::io::Result<DataStore> {
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(cfg.io_threads.max(1))
             .thread_name("unkai-io")
             .enable_all()
             .build()?;
+        let (stage, adopted, stage_wait) = match &cfg.stage {
+            Some(sc) => {
+                let (st, keys) = stage::Stage::open(&sc.dirs, &format.uuid, sc.limit)?;
+                (Some(Arc::new(st)), keys, sc.wait)
+            }
+            None => (None, Vec::new(), Duration::ZERO),
+        };
+        let shared = Arc::new_cyclic(|weak| Shared {
+            obj,
+            cache: cache::MemoryCache::new(cfg.cache_bytes),
+            layout: Layout::new(&format),
+            format,
+            in_flight: Default::default(),
+            uploader: stage
+                .as_ref()
+                .map(|_| writeback::Uploader::start(&rt, weak.clone())),
+            stage,
+            stage_wait,
+        });
+        if let (Some(st), Some(up)) = (&shared.stage, &shared.uploader) {
+            for id in st.ids() {
+                shared.hold(id);
+            }
+            for key in adopted {
+                up.enqueue(key);
+            }
+        }
         Ok(DataStore {
-            shared: Arc::new(Shared {
-                obj,
-                cache: cache::MemoryCache::new(cfg.cache_bytes),
-                layout: Layout::new(&format),
-                format,
-                in_flight: Default::default(),
-            }),
+            shared,
             rt: Arc::new(rt),
         })
+    }
+
+    /// Whether blocks are staged on local disk and uploaded behind the application.
+    pub fn writes_back(&self) -> bool {
+        self.shared.stage.is_some()
+    }
+
+    /// Blocks and bytes staged, not yet uploaded.
+    pub fn staged(&self) -> (u64, u64) {
+        self.shared.stage.as_ref().map_or((0, 0), |s| s.usage())
+    }
+
+    /// Blocks uploaded from the staging area since the start.
+    pub fn uploaded(&self) -> u64 {
+        self.shared
+            .uploader
+            .as_ref()
+            .map_or(0, |u| u.uploaded.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Waits until everything staged is uploaded; `progress(blocks, bytes)` is called about
+    /// once a second while some are left.
+    pub fn drain(&self, mut progress: impl FnMut(u64, u64)) {
+        let mut last = std::time::Instant::now();
+        loop {
+            let (blocks, bytes) = self.staged();
+            if blocks == 0 {
+                return;
+            }
+            if last.elapsed() >= Duration::from_secs(1) {
+                progress(blocks, bytes);
+                last = std::time::Instant::now();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the keys a writer uploads must be synced at fsync (a local-directory bucket,
+    /// or a staging area).
+    pub fn syncs_keys(&self) -> bool {
+        self.local_root().is_some() || self.writes_back()
     }
 
     /// The lowest slice id this client may still commit: the lowest of the slices being
@@ -238,6 +353,7 @@ impl DataStore {
             .collect();
         for k in &keys {
             self.shared.cache.remove(k);
+            self.shared.unstage(k);
         }
         let obj = &self.shared.obj;
         self.rt.block_on(async {
@@ -250,6 +366,7 @@ impl DataStore {
     /// Deletes one block object by its key (a missing object is not an error). The block
     /// cache is left as it is.
     pub fn delete_block(&self, key: &str) -> Result<()> {
+        self.shared.unstage(key);
         Ok(self.rt.block_on(self.shared.obj.delete(key))?)
     }
 
@@ -259,9 +376,13 @@ impl DataStore {
         Ok(self.rt.block_on(list_blocks(&s.obj, &s.layout))?)
     }
 
-    /// Makes uploaded blocks durable (fsync for a local directory).
+    /// Makes uploaded or staged blocks durable (fsync of their files on local disk).
     pub fn sync(&self, keys: &[String]) -> Result<()> {
-        Ok(self.shared.obj.sync(keys)?)
+        let rest = match &self.shared.stage {
+            Some(st) => st.sync(keys).map_err(|e| Error::Object(e.into()))?,
+            None => keys.to_vec(),
+        };
+        Ok(self.shared.obj.sync(&rest)?)
     }
 }
 
@@ -278,6 +399,33 @@ async fn fetch(
     }
     let checksums = shared.format.checksums;
     let seal = shared.layout.seal(key);
+    if let Some(st) = &shared.stage {
+        match st.read(key) {
+            Ok(None) => {}
+            Ok(Some(obj)) => {
+                let data = if checksums {
+                    block::decode(obj, blen, seal)
+                } else {
+                    (obj.len() == blen).then_some(obj)
+                };
+                match data {
+                    Some(d) => {
+                        shared.cache.put(key, d.clone());
+                        return Ok(d.slice(range));
+                    }
+                    None => tracing::error!(
+                        "staged block {key} is damaged on local disk; trying the bucket"
+                    ),
+                }
+            }
+            // Uploaded and removed between the check and the read, or lost: the bucket may
+            // have it.
+            Err(e) if st.contains(key) => {
+                tracing::error!("staged block {key} cannot be read ({e}); trying the bucket")
+            }
+            Err(_) => {}
+        }
+    }
     let mut problem = String::new();
     // A block that fails verification is fetched once more before the read fails.
     for attempt in 0..2 {

@@ -1,6 +1,7 @@
 //! Uploading the blocks of one slice: each block is put in the background as soon as it is
-//! complete; `wait` returns once all are in the bucket (or reports the failure; the data stays
-//! with the caller, who may retry). A slice counts as in flight from its start until its
+//! complete; `wait` returns once all are in the bucket, or staged on local disk with
+//! write-back (`data::stage`), or reports the failure (the data stays with the caller, who may
+//! retry). A slice counts as in flight from its start until its
 //! upload is dropped (after its commit, or once abandoned): see
 //! [`DataStore::in_flight_floor`].
 //!
@@ -54,7 +55,8 @@ impl SliceUpload {
 
     fn spawn(&self, index: u32, block: Bytes) -> JoinHandle<Result<String>> {
         let shared = self.store.shared.clone();
-        let key = shared.layout.block_key(self.id, index, block.len() as u32);
+        let id = self.id;
+        let key = shared.layout.block_key(id, index, block.len() as u32);
         // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
             let body = if shared.format.checksums {
@@ -62,7 +64,51 @@ impl SliceUpload {
             } else {
                 block.clone()
             };
-            shared.obj.put(&key, body).await?;
+            let staged = match shared.stage.clone() {
+                Some(st) => {
+                    // Held before the block is visible, so its upload cannot release first.
+                    shared.hold(id);
+                    let (k, b, wait) = (key.clone(), body.clone(), shared.stage_wait);
+                    let res = tokio::task::spawn_blocking(move || st.put(&k, id, &b, wait))
+                        .await
+                        .unwrap_or_else(|e| {
+                            Err(super::stage::StageError::Io {
+                                key: key.clone(),
+                                dir: Default::default(),
+                                source: std::io::Error::other(e.to_string()),
+                            })
+                        });
+                    match res {
+                        Ok(()) => {
+                            shared.cache.put(&key, block);
+                            if let Some(up) = &shared.uploader {
+                                up.enqueue(key.clone());
+                            }
+                            return Ok(key);
+                        }
+                        Err(e) => {
+                            shared.release(id);
+                            Some(e)
+                        }
+                    }
+                }
+                None => None,
+            };
+            if let Some(e) = &staged {
+                tracing::warn!("{e}: storing the block directly in the bucket");
+            }
+            match shared.obj.put(&key, body).await {
+                Ok(()) => {}
+                Err(put) => {
+                    return Err(match staged {
+                        Some(stage) => Error::NoRoom {
+                            stage: stage.to_string(),
+                            put: put.to_string(),
+                        },
+                        None => put.into(),
+                    });
+                }
+            }
             shared.cache.put(&key, block);
             Ok(key)
         })
@@ -164,12 +210,6 @@ impl SliceUpload {
 
 impl Drop for SliceUpload {
     fn drop(&mut self) {
-        let mut live = self.store.shared.in_flight.lock();
-        if let Some(n) = live.get_mut(&self.id) {
-            *n -= 1;
-            if *n == 0 {
-                live.remove(&self.id);
-            }
-        }
+        self.store.shared.release(self.id);
     }
 }

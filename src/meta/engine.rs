@@ -737,6 +737,12 @@ pub trait Txn {
         let sql = "UPDATE unkai_session SET heartbeat=$2 WHERE id=$1";
         Ok(self.exec(sql, &[Val::Int(id as i64), Val::Int(now)])? > 0)
     }
+    /// Replaces what a session says about itself (see [`SessionInfo`]).
+    fn set_session_info(&mut self, id: u64, info: &str) -> TxResult<()> {
+        let sql = "UPDATE unkai_session SET info=$2 WHERE id=$1";
+        self.exec(sql, &[Val::Int(id as i64), Val::Text(info)])?;
+        Ok(())
+    }
     fn session(&mut self, id: u64) -> TxResult<Option<SessionRow>> {
         let sql = "SELECT info, heartbeat FROM unkai_session WHERE id=$1";
         self.row(sql, &[Val::Int(id as i64)])?

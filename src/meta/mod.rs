@@ -335,7 +335,7 @@ pub struct Usage {
 }
 
 /// A mounted client registered in the volume.
-#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct SessionInfo {
     pub host: String,
     pub pid: u32,
@@ -347,6 +347,11 @@ pub struct SessionInfo {
     pub heartbeat: Nanos,
     #[serde(default)]
     pub id: u64,
+    /// Blocks (and their bytes) this client has staged for upload, as of its last report.
+    #[serde(default)]
+    pub staged_blocks: u64,
+    #[serde(default)]
+    pub staged_bytes: u64,
 }
 
 /// A slice whose objects are no longer referenced and may be deleted.
@@ -428,6 +433,8 @@ pub trait Meta: Send + Sync {
         Ok(())
     }
     fn close_session(&self) -> Result<()>;
+    /// Records in this client's session what it has staged for upload (for `unkai status`).
+    fn report_staged(&self, blocks: u64, bytes: u64) -> Result<()>;
     fn sessions(&self) -> Result<Vec<SessionInfo>>;
 
     // ---- namespace ----

@@ -665,6 +665,25 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.share_opens()
     }
 
+    fn report_staged(&self, blocks: u64, bytes: u64) -> Result<()> {
+        let sid = self.sid();
+        if sid == 0 {
+            return Ok(());
+        }
+        self.engine.single(|tx| {
+            let Some((_, info, _)) = tx.session(sid)? else {
+                return Ok(());
+            };
+            let Ok(mut s) = serde_json::from_str::<SessionInfo>(&info) else {
+                return Ok(());
+            };
+            s.staged_blocks = blocks;
+            s.staged_bytes = bytes;
+            let json = serde_json::to_string(&s).unwrap_or(info);
+            tx.set_session_info(sid, &json)
+        })
+    }
+
     fn close_session(&self) -> Result<()> {
         self.engine.unwatch();
         let sid = self.sid();

@@ -497,6 +497,7 @@ pub(crate) fn scratch(fmt: &Format) -> (tempfile::TempDir, std::sync::Arc<dyn su
         started: 0,
         heartbeat: 0,
         id: 0,
+        ..Default::default()
     })
     .unwrap();
     (dir, std::sync::Arc::new(meta))

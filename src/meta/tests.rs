@@ -309,6 +309,7 @@ fn session_info(mountpoint: &str) -> SessionInfo {
         started: 0,
         heartbeat: 0,
         id: 0,
+        ..Default::default()
     }
 }
 

@@ -232,6 +232,12 @@ impl ObjectStorage {
         self.kind.is_remote()
     }
 
+    /// Whether every request is made to wait (`UNKAI_FAULTS=latency_ms=N`): a local
+    /// directory standing in for a store far away, treated as one.
+    pub fn answers_late(&self) -> bool {
+        self.faults.as_ref().is_some_and(|f| !f.latency.is_zero())
+    }
+
     /// The local directory, for `file://` storage.
     pub fn local_root(&self) -> Option<&std::path::Path> {
         self.local_root.as_deref()

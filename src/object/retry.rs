@@ -99,14 +99,18 @@ pub fn transient(e: &object_store::Error) -> bool {
     }
 }
 
-/// Whether the store has stopped answering (an attempt timed out and none succeeded since):
-/// said once in the log when it starts and once when it ends.
+/// Whether the store has stopped answering (an attempt timed out and none succeeded since),
+/// and whether requests fail for good (their retries spent, none succeeded since): each said
+/// once in the log when it starts and once when it ends, not per request.
 #[derive(Debug, Default)]
-pub struct Stall(AtomicBool);
+pub struct Stall {
+    silent: AtomicBool,
+    failing: AtomicBool,
+}
 
 impl Stall {
     fn timed_out(&self, what: &str, policy: &Policy) {
-        if !self.0.swap(true, Ordering::Relaxed) {
+        if !self.silent.swap(true, Ordering::Relaxed) {
             tracing::warn!(
                 "the object store does not answer ({what}: nothing in {:?}); requests are \
                  retried, and fail with EIO after {:?}",
@@ -117,8 +121,23 @@ impl Stall {
     }
 
     fn answered(&self) {
-        if self.0.swap(false, Ordering::Relaxed) {
+        if self.silent.swap(false, Ordering::Relaxed) {
             tracing::warn!("the object store answers again");
+        }
+        if self.failing.swap(false, Ordering::Relaxed) {
+            tracing::warn!("requests to the object store succeed again");
+        }
+    }
+
+    /// A request failed for good; the first of a run is a warning, the rest are details.
+    fn failed(&self, what: &str, n: u32, err: &object_store::Error) {
+        if !self.failing.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                "{what} failed after {n} attempts: {err} (until a request succeeds, further \
+                 failures are logged at debug level)"
+            );
+        } else {
+            tracing::debug!("{what} failed after {n} attempts: {err}");
         }
     }
 }
@@ -178,7 +197,7 @@ where
             }
         };
         if n >= policy.attempts {
-            tracing::warn!("{what} failed after {n} attempts: {err}");
+            stall.failed(what, n, &err);
             return Err(err);
         }
         let wait = policy.backoff(n);
@@ -338,12 +357,15 @@ mod tests {
         .await;
         assert!(r.unwrap_err().to_string().contains("deadline"));
         assert!(start.elapsed() < Duration::from_secs(20));
-        assert!(stall.0.load(Ordering::Relaxed), "the stall was not noted");
+        assert!(
+            stall.silent.load(Ordering::Relaxed),
+            "the stall was not noted"
+        );
         run(&p, &stall, "get ok", || async { Ok(()) })
             .await
             .unwrap();
         assert!(
-            !stall.0.load(Ordering::Relaxed),
+            !stall.silent.load(Ordering::Relaxed),
             "the recovery was not noted"
         );
     }

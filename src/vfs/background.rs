@@ -105,6 +105,7 @@ impl Background {
             .spawn(move || {
                 let mut last_hb = Instant::now();
                 let mut trimmed = 0;
+                let mut reported = (0, 0);
                 loop {
                     {
                         let (lock, cv) = &*s;
@@ -127,6 +128,13 @@ impl Background {
                             tracing::warn!("session heartbeat: {e}");
                         }
                         trim_reserved(&*meta, &store, &mut trimmed);
+                        let now = store.staged();
+                        if now != reported {
+                            match meta.report_staged(now.0, now.1) {
+                                Ok(()) => reported = now,
+                                Err(e) => tracing::debug!("reporting staged blocks: {e}"),
+                            }
+                        }
                         last_hb = Instant::now();
                     }
                 }

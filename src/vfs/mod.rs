@@ -965,6 +965,15 @@ impl Vfs {
     pub fn shutdown(&self) -> Result<()> {
         let res = self.flush_all();
         self.background.lock().take();
+        // Staged blocks go up before the session ends (its reserved ids protect them until then).
+        let (blocks, bytes) = self.store.staged();
+        if blocks > 0 {
+            tracing::info!("uploading {blocks} staged blocks ({bytes} bytes) before unmounting");
+            self.store.drain(|blocks, bytes| {
+                tracing::info!("unmounting: {blocks} staged blocks ({bytes} bytes) left to upload")
+            });
+            tracing::info!("every staged block is uploaded");
+        }
         let t = self.store.traffic();
         let written = self.written.load(Ordering::Relaxed);
         let put = t.put_bytes.load(Ordering::Relaxed);

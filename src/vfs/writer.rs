@@ -340,7 +340,7 @@ impl FileWriter {
             }
         }
         self.committed = Some(meta.write_slices(self.ino, &recs, self.mtime)?);
-        if store.local_root().is_some() {
+        if store.syncs_keys() {
             for slices in self.chunks.values() {
                 for s in slices {
                     if let Some(up) = &s.upload {

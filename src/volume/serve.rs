@@ -17,10 +17,10 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::data;
+use crate::data::{self, DataStore};
 use crate::fuse::{self, CacheConfig, MountOptions, mounts};
 use crate::meta::{EngineKind, Meta, SessionInfo};
-use crate::object::Policy;
+use crate::object::{ObjectStorage, Policy};
 use crate::vfs::{self, Vfs};
 
 /// TTLs of the kernel's caches when this mount is the volume's only client: nobody else can
@@ -32,10 +32,11 @@ const SHARED_TTL: f64 = 1.0;
 /// notification is lost (the channel breaks, a client dies between commit and notify).
 const PUSHED_TTL: f64 = 5.0;
 
-/// Whether the kernel's writeback cache is used.
+/// Whether the kernel's writeback cache, or write-back staging, is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Writeback {
-    /// When this mount has the volume to itself.
+    /// When this mount has the volume to itself (staging: an SQLite volume whose store is
+    /// not a plain local directory).
     Auto,
     On,
     Off,
@@ -61,7 +62,14 @@ pub struct MountConfig {
     pub entry_ttl: Option<f64>,
     /// Seconds the kernel remembers a missing name (None: as attributes).
     pub negative_ttl: Option<f64>,
+    /// The kernel's writeback cache.
+    pub writeback_cache: Writeback,
+    /// Write-back staging of blocks on local disk (`data::stage`).
     pub writeback: Writeback,
+    /// Cache directories (the staging area lives under each).
+    pub cache_dirs: Vec<PathBuf>,
+    /// Bytes staged at most.
+    pub stage_bytes: u64,
     /// Keep the kernel's page cache of a file across opens (false: drop it at every open).
     pub keep_cache: bool,
     /// Memory for cached blocks.
@@ -98,7 +106,7 @@ impl Sharing {
     /// Alone on the volume? A volume of a one-machine engine (SQLite) lives on this machine;
     /// if no other mount of it is alive, the kernel may cache for long and write back (a
     /// later second mount of the same file is warned about in the docs: mount both with
-    /// --attr-ttl 1 --writeback off).
+    /// --attr-ttl 1 --writeback-cache off).
     fn alone(engine: EngineKind, other_sessions: usize) -> bool {
         engine.one_machine() && other_sessions == 0
     }
@@ -146,7 +154,7 @@ fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Re
         entry_ttl: ttl(cfg.entry_ttl.unwrap_or(attr_ttl), "entry-ttl")?,
         negative_ttl: ttl(cfg.negative_ttl.unwrap_or(attr_ttl), "negative-ttl")?,
         keep_cache: cfg.keep_cache,
-        writeback: match cfg.writeback {
+        writeback: match cfg.writeback_cache {
             Writeback::Auto => exclusive,
             Writeback::On => true,
             Writeback::Off => false,
@@ -155,6 +163,17 @@ fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Re
         fallback_ttl: (sharing == Sharing::Pushed).then(|| Duration::from_secs_f64(SHARED_TTL)),
         alone_ttl: follow.then(|| Duration::from_secs_f64(EXCLUSIVE_TTL)),
     })
+}
+
+/// Whether blocks are staged on local disk (write-back): `auto` stages on a volume of one
+/// machine (SQLite: no other client must read what this one closed) whose store is not a plain
+/// local directory (there, staging would only write every byte twice).
+fn stages(cfg: &MountConfig, engine: EngineKind, obj: &ObjectStorage) -> bool {
+    match cfg.writeback {
+        Writeback::On => true,
+        Writeback::Off => false,
+        Writeback::Auto => engine.one_machine() && (obj.is_remote() || obj.answers_late()),
+    }
 }
 
 /// Other clients' sessions on the volume (dead ones go at the heartbeats' clean-ups).
@@ -212,6 +231,7 @@ fn register_session(meta: &dyn Meta, cfg: &MountConfig) -> anyhow::Result<()> {
         started: 0,
         heartbeat: 0,
         id: 0,
+        ..Default::default()
     })?;
     Ok(())
 }
@@ -270,18 +290,54 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     // Signals are handled by one thread: block them before any thread starts so every thread
     // inherits the mask.
     let sigs = block_signals()?;
-    let store = super::open_data_with(
+    let obj = super::open_storage_with(
         &fmt,
-        data::Config {
-            cache_bytes: cfg.cache_bytes,
-            ..data::Config::default()
-        },
         Policy {
             timeout: cfg.io_timeout,
             deadline: cfg.io_deadline,
             ..Policy::default()
         },
     )?;
+    let stage = stages(cfg, meta.engine(), &obj).then(|| data::StageConfig {
+        dirs: cfg.cache_dirs.clone(),
+        limit: cfg.stage_bytes,
+        wait: cfg.io_deadline,
+    });
+    let store = DataStore::new(
+        obj,
+        fmt.clone(),
+        data::Config {
+            cache_bytes: cfg.cache_bytes,
+            stage,
+            ..data::Config::default()
+        },
+    )
+    .with_context(|| {
+        format!(
+            "cannot open the staging area under {}: give another --cache-dir, or --writeback off",
+            cfg.cache_dirs[0].display()
+        )
+    })?;
+    if store.writes_back() {
+        let (blocks, bytes) = store.staged();
+        tracing::info!(
+            "write-back on: blocks staged under {} (up to {} bytes), uploaded behind the \
+             application{}",
+            cfg.cache_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":"),
+            cfg.stage_bytes,
+            if blocks > 0 {
+                format!("; {blocks} blocks ({bytes} bytes) left staged by an earlier mount")
+            } else {
+                String::new()
+            }
+        );
+    } else {
+        tracing::info!("write-back off: close and fsync wait for the store");
+    }
     register_session(&*meta, cfg)?;
     let coherence = Arc::new(fuse::Coherence::default());
     let sharing = sharing(&*meta, &coherence)?;
@@ -390,7 +446,10 @@ mod tests {
             attr_ttl: None,
             entry_ttl: None,
             negative_ttl: None,
+            writeback_cache: Writeback::Auto,
             writeback: Writeback::Auto,
+            cache_dirs: vec!["/tmp/c".into()],
+            stage_bytes: 1 << 30,
             keep_cache: true,
             cache_bytes: 0,
             buffer_bytes: 0,
@@ -420,7 +479,7 @@ mod tests {
         let mut o = cfg();
         o.attr_ttl = Some(2.0);
         o.negative_ttl = Some(0.0);
-        o.writeback = Writeback::On;
+        o.writeback_cache = Writeback::On;
         let c = cache_config(&o, Sharing::Shared, false).unwrap();
         assert_eq!(c.attr_ttl, Duration::from_secs(2));
         assert_eq!(c.entry_ttl, Duration::from_secs(2));

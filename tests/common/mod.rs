@@ -68,6 +68,17 @@ macro_rules! both_engines {
     };
 }
 
+/// `env` with the volume's cache directory (staging) inside its own temporary directory.
+pub fn with_cache_dir(mut env: Vec<(String, String)>, dir: &Path) -> Vec<(String, String)> {
+    if !env.iter().any(|(k, _)| k == "UNKAI_CACHE_DIR") {
+        env.push((
+            "UNKAI_CACHE_DIR".into(),
+            dir.join("cache").display().to_string(),
+        ));
+    }
+    env
+}
+
 /// A formatted volume in its own temporary directory: `meta.db` and `bucket/`.
 pub struct Volume {
     pub dir: tempfile::TempDir,
@@ -104,6 +115,7 @@ impl Volume {
             .expect("tempdir");
         let meta_url = format!("sqlite://{}/meta.db", dir.path().display());
         let name = "testvol".to_string();
+        let env = with_cache_dir(env, dir.path());
         let mut args = vec!["format"];
         args.extend_from_slice(extra);
         args.push(&meta_url);
@@ -148,6 +160,7 @@ impl Volume {
             .expect("tempdir");
         let meta_url = meta_url(&db.url);
         let name = "testvol".to_string();
+        let env = with_cache_dir(env, dir.path());
         let storage = format!("file://{}/bucket", dir.path().display());
         let mut args = vec!["format", "--storage", &storage];
         args.extend_from_slice(extra);

@@ -1,0 +1,456 @@
+//! The staging area: block objects written on local disk, waiting for their upload.
+//!
+//! With write-back, a block is staged here (its object bytes, checksums included, in one file
+//! named after its key) and the slice can be committed at once; `data::writeback` uploads it
+//! behind the application and then removes the file. Reads of a staged block are served from
+//! here. Each mount stages into a directory of its own under every cache directory
+//! (`CACHE/UUID/stage-PID-N/`), locked while the mount lives; a mount or `fsck` that opens the
+//! staging area adopts the blocks of directories nobody holds any more (a client killed, a
+//! machine rebooted), so nothing staged is forgotten. A bound on the bytes staged makes
+//! writers wait for room (back-pressure).
+//!
+//! Not for: uploading (that is `data::writeback`), or deciding what a block holds (`data::block`).
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use nix::fcntl::{Flock, FlockArg};
+use parking_lot::{Condvar, Mutex};
+
+/// Why a block could not be staged.
+#[derive(Debug, thiserror::Error)]
+pub enum StageError {
+    #[error("the staging area is full ({used} of {limit} bytes) and uploads did not make room")]
+    Full { used: u64, limit: u64 },
+    #[error("staging {key} in {dir}: {source}")]
+    Io {
+        key: String,
+        dir: PathBuf,
+        source: io::Error,
+    },
+}
+
+/// One staged block: its slice id and the bytes of its file.
+#[derive(Clone, Copy, Debug)]
+struct Entry {
+    id: u64,
+    len: u64,
+}
+
+#[derive(Default)]
+struct Index {
+    blocks: HashMap<String, Entry>,
+    bytes: u64,
+}
+
+/// A mount's staging directories (one per cache directory) and what they hold.
+pub struct Stage {
+    dirs: Vec<PathBuf>,
+    /// The lock of each directory, held while the stage lives.
+    _locks: Vec<Flock<File>>,
+    limit: u64,
+    index: Mutex<Index>,
+    room: Condvar,
+}
+
+/// The file name of a key (keys hold '/').
+fn file_name(key: &str) -> String {
+    key.replace('%', "%25").replace('/', "%2F")
+}
+
+fn key_of(name: &str) -> String {
+    name.replace("%2F", "/").replace("%25", "%")
+}
+
+/// The slice id of a block key (`.../<id>_<index>_<len>`).
+pub fn slice_id(key: &str) -> Option<u64> {
+    key.rsplit('/').next()?.split('_').next()?.parse().ok()
+}
+
+/// The directory holding a volume's staging directories under a cache directory.
+fn volume_dir(root: &Path, uuid: &str) -> PathBuf {
+    root.join(uuid)
+}
+
+const LOCK: &str = ".lock";
+
+impl Stage {
+    /// Opens a staging directory of this process under each of `roots` for volume `uuid`,
+    /// holding at most `limit` bytes, and adopts the blocks of every staging directory of
+    /// the volume that no live process holds. Returns the stage and the keys it holds (the
+    /// adopted blocks, to upload).
+    pub fn open(roots: &[PathBuf], uuid: &str, limit: u64) -> io::Result<(Stage, Vec<String>)> {
+        let mut dirs = Vec::new();
+        let mut locks = Vec::new();
+        let mut index = Index::default();
+        for root in roots {
+            let vdir = volume_dir(root, uuid);
+            fs::create_dir_all(&vdir).map_err(|e| {
+                io::Error::new(e.kind(), format!("cache directory {}: {e}", vdir.display()))
+            })?;
+            let (dir, lock) = new_dir(&vdir)?;
+            for other in fs::read_dir(&vdir)? {
+                let other = other?.path();
+                if other == dir || !is_stage_dir(&other) {
+                    continue;
+                }
+                adopt(&other, &dir, &mut index)?;
+            }
+            sync_dir(&dir)?;
+            dirs.push(dir);
+            locks.push(lock);
+        }
+        let keys = index.blocks.keys().cloned().collect();
+        Ok((
+            Stage {
+                dirs,
+                _locks: locks,
+                limit,
+                index: Mutex::new(index),
+                room: Condvar::new(),
+            },
+            keys,
+        ))
+    }
+
+    /// The keys of every block staged on this machine for volume `uuid` (held by a live
+    /// mount or waiting for adoption), without taking any.
+    pub fn peek(roots: &[PathBuf], uuid: &str) -> Vec<String> {
+        let mut keys = Vec::new();
+        for root in roots {
+            let Ok(rd) = fs::read_dir(volume_dir(root, uuid)) else {
+                continue;
+            };
+            for d in rd.flatten().map(|e| e.path()).filter(|p| is_stage_dir(p)) {
+                for f in fs::read_dir(&d).into_iter().flatten().flatten() {
+                    let name = f.file_name().to_string_lossy().into_owned();
+                    if !name.starts_with('.') {
+                        keys.push(key_of(&name));
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    fn dir_of(&self, key: &str) -> &Path {
+        let h = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, key.as_bytes());
+        &self.dirs[h as usize % self.dirs.len()]
+    }
+
+    fn path_of(&self, key: &str) -> PathBuf {
+        self.dir_of(key).join(file_name(key))
+    }
+
+    /// Stages `body` as the object of `key` (a block of slice `id`). Waits up to `wait` for
+    /// room when the stage is full.
+    pub fn put(&self, key: &str, id: u64, body: &[u8], wait: Duration) -> Result<(), StageError> {
+        let len = body.len() as u64;
+        {
+            let deadline = Instant::now() + wait;
+            let mut ix = self.index.lock();
+            // An empty stage takes any block, so a block larger than the bound still goes.
+            while ix.bytes > 0 && ix.bytes + len > self.limit {
+                if self.room.wait_until(&mut ix, deadline).timed_out() {
+                    return Err(StageError::Full {
+                        used: ix.bytes,
+                        limit: self.limit,
+                    });
+                }
+            }
+            // Room is taken now (the key is not visible until its file is complete).
+            ix.bytes += len;
+        }
+        let dir = self.dir_of(key);
+        let io = |source| StageError::Io {
+            key: key.into(),
+            dir: dir.to_path_buf(),
+            source,
+        };
+        let tmp = dir.join(format!(".tmp.{}.{}", file_name(key), rand::random::<u32>()));
+        let written = (|| {
+            let mut f = File::create(&tmp)?;
+            f.write_all(body)?;
+            fs::rename(&tmp, dir.join(file_name(key)))
+        })();
+        let mut ix = self.index.lock();
+        if let Err(e) = written {
+            let _ = fs::remove_file(&tmp);
+            ix.bytes -= len;
+            self.room.notify_all();
+            return Err(io(e));
+        }
+        if let Some(old) = ix.blocks.insert(key.into(), Entry { id, len }) {
+            // The same block staged again (a retried write): counted once.
+            ix.bytes -= old.len;
+        }
+        Ok(())
+    }
+
+    /// The object staged for `key`, if it is staged. A file gone or unreadable reads as an
+    /// error (the caller may find the block in the bucket instead).
+    pub fn read(&self, key: &str) -> io::Result<Option<Bytes>> {
+        if !self.contains(key) {
+            return Ok(None);
+        }
+        fs::read(self.path_of(key)).map(|b| Some(Bytes::from(b)))
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.index.lock().blocks.contains_key(key)
+    }
+
+    /// Removes a staged block (uploaded, or its slice dropped); returns its slice id if it
+    /// was staged.
+    pub fn remove(&self, key: &str) -> Option<u64> {
+        let mut ix = self.index.lock();
+        let e = ix.blocks.remove(key)?;
+        ix.bytes -= e.len;
+        // The file goes while the index is locked: a block staged again under the same key
+        // (after this removal) cannot lose its new file to this one's deletion.
+        let _ = fs::remove_file(self.path_of(key));
+        self.room.notify_all();
+        Some(e.id)
+    }
+
+    /// Makes the staged blocks among `keys` durable (their files and directories); returns
+    /// the keys that are not staged (already uploaded, or never staged).
+    pub fn sync(&self, keys: &[String]) -> io::Result<Vec<String>> {
+        let mut rest = Vec::new();
+        let mut dirs: Vec<&Path> = Vec::new();
+        for k in keys {
+            if !self.contains(k) {
+                rest.push(k.clone());
+                continue;
+            }
+            match File::open(self.path_of(k)).and_then(|f| f.sync_data()) {
+                Ok(()) => {}
+                // Uploaded (and removed) meanwhile.
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !self.contains(k) => {
+                    rest.push(k.clone());
+                    continue;
+                }
+                Err(e) => return Err(e),
+            }
+            let d = self.dir_of(k);
+            if !dirs.contains(&d) {
+                dirs.push(d);
+            }
+        }
+        for d in dirs {
+            sync_dir(d)?;
+        }
+        Ok(rest)
+    }
+
+    /// Blocks and bytes staged.
+    pub fn usage(&self) -> (u64, u64) {
+        let ix = self.index.lock();
+        (ix.blocks.len() as u64, ix.bytes)
+    }
+
+    /// The slice id of every block staged (one entry per block).
+    pub fn ids(&self) -> Vec<u64> {
+        self.index.lock().blocks.values().map(|e| e.id).collect()
+    }
+
+    /// The bound on the bytes staged.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The staging directories of this stage.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+}
+
+impl Drop for Stage {
+    fn drop(&mut self) {
+        // An empty directory goes; one still holding blocks stays, for the next mount.
+        if self.index.lock().blocks.is_empty() {
+            for d in &self.dirs {
+                let _ = fs::remove_file(d.join(LOCK));
+                let _ = fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+fn is_stage_dir(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("stage-"))
+        && p.is_dir()
+}
+
+/// Takes the exclusive lock of a staging directory's lock file, if no live process holds it.
+fn try_lock(f: File) -> Result<Flock<File>, nix::Error> {
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e)
+}
+
+/// Creates and locks a new staging directory in `vdir`.
+fn new_dir(vdir: &Path) -> io::Result<(PathBuf, Flock<File>)> {
+    loop {
+        let dir = vdir.join(format!(
+            "stage-{}-{:08x}",
+            std::process::id(),
+            rand::random::<u32>()
+        ));
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(e),
+        }
+        let lock = try_lock(File::create(dir.join(LOCK))?)
+            .map_err(|e| io::Error::other(format!("locking {}: {e}", dir.display())))?;
+        return Ok((dir, lock));
+    }
+}
+
+/// Moves the blocks of `other` into `dir` if no live process holds `other`, then removes it.
+fn adopt(other: &Path, dir: &Path, index: &mut Index) -> io::Result<()> {
+    let file = match File::options()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(other.join(LOCK))
+    {
+        Ok(f) => f,
+        Err(e) => {
+            tracing::warn!("staging directory {}: {e}; left alone", other.display());
+            return Ok(());
+        }
+    };
+    let Ok(_lock) = try_lock(file) else {
+        return Ok(()); // a live mount holds it
+    };
+    let mut adopted = 0;
+    for f in fs::read_dir(other)? {
+        let f = f?;
+        let name = f.file_name().to_string_lossy().into_owned();
+        if name == LOCK {
+            continue;
+        }
+        if name.starts_with(".tmp.") {
+            // Never complete: its write was never acknowledged.
+            let _ = fs::remove_file(f.path());
+            continue;
+        }
+        let key = key_of(&name);
+        let Some(id) = slice_id(&key) else {
+            tracing::warn!("staging: {} is not a block; left alone", f.path().display());
+            continue;
+        };
+        let to = dir.join(&name);
+        fs::rename(f.path(), &to)?;
+        let len = fs::metadata(&to)?.len();
+        if let Some(old) = index.blocks.insert(key, Entry { id, len }) {
+            index.bytes -= old.len;
+        }
+        index.bytes += len;
+        adopted += 1;
+    }
+    if adopted > 0 {
+        tracing::info!(
+            "staging: adopted {adopted} blocks left by a mount that ended without uploading \
+             them ({}); uploading them now",
+            other.display()
+        );
+    }
+    let _ = fs::remove_file(other.join(LOCK));
+    if let Err(e) = fs::remove_dir(other) {
+        tracing::warn!("staging directory {}: {e}", other.display());
+    }
+    Ok(())
+}
+
+fn sync_dir(d: &Path) -> io::Result<()> {
+    File::open(d)?.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots(t: &tempfile::TempDir) -> Vec<PathBuf> {
+        vec![t.path().join("a"), t.path().join("b")]
+    }
+
+    #[test]
+    fn names_round_trip_and_name_their_slice() {
+        let k = "vol/uu-id/chunks/0/12/12345_3_4096";
+        assert_eq!(key_of(&file_name(k)), k);
+        assert_eq!(key_of(&file_name("a%2Fb/c")), "a%2Fb/c");
+        assert_eq!(slice_id(k), Some(12345));
+        assert_eq!(slice_id("vol/x"), None);
+    }
+
+    /// Blocks put are read back, synced, removed; a stage dropped with blocks leaves them
+    /// for the next, which adopts them; one dropped empty leaves nothing.
+    #[test]
+    fn blocks_outlive_the_stage_that_staged_them() {
+        let t = tempfile::tempdir().unwrap();
+        let (s, keys) = Stage::open(&roots(&t), "u1", 1 << 20).unwrap();
+        assert!(keys.is_empty());
+        let keys: Vec<String> = (0..6).map(|i| format!("v/u1/chunks/0/0/{i}_0_5")).collect();
+        for (i, k) in keys.iter().enumerate() {
+            s.put(k, i as u64, &[i as u8; 5], Duration::ZERO).unwrap();
+        }
+        assert_eq!(s.usage(), (6, 30));
+        assert_eq!(s.read(&keys[2]).unwrap().unwrap(), vec![2u8; 5]);
+        assert_eq!(s.sync(&keys[..3]).unwrap(), Vec::<String>::new());
+        assert_eq!(s.remove(&keys[0]), Some(0));
+        assert_eq!(s.remove(&keys[0]), None);
+        assert_eq!(s.read(&keys[0]).unwrap(), None);
+        assert_eq!(s.sync(&keys[..1]).unwrap(), vec![keys[0].clone()]);
+        let mut peeked = Stage::peek(&roots(&t), "u1");
+        peeked.sort();
+        assert_eq!(peeked, keys[1..].to_vec());
+        // A live stage's blocks are not adopted by another.
+        let (other, adopted) = Stage::open(&roots(&t), "u1", 1 << 20).unwrap();
+        assert!(adopted.is_empty());
+        drop(other);
+        drop(s);
+        let (s2, mut adopted) = Stage::open(&roots(&t), "u1", 1 << 20).unwrap();
+        adopted.sort();
+        assert_eq!(adopted, keys[1..].to_vec());
+        assert_eq!(s2.usage(), (5, 25));
+        assert_eq!(s2.read(&keys[4]).unwrap().unwrap(), vec![4u8; 5]);
+        for k in &keys[1..] {
+            assert!(s2.remove(k).is_some());
+        }
+        drop(s2);
+        for r in roots(&t) {
+            let left: Vec<_> = fs::read_dir(r.join("u1")).unwrap().collect();
+            assert!(left.is_empty(), "{left:?}");
+        }
+    }
+
+    /// A full stage makes a writer wait until a removal makes room, and refuses after the
+    /// wait runs out.
+    #[test]
+    fn a_full_stage_makes_writers_wait() {
+        let t = tempfile::tempdir().unwrap();
+        let (s, _) = Stage::open(&roots(&t)[..1], "u2", 10).unwrap();
+        let s = std::sync::Arc::new(s);
+        s.put("v/1_0_8", 1, &[1; 8], Duration::ZERO).unwrap();
+        let err = s.put("v/2_0_8", 2, &[2; 8], Duration::from_millis(10));
+        assert!(
+            matches!(err, Err(StageError::Full { used: 8, limit: 10 })),
+            "{err:?}"
+        );
+        let s2 = s.clone();
+        let waiter =
+            std::thread::spawn(move || s2.put("v/2_0_8", 2, &[2; 8], Duration::from_secs(60)));
+        // The waiter can only finish after the removal below.
+        assert!(s.contains("v/1_0_8"));
+        assert_eq!(s.remove("v/1_0_8"), Some(1));
+        waiter.join().unwrap().unwrap();
+        assert_eq!(s.usage(), (1, 8));
+    }
+}

@@ -1,0 +1,134 @@
+//! Write-back: staged blocks uploaded behind the application.
+//!
+//! Each key staged (see `data::stage`) is queued here; a bounded number of uploads run at
+//! once, each retried with backoff for as long as the store refuses it (a store down for
+//! minutes delays uploads, never drops one); the log says once that uploads fail and once
+//! that they work again. A block is removed from the stage after its upload (and, for a
+//! local-directory bucket, its fsync); a block whose slice was dropped meanwhile is deleted
+//! from the bucket again.
+//!
+//! Not for: where blocks are staged (`data::stage`), or which slices exist (that is `meta`).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{Semaphore, mpsc};
+
+use super::Shared;
+
+/// Uploads running at once.
+const UPLOADS_AT_ONCE: usize = 16;
+
+/// The queue of staged keys and the state of their uploads.
+pub(crate) struct Uploader {
+    queue: mpsc::UnboundedSender<String>,
+    /// Uploads are failing (logged once when it starts, once when it ends).
+    failing: AtomicBool,
+    /// Blocks uploaded from the stage since the start.
+    pub(crate) uploaded: AtomicU64,
+}
+
+impl Uploader {
+    /// Starts the upload loop on `rt`; it runs until the runtime stops. `shared` is reached
+    /// through a weak reference, so the loop does not keep the data store alive (it is
+    /// made inside `Arc::new_cyclic`: the loop upgrades only once a key comes).
+    pub(crate) fn start(rt: &tokio::runtime::Runtime, shared: std::sync::Weak<Shared>) -> Uploader {
+        let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        rt.spawn(async move {
+            let permits = Arc::new(Semaphore::new(UPLOADS_AT_ONCE));
+            while let Some(key) = rx.recv().await {
+                let Ok(permit) = permits.clone().acquire_owned().await else {
+                    return;
+                };
+                let Some(shared) = shared.upgrade() else {
+                    return;
+                };
+                tokio::spawn(async move {
+                    upload(&shared, &key).await;
+                    drop(permit);
+                });
+            }
+        });
+        Uploader {
+            queue: tx,
+            failing: AtomicBool::new(false),
+            uploaded: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn enqueue(&self, key: String) {
+        // The loop ends only with the runtime; a key sent after stays staged for the next mount.
+        let _ = self.queue.send(key);
+    }
+}
+
+/// Uploads one staged block, retrying until it is in the bucket or no longer staged.
+async fn upload(shared: &Shared, key: &str) {
+    let (Some(stage), Some(up)) = (&shared.stage, &shared.uploader) else {
+        return;
+    };
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let read = {
+            let (stage, key) = (stage.clone(), key.to_string());
+            tokio::task::spawn_blocking(move || stage.read(&key)).await
+        };
+        let body = match read {
+            Ok(Ok(Some(b))) => b,
+            Ok(Ok(None)) => return, // its slice was dropped meanwhile
+            _ if !stage.contains(key) => return, // removed while being read
+            Ok(Err(e)) => return lost(shared, key, &e.to_string()).await,
+            Err(e) => return lost(shared, key, &e.to_string()).await,
+        };
+        let put = async {
+            shared.obj.put(key, body).await?;
+            shared.obj.sync(&[key.to_string()])
+        };
+        match put.await {
+            Ok(()) => {
+                match stage.remove(key) {
+                    Some(id) => shared.release(id),
+                    // Dropped while uploading: the object has no slice left.
+                    None => {
+                        let _ = shared.obj.delete(key).await;
+                    }
+                }
+                up.uploaded.fetch_add(1, Ordering::Relaxed);
+                if up.failing.swap(false, Ordering::Relaxed) {
+                    let (blocks, bytes) = stage.usage();
+                    tracing::info!(
+                        "uploads of staged blocks work again; {blocks} blocks ({bytes} bytes) \
+                         still to upload"
+                    );
+                }
+                return;
+            }
+            Err(e) => {
+                if !up.failing.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "uploading staged blocks fails ({e}); they stay staged on local disk \
+                         and are retried until the store takes them; writes go on into the \
+                         staging area"
+                    );
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+            }
+        }
+    }
+}
+
+/// A staged block that can no longer be read: its data is gone unless the bucket has it.
+async fn lost(shared: &Shared, key: &str, problem: &str) {
+    let in_bucket = shared.obj.get_range(key, 0..1).await.is_ok();
+    if !in_bucket {
+        tracing::error!(
+            "staged block {key} cannot be read ({problem}) and is not in the bucket: the files \
+             holding it read as EIO (`unkai fsck` names them)"
+        );
+    }
+    if let Some(id) = shared.stage.as_ref().and_then(|s| s.remove(key)) {
+        shared.release(id);
+    }
+}
