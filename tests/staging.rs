@@ -245,22 +245,50 @@ fn a_full_staging_area_makes_writers_wait() {
     fsck_clean(&vol);
 }
 
-/// Unmounting waits for every staged block: after `umount` returns, the bucket holds them all
-/// and the staging area is empty.
+/// Unmounting waits for every staged block, saying what is left while the store is down:
+/// after `umount` returns, the bucket holds them all and the staging area is empty.
 #[test]
 fn umount_drains_the_staging_area() {
-    let vol = faulty_volume("latency_ms=150", Vec::new());
+    let tmp = tempfile::tempdir().unwrap();
+    let down = tmp.path().join("down");
+    let vol = faulty_volume(
+        &format!("latency_ms=5,down_file={}", down.display()),
+        Vec::new(),
+    );
     let m = vol.mount();
+    File::create(&down).unwrap();
     for i in 0..60 {
         fs::write(m.p(&format!("h{i}")), pattern(10_000, i)).unwrap();
     }
-    m.unmount();
+    assert!(vol.objects().is_empty());
+    let path = m.path.to_str().unwrap().to_string();
+    let umount = std::thread::spawn(move || run(&["umount", &path]));
+    // The server tells `umount` what it has left (pid file + ".staged", once a second).
+    let hex: String = m
+        .path
+        .as_os_str()
+        .as_encoded_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let progress = PathBuf::from("/run/unkai/mounts").join(format!("{hex}.staged"));
+    assert!(
+        eventually(Duration::from_secs(60), || progress.exists()),
+        "no progress while unmounting:\n{}",
+        tail(&m.log_text(), 20)
+    );
+    fs::remove_file(&down).unwrap();
+    let (ok, out, err) = umount.join().unwrap();
+    assert!(ok, "{out}{err}");
+    assert!(err.contains("uploading what is staged: 60 blocks"), "{err}");
+    drop(m);
     assert_eq!(
         vol.objects().len(),
         60,
         "objects in the bucket after umount"
     );
     assert!(staged_files(&vol).is_empty(), "{:?}", staged_files(&vol));
+    assert!(!progress.exists());
     let (ok, out, err) = vol.cmd("status", &[]);
     assert!(ok && out.contains("mounts: none"), "{out}{err}");
 }
@@ -324,4 +352,47 @@ fn close_to_open_holds_across_postgres_clients() {
     }
     b.unmount();
     a.unmount();
+}
+
+/// A staging area deleted under a running mount: the log says which block is lost, the file
+/// holding it reads as EIO after a remount (never wrong bytes), and fsck names it.
+#[test]
+fn a_staging_area_deleted_under_the_mount_is_named_not_hidden() {
+    let tmp = tempfile::tempdir().unwrap();
+    let down = tmp.path().join("down");
+    let mut vol = faulty_volume(
+        &format!("latency_ms=5,down_file={}", down.display()),
+        Vec::new(),
+    );
+    let m = vol.mount();
+    fs::write(m.p("safe"), pattern(50_000, 1)).unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || staged_files(&vol).is_empty()),
+        "the first file was not uploaded"
+    );
+    File::create(&down).unwrap();
+    fs::write(m.p("doomed"), pattern(50_000, 2)).unwrap();
+    assert!(!staged_files(&vol).is_empty());
+    fs::remove_dir_all(cache_dir(&vol)).unwrap();
+    assert!(
+        eventually(Duration::from_secs(60), || m
+            .log_text()
+            .contains("is not in the bucket")),
+        "the lost block was not reported:\n{}",
+        tail(&m.log_text(), 20)
+    );
+    fs::remove_file(&down).unwrap();
+    m.unmount();
+    without_faults(&mut vol);
+    let m = vol.mount();
+    assert_eq!(fs::read(m.p("safe")).unwrap(), pattern(50_000, 1));
+    let err = fs::read(m.p("doomed")).expect_err("a lost block read as data");
+    assert_eq!(errno(&err), libc::EIO, "{err}");
+    m.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &["--quiet"]);
+    assert!(!ok, "fsck found nothing: {out}");
+    assert!(
+        out.contains("/doomed") && out.contains("missing"),
+        "{out}{err}"
+    );
 }

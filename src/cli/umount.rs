@@ -74,6 +74,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(pid) = pid {
         let start = Instant::now();
         let mut told = false;
+        let mut shown = String::new();
         while alive(pid) {
             if start.elapsed() > Duration::from_secs(a.timeout) {
                 bail!(
@@ -86,6 +87,19 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             if !told && start.elapsed() > Duration::from_secs(2) {
                 eprintln!("unkai: waiting for the server (pid {pid}) to finish flushing...");
                 told = true;
+            }
+            // What the server has left to upload (write-back), as it writes it once a second.
+            if let Ok(left) = std::fs::read_to_string(pid_path.with_extension("staged")) {
+                if left != shown {
+                    if let Some((blocks, bytes)) = left.trim().split_once(' ') {
+                        let bytes = bytes.parse().unwrap_or(0);
+                        eprintln!(
+                            "unkai: uploading what is staged: {blocks} blocks ({}) left",
+                            super::human_bytes(bytes)
+                        );
+                    }
+                    shown = left;
+                }
             }
             std::thread::sleep(Duration::from_millis(20));
         }

@@ -207,6 +207,42 @@ fn follow_sessions(
     Ok((stop, handle))
 }
 
+/// While unmounting: what is left to upload, written once a second to `path` for `unkai
+/// umount` to show (see `cli::umount`). Stops and removes the file when dropped.
+struct UploadProgress(
+    Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
+    PathBuf,
+);
+
+fn upload_progress(store: DataStore, path: PathBuf) -> UploadProgress {
+    let (stop, stopped) = mpsc::channel::<()>();
+    let p = path.clone();
+    let thread = std::thread::Builder::new()
+        .name("unkai-progress".into())
+        .spawn(move || {
+            while let Err(mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(Duration::from_secs(1))
+            {
+                let (blocks, bytes) = store.staged();
+                if blocks > 0 {
+                    let _ = std::fs::write(&p, format!("{blocks} {bytes}\n"));
+                }
+            }
+        })
+        .ok();
+    UploadProgress(thread.map(|t| (stop, t)), path)
+}
+
+impl Drop for UploadProgress {
+    fn drop(&mut self) {
+        if let Some((stop, t)) = self.0.take() {
+            drop(stop);
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.1);
+    }
+}
+
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after),
 /// for one thread to wait for them.
 fn block_signals() -> anyhow::Result<SigSet> {
@@ -423,7 +459,9 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         drop(stop);
         let _ = handle.join();
     }
+    let progress = upload_progress(vfs.store().clone(), cfg.pid_file.with_extension("staged"));
     let res = vfs.shutdown();
+    drop(progress);
     let _ = std::fs::remove_file(&cfg.pid_file);
     served.context("serving FUSE requests")?;
     res.context("flushing at unmount")?;
