@@ -44,7 +44,9 @@ use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
 use super::*;
 
+// Notices ("already exists, skipping") are not news: each run of it skips what exists.
 const SCHEMA: &str = "
+SET client_min_messages = warning;
 CREATE TABLE IF NOT EXISTS unkai_setting (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS unkai_counter (name TEXT PRIMARY KEY, value BIGINT NOT NULL);
 CREATE TABLE IF NOT EXISTS unkai_node (
