@@ -514,6 +514,76 @@ mod tests {
         .unwrap()
     }
 
+    /// With a staging area, `wait` returns once blocks are staged; the uploader then puts
+    /// them in the bucket and empties the stage, and the slice stays in flight until then.
+    /// A slice deleted while staged never reaches the bucket.
+    #[test]
+    fn staged_blocks_go_up_behind_and_keep_their_slice_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut ds = store(1000);
+        let cfg = Config {
+            cache_bytes: 1 << 20,
+            stage: Some(StageConfig {
+                dirs: vec![dir.path().to_path_buf()],
+                limit: 1 << 20,
+                wait: Duration::from_secs(5),
+            }),
+            ..Config::default()
+        };
+        ds = DataStore::new(
+            ObjectStorage::open("memory://", false).unwrap(),
+            ds.format().clone(),
+            cfg,
+        )
+        .unwrap();
+        assert!(ds.writes_back() && ds.syncs_keys());
+        let data: Vec<u8> = (0..2500u32).map(|i| (i % 241) as u8).collect();
+        let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(21)).unwrap();
+        for (i, part) in data.chunks(1000).enumerate() {
+            up.put_block(i as u32, Bytes::copy_from_slice(part));
+        }
+        let keys = up.wait().unwrap();
+        ds.sync(&keys).unwrap();
+        drop(up);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while ds.staged().0 > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "uploads did not finish"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(ds.in_flight_floor(|| 50), 50);
+        assert_eq!(ds.uploaded(), 3);
+        let listed = ds.list_blocks().unwrap();
+        assert_eq!(listed.len(), 3, "{listed:?}");
+        ds.shared.cache.remove(&keys[1]);
+        let mut buf = vec![0u8; 2500];
+        let mut parts = [(
+            SliceRange {
+                id: 21,
+                size: 2500,
+                start: 0,
+                len: 2500,
+            },
+            &mut buf[..],
+        )];
+        ds.read(&mut parts, true).unwrap();
+        assert_eq!(buf, data);
+        // A block staged and then dropped with its slice is never uploaded.
+        ds.shared.hold(22);
+        let key = ds.layout().block_key(22, 0, 10);
+        ds.shared
+            .stage
+            .as_ref()
+            .unwrap()
+            .put(&key, 22, b"0123456789", Duration::ZERO)
+            .unwrap();
+        ds.delete_block(&key).unwrap();
+        assert_eq!(ds.staged(), (0, 0));
+        assert_eq!(ds.in_flight_floor(|| 50), 50);
+    }
+
     /// A slice is in flight from its start until its upload is dropped; the floor is the
     /// lowest such id, or the next id when none is.
     #[test]

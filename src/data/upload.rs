@@ -66,30 +66,36 @@ impl SliceUpload {
             };
             let staged = match shared.stage.clone() {
                 Some(st) => {
-                    // Held before the block is visible, so its upload cannot release first.
+                    // Held before the block is visible, so its upload cannot release first;
+                    // staged and queued in one step, so that a task aborted meanwhile (a
+                    // discarded write) leaves no block staged that nothing will upload.
                     shared.hold(id);
-                    let (k, b, wait) = (key.clone(), body.clone(), shared.stage_wait);
-                    let res = tokio::task::spawn_blocking(move || st.put(&k, id, &b, wait))
-                        .await
-                        .unwrap_or_else(|e| {
-                            Err(super::stage::StageError::Io {
-                                key: key.clone(),
-                                dir: Default::default(),
-                                source: std::io::Error::other(e.to_string()),
-                            })
-                        });
+                    let (sh, k, b, wait) =
+                        (shared.clone(), key.clone(), body.clone(), shared.stage_wait);
+                    let res = tokio::task::spawn_blocking(move || {
+                        if let Err(e) = st.put(&k, id, &b, wait) {
+                            sh.release(id);
+                            return Err(e);
+                        }
+                        if let Some(up) = &sh.uploader {
+                            up.enqueue(k);
+                        }
+                        Ok(())
+                    })
+                    .await
+                    .unwrap_or_else(|e| {
+                        Err(super::stage::StageError::Io {
+                            key: key.clone(),
+                            dir: Default::default(),
+                            source: std::io::Error::other(e.to_string()),
+                        })
+                    });
                     match res {
                         Ok(()) => {
                             shared.cache.put(&key, block);
-                            if let Some(up) = &shared.uploader {
-                                up.enqueue(key.clone());
-                            }
                             return Ok(key);
                         }
-                        Err(e) => {
-                            shared.release(id);
-                            Some(e)
-                        }
+                        Err(e) => Some(e),
                     }
                 }
                 None => None,
