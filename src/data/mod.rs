@@ -520,22 +520,7 @@ mod tests {
     #[test]
     fn staged_blocks_go_up_behind_and_keep_their_slice_in_flight() {
         let dir = tempfile::tempdir().unwrap();
-        let mut ds = store(1000);
-        let cfg = Config {
-            cache_bytes: 1 << 20,
-            stage: Some(StageConfig {
-                dirs: vec![dir.path().to_path_buf()],
-                limit: 1 << 20,
-                wait: Duration::from_secs(5),
-            }),
-            ..Config::default()
-        };
-        ds = DataStore::new(
-            ObjectStorage::open("memory://", false).unwrap(),
-            ds.format().clone(),
-            cfg,
-        )
-        .unwrap();
+        let ds = staged_store(dir.path());
         assert!(ds.writes_back() && ds.syncs_keys());
         let data: Vec<u8> = (0..2500u32).map(|i| (i % 241) as u8).collect();
         let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(21)).unwrap();
@@ -582,6 +567,57 @@ mod tests {
         ds.delete_block(&key).unwrap();
         assert_eq!(ds.staged(), (0, 0));
         assert_eq!(ds.in_flight_floor(|| 50), 50);
+    }
+
+    /// A write discarded while its blocks are being staged (a file deleted while written)
+    /// leaves nothing behind: cancel returns every block that reached the stage, and once
+    /// they are deleted nothing goes up. An abort used to leave a block staging on its
+    /// blocking thread, which then went up with nothing referencing it.
+    #[test]
+    fn a_cancelled_upload_leaves_nothing_staged_or_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let ds = staged_store(dir.path());
+        for round in 0..20u64 {
+            let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(100 + round)).unwrap();
+            for i in 0..8 {
+                up.put_block(i, Bytes::from(vec![i as u8; 1000]));
+            }
+            for key in up.cancel() {
+                ds.delete_block(&key).unwrap();
+            }
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while ds.staged().0 > 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{:?} staged",
+                ds.staged()
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // An upload that raced a deletion deletes its object again once its put returns.
+        loop {
+            let listed = ds.list_blocks().unwrap();
+            if listed.is_empty() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "left: {listed:?}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn staged_store(dir: &std::path::Path) -> DataStore {
+        let fmt = store(1000).format().clone();
+        let cfg = Config {
+            cache_bytes: 1 << 20,
+            stage: Some(StageConfig {
+                dirs: vec![dir.to_path_buf()],
+                limit: 1 << 20,
+                wait: Duration::from_secs(5),
+            }),
+            ..Config::default()
+        };
+        DataStore::new(ObjectStorage::open("memory://", false).unwrap(), fmt, cfg).unwrap()
     }
 
     /// A slice is in flight from its start until its upload is dropped; the floor is the

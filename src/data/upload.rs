@@ -190,15 +190,22 @@ impl SliceUpload {
         }
     }
 
-    /// Stops every upload still running and returns the keys of all blocks that did reach
-    /// the bucket (so that the caller can delete them).
+    /// Stops every upload still running (with write-back: waits for them) and returns the
+    /// keys of all blocks that did reach the bucket or the stage (so that the caller can
+    /// delete them).
     pub fn cancel(&mut self) -> Vec<String> {
         let running: Vec<_> = std::mem::take(&mut self.tasks)
             .into_iter()
             .map(|(_, _, h)| h)
             .collect();
-        for h in &running {
-            h.abort();
+        // A staging write is not stopped by an abort (it runs on a blocking thread and goes
+        // on): its block would stay staged and go up with nothing to delete it. Staging is
+        // local and quick, so with write-back the tasks are waited for instead, and every
+        // block they stored is returned.
+        if !self.store.writes_back() {
+            for h in &running {
+                h.abort();
+            }
         }
         for h in running {
             if let Ok(Ok(key)) = self.store.block_on(h) {
