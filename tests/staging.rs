@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -35,19 +35,18 @@ fn cache_dir(vol: &Volume) -> PathBuf {
 
 /// Files staged under the volume's cache directory (blocks not uploaded yet).
 fn staged_files(vol: &Volume) -> Vec<PathBuf> {
-    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
-        for e in fs::read_dir(d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(&p, out);
-            } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
-                out.push(p);
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&cache_dir(vol), &mut out);
-    out
+    files_under(&cache_dir(vol))
+}
+
+/// A volume whose store is down while the returned file exists (and answers 5 ms late).
+fn volume_with_down_switch() -> (tempfile::TempDir, PathBuf, Volume) {
+    let tmp = tempfile::tempdir().unwrap();
+    let down = tmp.path().join("down");
+    let vol = faulty_volume(
+        &format!("latency_ms=5,down_file={}", down.display()),
+        Vec::new(),
+    );
+    (tmp, down, vol)
 }
 
 fn without_faults(vol: &mut Volume) {
@@ -64,12 +63,7 @@ fn fsck_clean(vol: &Volume) {
 /// each way; unmounting leaves nothing staged, and everything reads back after a remount.
 #[test]
 fn a_store_down_for_30_seconds_loses_nothing() {
-    let tmp = tempfile::tempdir().unwrap();
-    let down = tmp.path().join("down");
-    let mut vol = faulty_volume(
-        &format!("latency_ms=5,down_file={}", down.display()),
-        Vec::new(),
-    );
+    let (_tmp, down, mut vol) = volume_with_down_switch();
     let m = vol.mount();
     assert!(
         m.log_text().contains("write-back on"),
@@ -249,12 +243,7 @@ fn a_full_staging_area_makes_writers_wait() {
 /// after `umount` returns, the bucket holds them all and the staging area is empty.
 #[test]
 fn umount_drains_the_staging_area() {
-    let tmp = tempfile::tempdir().unwrap();
-    let down = tmp.path().join("down");
-    let vol = faulty_volume(
-        &format!("latency_ms=5,down_file={}", down.display()),
-        Vec::new(),
-    );
+    let (_tmp, down, vol) = volume_with_down_switch();
     let m = vol.mount();
     File::create(&down).unwrap();
     for i in 0..60 {
@@ -297,12 +286,7 @@ fn umount_drains_the_staging_area() {
 /// `fsck --repair`, for a volume nobody mounts again.
 #[test]
 fn fsck_repair_uploads_what_a_killed_client_left_staged() {
-    let tmp = tempfile::tempdir().unwrap();
-    let down = tmp.path().join("down");
-    let mut vol = faulty_volume(
-        &format!("latency_ms=5,down_file={}", down.display()),
-        Vec::new(),
-    );
+    let (tmp, down, mut vol) = volume_with_down_switch();
     let m = vol.mount();
     File::create(&down).unwrap();
     let data = pattern(500_000, 77);
@@ -358,12 +342,7 @@ fn close_to_open_holds_across_postgres_clients() {
 /// holding it reads as EIO after a remount (never wrong bytes), and fsck names it.
 #[test]
 fn a_staging_area_deleted_under_the_mount_is_named_not_hidden() {
-    let tmp = tempfile::tempdir().unwrap();
-    let down = tmp.path().join("down");
-    let mut vol = faulty_volume(
-        &format!("latency_ms=5,down_file={}", down.display()),
-        Vec::new(),
-    );
+    let (_tmp, down, mut vol) = volume_with_down_switch();
     let m = vol.mount();
     fs::write(m.p("safe"), pattern(50_000, 1)).unwrap();
     assert!(

@@ -132,7 +132,8 @@ impl Shared {
         }
     }
 
-    /// Removes a staged block (its slice is gone) so that it is never uploaded.
+    /// Removes a staged block (its slice is gone, or its file is lost) so that it is never
+    /// uploaded.
     fn unstage(&self, key: &str) {
         if let Some(id) = self.stage.as_ref().and_then(|s| s.remove(key)) {
             self.release(id);

@@ -128,7 +128,5 @@ async fn lost(shared: &Shared, key: &str, problem: &str) {
              holding it read as EIO (`unkai fsck` names them)"
         );
     }
-    if let Some(id) = shared.stage.as_ref().and_then(|s| s.remove(key)) {
-        shared.release(id);
-    }
+    shared.unstage(key);
 }

@@ -185,62 +185,62 @@ fn other_sessions(meta: &dyn Meta) -> anyhow::Result<usize> {
         .count())
 }
 
-/// Keeps `coherence` told whether this mount is alone on the volume: a dead client cleaned
-/// up later, or another mount that comes or goes, moves the TTLs. Stops as soon as the
-/// returned sender is dropped; join the handle then, so that the volume's last reference
-/// goes with the unmount (SQLite checkpoints its WAL when its connections close).
-fn follow_sessions(
-    meta: Arc<dyn Meta>,
-    coherence: Arc<fuse::Coherence>,
-) -> anyhow::Result<(mpsc::Sender<()>, std::thread::JoinHandle<()>)> {
-    let (stop, stopped) = mpsc::channel::<()>();
-    let handle = std::thread::Builder::new()
-        .name("unkai-sessions".into())
-        .spawn(move || {
-            while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(ALONE_CHECK) {
-                match other_sessions(&*meta) {
-                    Ok(n) => coherence.set_alone(n == 0),
-                    Err(e) => tracing::debug!("counting other sessions: {e}"),
+/// A thread that runs a job every `period` until dropped; the drop stops and joins it.
+struct Ticker(Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>);
+
+impl Ticker {
+    fn start(name: &str, period: Duration, mut job: impl FnMut() + Send + 'static) -> Ticker {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                    job();
                 }
+            });
+        match thread {
+            Ok(t) => Ticker(Some((stop, t))),
+            Err(e) => {
+                tracing::warn!("cannot start thread {name}: {e}");
+                Ticker(None)
             }
-        })?;
-    Ok((stop, handle))
+        }
+    }
 }
 
-/// While unmounting: what is left to upload, written once a second to `path` for `unkai
-/// umount` to show (see `cli::umount`). Stops and removes the file when dropped.
-struct UploadProgress(
-    Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>,
-    PathBuf,
-);
-
-fn upload_progress(store: DataStore, path: PathBuf) -> UploadProgress {
-    let (stop, stopped) = mpsc::channel::<()>();
-    let p = path.clone();
-    let thread = std::thread::Builder::new()
-        .name("unkai-progress".into())
-        .spawn(move || {
-            while let Err(mpsc::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(Duration::from_secs(1))
-            {
-                let (blocks, bytes) = store.staged();
-                if blocks > 0 {
-                    let _ = std::fs::write(&p, format!("{blocks} {bytes}\n"));
-                }
-            }
-        })
-        .ok();
-    UploadProgress(thread.map(|t| (stop, t)), path)
-}
-
-impl Drop for UploadProgress {
+impl Drop for Ticker {
     fn drop(&mut self) {
         if let Some((stop, t)) = self.0.take() {
             drop(stop);
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.1);
     }
+}
+
+/// Keeps `coherence` told whether this mount is alone on the volume: a dead client cleaned
+/// up later, or another mount that comes or goes, moves the TTLs. Drop it before the volume
+/// closes, so that the volume's last reference goes with the unmount (SQLite checkpoints its
+/// WAL when its connections close).
+fn follow_sessions(meta: Arc<dyn Meta>, coherence: Arc<fuse::Coherence>) -> Ticker {
+    Ticker::start(
+        "unkai-sessions",
+        ALONE_CHECK,
+        move || match other_sessions(&*meta) {
+            Ok(n) => coherence.set_alone(n == 0),
+            Err(e) => tracing::debug!("counting other sessions: {e}"),
+        },
+    )
+}
+
+/// While unmounting: what is left to upload, written once a second to `path` for `unkai
+/// umount` to show (see `cli::umount`). Stops when dropped; the caller removes the file.
+fn upload_progress(store: DataStore, path: PathBuf) -> Ticker {
+    Ticker::start("unkai-progress", Duration::from_secs(1), move || {
+        let (blocks, bytes) = store.staged();
+        if blocks > 0 {
+            let _ = std::fs::write(&path, format!("{blocks} {bytes}\n"));
+        }
+    })
 }
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after),
@@ -441,7 +441,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
 
     spawn_signal_thread(sigs, session.unmount_callable(), mountpoint.clone())?;
     let follower = match follow {
-        true => Some(follow_sessions(meta.clone(), coherence)?),
+        true => Some(follow_sessions(meta.clone(), coherence)),
         false => None,
     };
 
@@ -455,13 +455,12 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         }
         other => other,
     };
-    if let Some((stop, handle)) = follower {
-        drop(stop);
-        let _ = handle.join();
-    }
-    let progress = upload_progress(vfs.store().clone(), cfg.pid_file.with_extension("staged"));
+    drop(follower);
+    let progress_file = cfg.pid_file.with_extension("staged");
+    let progress = upload_progress(vfs.store().clone(), progress_file.clone());
     let res = vfs.shutdown();
     drop(progress);
+    let _ = std::fs::remove_file(&progress_file);
     let _ = std::fs::remove_file(&cfg.pid_file);
     served.context("serving FUSE requests")?;
     res.context("flushing at unmount")?;

@@ -68,6 +68,23 @@ macro_rules! both_engines {
     };
 }
 
+/// Every file under `dir`, at any depth, except those whose name starts with '.'.
+pub fn files_under(dir: &Path) -> Vec<PathBuf> {
+    fn walk(d: &Path, out: &mut Vec<PathBuf>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, &mut out);
+    out
+}
+
 /// `env` with the volume's cache directory (staging) inside its own temporary directory.
 pub fn with_cache_dir(mut env: Vec<(String, String)>, dir: &Path) -> Vec<(String, String)> {
     if !env.iter().any(|(k, _)| k == "UNKAI_CACHE_DIR") {
@@ -183,21 +200,8 @@ impl Volume {
 
     /// Every object file in the bucket (block objects only, the probe aside).
     pub fn objects(&self) -> Vec<PathBuf> {
-        fn walk(d: &Path, out: &mut Vec<PathBuf>) {
-            if let Ok(rd) = std::fs::read_dir(d) {
-                for e in rd.flatten() {
-                    let p = e.path();
-                    if p.is_dir() {
-                        walk(&p, out);
-                    } else if !p.file_name().unwrap().to_string_lossy().starts_with('.') {
-                        out.push(p);
-                    }
-                }
-            }
-        }
-        let mut out = Vec::new();
         // NAME/chunks/... (layout 0) or NAME/UUID/chunks/... (layout 1).
-        walk(&self.bucket().join(&self.name), &mut out);
+        let mut out = files_under(&self.bucket().join(&self.name));
         out.sort();
         out
     }
