@@ -218,13 +218,15 @@ impl DataStore {
             .map_or(0, |u| u.uploaded.load(std::sync::atomic::Ordering::Relaxed))
     }
 
-    /// Waits until everything staged is uploaded; `progress(blocks, bytes)` is called about
-    /// once a second while some are left.
+    /// Waits until everything staged is uploaded, and every upload has ended (one whose block
+    /// was unstaged meanwhile still has to delete what it put); `progress(blocks, bytes)` is
+    /// called about once a second while some are left.
     pub fn drain(&self, mut progress: impl FnMut(u64, u64)) {
         let mut last = std::time::Instant::now();
+        let busy = || self.shared.uploader.as_ref().map_or(0, |u| u.busy());
         loop {
             let (blocks, bytes) = self.staged();
-            if blocks == 0 {
+            if blocks == 0 && busy() == 0 {
                 return;
             }
             if last.elapsed() >= Duration::from_secs(1) {
@@ -605,6 +607,70 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "left: {listed:?}");
             std::thread::sleep(Duration::from_millis(10));
         }
+    }
+
+    /// A block unstaged while its upload is in flight (its slice deleted): the upload deletes
+    /// the object it put, and `drain` (unmount) waits for that. Drain used to return once the
+    /// stage was empty, the runtime then stopped before that delete, and the object stayed in
+    /// the bucket with no slice referencing it (seen by CI on Azurite).
+    #[test]
+    fn drain_waits_for_an_upload_whose_block_was_unstaged() {
+        use crate::object::faulty::Faults;
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = tempfile::tempdir().unwrap();
+        let (bucket, hang) = (dir.path().join("bucket"), dir.path().join("hang"));
+        let faults = Arc::new(Faults::parse(&format!("hang_file={}", hang.display())).unwrap());
+        let obj =
+            ObjectStorage::with_faults(&format!("file://{}", bucket.display()), faults.clone())
+                .unwrap();
+        let cfg = Config {
+            cache_bytes: 1 << 20,
+            stage: Some(StageConfig {
+                dirs: vec![dir.path().join("stage")],
+                limit: 1 << 20,
+                wait: Duration::from_secs(5),
+            }),
+            ..Config::default()
+        };
+        let ds = DataStore::new(obj, store(1000).format().clone(), cfg).unwrap();
+        std::fs::write(&hang, b"").unwrap();
+        let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(31)).unwrap();
+        up.put_block(0, Bytes::from(vec![7u8; 1000]));
+        let key = up.wait().unwrap().remove(0);
+        drop(up);
+        // Its upload has read the block and holds it in a put.
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while faults.held.load(Relaxed) == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the upload never started"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        ds.shared.unstage(&key);
+        assert_eq!(ds.staged(), (0, 0));
+        std::fs::remove_file(&hang).unwrap();
+        ds.drain(|_, _| {});
+        assert_eq!(ds.shared.uploader.as_ref().unwrap().busy(), 0);
+        let objects: Vec<_> = walkdir(&bucket);
+        assert!(objects.is_empty(), "left in the bucket: {objects:?}");
+    }
+
+    /// Files under `dir`, recursively.
+    fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+        let mut out = Vec::new();
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return out;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.extend(walkdir(&p));
+            } else {
+                out.push(p);
+            }
+        }
+        out
     }
 
     fn staged_store(dir: &std::path::Path) -> DataStore {

@@ -27,6 +27,10 @@ pub(crate) struct Uploader {
     failing: AtomicBool,
     /// Blocks uploaded from the stage since the start.
     pub(crate) uploaded: AtomicU64,
+    /// Keys queued or being uploaded. A block unstaged while its upload runs leaves the
+    /// stage empty before the upload ends (and deletes the object it put): unmount waits
+    /// for this to reach zero too.
+    pub(crate) busy: Arc<AtomicU64>,
 }
 
 impl Uploader {
@@ -35,6 +39,8 @@ impl Uploader {
     /// made inside `Arc::new_cyclic`: the loop upgrades only once a key comes).
     pub(crate) fn start(rt: &tokio::runtime::Runtime, shared: std::sync::Weak<Shared>) -> Uploader {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+        let busy = Arc::new(AtomicU64::new(0));
+        let done = busy.clone();
         rt.spawn(async move {
             let permits = Arc::new(Semaphore::new(UPLOADS_AT_ONCE));
             while let Some(key) = rx.recv().await {
@@ -44,8 +50,10 @@ impl Uploader {
                 let Some(shared) = shared.upgrade() else {
                     return;
                 };
+                let done = done.clone();
                 tokio::spawn(async move {
                     upload(&shared, &key).await;
+                    done.fetch_sub(1, Ordering::AcqRel);
                     drop(permit);
                 });
             }
@@ -54,12 +62,21 @@ impl Uploader {
             queue: tx,
             failing: AtomicBool::new(false),
             uploaded: AtomicU64::new(0),
+            busy,
         }
     }
 
     pub(crate) fn enqueue(&self, key: String) {
+        self.busy.fetch_add(1, Ordering::AcqRel);
         // The loop ends only with the runtime; a key sent after stays staged for the next mount.
-        let _ = self.queue.send(key);
+        if self.queue.send(key).is_err() {
+            self.busy.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    /// Keys queued or being uploaded (see `busy`).
+    pub(crate) fn busy(&self) -> u64 {
+        self.busy.load(Ordering::Acquire)
     }
 }
 

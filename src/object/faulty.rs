@@ -42,6 +42,8 @@ pub struct Faults {
     rng: Mutex<rand::rngs::StdRng>,
     /// Faults injected so far.
     pub injected: AtomicU64,
+    /// Requests held by `hang_file` right now.
+    pub held: AtomicU64,
 }
 
 impl Faults {
@@ -57,6 +59,7 @@ impl Faults {
             hang_file: None,
             rng: Mutex::new(rand::rngs::StdRng::seed_from_u64(1)),
             injected: AtomicU64::new(0),
+            held: AtomicU64::new(0),
         };
         for item in spec.split(',').filter(|s| !s.trim().is_empty()) {
             let (k, v) = item
@@ -119,10 +122,12 @@ impl Faults {
         if self.down_file.as_ref().is_some_and(|p| p.exists()) {
             return Err(self.fail(&format!("injected: store is down ({op:?})")));
         }
-        if let Some(hang) = &self.hang_file {
+        if let Some(hang) = self.hang_file.as_ref().filter(|h| h.exists()) {
+            self.held.fetch_add(1, Ordering::Relaxed);
             while hang.exists() {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
+            self.held.fetch_sub(1, Ordering::Relaxed);
         }
         if self.roll(self.slowdown) {
             return Err(self.fail("injected: 503 SlowDown, please reduce your request rate"));

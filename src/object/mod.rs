@@ -162,6 +162,21 @@ impl ObjectStorage {
     }
 
     pub fn open_with(url: &str, create: bool, policy: Policy) -> Result<ObjectStorage> {
+        Self::open_faulty(url, create, policy, Faults::from_env().map(Arc::new))
+    }
+
+    /// Opens `url` with the faults given instead of those of `UNKAI_FAULTS`.
+    #[cfg(test)]
+    pub(crate) fn with_faults(url: &str, faults: Arc<Faults>) -> Result<ObjectStorage> {
+        Self::open_faulty(url, true, Policy::default(), Some(faults))
+    }
+
+    fn open_faulty(
+        url: &str,
+        create: bool,
+        policy: Policy,
+        faults: Option<Arc<Faults>>,
+    ) -> Result<ObjectStorage> {
         let kind = StorageUrl::parse(url)?;
         let with_prefix = |s: Arc<dyn ObjectStore>, prefix: &str| -> Arc<dyn ObjectStore> {
             if prefix.is_empty() {
@@ -210,7 +225,6 @@ impl ObjectStorage {
                 (with_prefix(store, prefix), Native::None, None)
             }
         };
-        let faults = Faults::from_env().map(Arc::new);
         let traffic = Arc::<Traffic>::default();
         Ok(ObjectStorage {
             bucket: stack(store, &policy, faults.clone(), traffic.clone()),
