@@ -395,6 +395,89 @@ fn chown_as_root() {
     chmod(&m.p("d"), 0o2755);
     std::os::unix::fs::chown(m.p("d"), Some(1), Some(1)).unwrap();
     assert_eq!(mode(&m.p("d")), 0o2755);
+    // ... nor setgid without group execute; and file capabilities go with any chown.
+    chmod(&f, 0o6745);
+    setxattr(&f, "security.capability", CAPS, 0).unwrap();
+    std::os::unix::fs::chown(&f, Some(2), None).unwrap();
+    assert_eq!(mode(&f), 0o2745);
+    assert_eq!(io(getxattr(&f, "security.capability")), Err(libc::ENODATA));
+}
+
+/// A file capability value (version 2, CAP_NET_BIND_SERVICE permitted), as setcap writes it.
+const CAPS: &[u8] = &[1, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+
+/// A write, a truncate or a copy into a file drops what Linux drops: setuid, and setgid if
+/// group-executable (or the writer is outside the group), when the writer lacks CAP_FSETID
+/// (root keeps them); file capabilities whoever writes. Under FUSE_HANDLE_KILLPRIV_V2 the
+/// kernel leaves this to unkai, and `stat` right after must already show it.
+#[test]
+fn writes_drop_setuid_setgid_and_capabilities() {
+    setup();
+    let vol = Volume::new();
+    let m = vol.mount();
+    let f = m.p("f");
+    fs::write(&f, b"x").unwrap();
+    std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
+    let append = |p: &Path| {
+        let q = p.to_path_buf();
+        as_user(65534, 65534, move || {
+            let mut h = io(OpenOptions::new().append(true).open(&q))?;
+            io(h.write_all(b"more"))
+        })
+    };
+    // An unprivileged writer: setuid and group-executable setgid go, seen at once.
+    chmod(&f, 0o6775);
+    assert_eq!(mode(&f), 0o6775);
+    append(&f).unwrap();
+    assert_eq!(mode(&f), 0o775, "write by a user kept setuid/setgid");
+    // Setgid without group execute stays for a member of the group.
+    chmod(&f, 0o2745);
+    append(&f).unwrap();
+    assert_eq!(mode(&f), 0o2745);
+    // Root keeps both.
+    chmod(&f, 0o6775);
+    OpenOptions::new()
+        .append(true)
+        .open(&f)
+        .unwrap()
+        .write_all(b"root")
+        .unwrap();
+    assert_eq!(mode(&f), 0o6775, "write by root dropped setuid/setgid");
+    // Truncate by an unprivileged user.
+    chmod(&f, 0o4755);
+    let q = f.clone();
+    as_user(65534, 65534, move || {
+        let h = io(OpenOptions::new().write(true).open(&q))?;
+        io(h.set_len(1))
+    })
+    .unwrap();
+    assert_eq!(mode(&f), 0o755, "truncate by a user kept setuid");
+    // Capabilities: dropped by a write of root, also through a descriptor opened before
+    // they were set, and by a truncate.
+    setxattr(&f, "security.capability", CAPS, 0).unwrap();
+    let mut h = OpenOptions::new().append(true).open(&f).unwrap();
+    h.write_all(b"a").unwrap();
+    assert_eq!(io(getxattr(&f, "security.capability")), Err(libc::ENODATA));
+    setxattr(&f, "security.capability", CAPS, 0).unwrap();
+    h.write_all(b"b").unwrap();
+    assert_eq!(
+        io(getxattr(&f, "security.capability")),
+        Err(libc::ENODATA),
+        "a write through a descriptor opened before setcap kept the capabilities"
+    );
+    drop(h);
+    setxattr(&f, "security.capability", CAPS, 0).unwrap();
+    File::options()
+        .write(true)
+        .open(&f)
+        .unwrap()
+        .set_len(0)
+        .unwrap();
+    assert_eq!(io(getxattr(&f, "security.capability")), Err(libc::ENODATA));
+    // Other xattrs stay.
+    setxattr(&f, "user.keep", b"1", 0).unwrap();
+    fs::write(&f, b"rewritten").unwrap();
+    assert_eq!(getxattr(&f, "user.keep").unwrap(), b"1");
 }
 
 #[test]

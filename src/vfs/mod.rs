@@ -26,7 +26,7 @@ use crate::meta::{
 };
 
 use handle::Handles;
-use writer::FileWriter;
+use writer::{FileWriter, Privs};
 
 /// Errors of the VFS: whatever a lower layer reported, or a POSIX outcome of its own.
 #[derive(Debug, thiserror::Error)]
@@ -329,7 +329,17 @@ impl Vfs {
         Ok(self.overlay_attr(mark, self.meta.set_flags(ctx, ino, flags)?))
     }
 
-    pub fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr, size: Option<u64>) -> Result<Attr> {
+    /// Sets attributes. `chown` marks a chown that keeps both ids (chown(-1, -1), which
+    /// reaches us as a SETATTR that sets nothing): like any chown, it drops setuid, setgid
+    /// and file capabilities as Linux does.
+    pub fn setattr(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        set: &SetAttr,
+        size: Option<u64>,
+        chown: bool,
+    ) -> Result<Attr> {
         let mark = self.attr_mark();
         let mut attr = None;
         if size.is_some() || set.mtime.is_some() {
@@ -340,7 +350,37 @@ impl Vfs {
         }
         if let Some(size) = size {
             attr = Some(self.meta.truncate(ctx, ino, size)?);
+            // Truncate drops what a write drops. The kernel tells whether the caller holds
+            // CAP_FSETID (FATTR_KILL_SUIDGID), but fuser does not pass it on: root is taken
+            // as holding it, as `kill_priv` does.
+            let kill = (ctx.uid != 0).then_some(ctx);
+            attr = self.drop_privs(ino, kill, true)?.or(attr);
         }
+        let mut set = set.clone();
+        if chown || set.uid.is_some() || set.gid.is_some() {
+            // Chown of anything but a directory drops setuid, setgid where Linux's
+            // `setattr_should_drop_sgid` says, and file capabilities, whoever does it
+            // (chown_common, notify_change); under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves
+            // that to us.
+            let a = self.meta.getattr(ino)?;
+            if !matches!(a.kind, Kind::Dir | Kind::Symlink) {
+                let mode = set.mode.unwrap_or(a.mode);
+                let mut kill = mode & libc::S_ISUID;
+                if mode & libc::S_ISGID != 0
+                    && (mode & libc::S_IXGRP != 0 || (ctx.uid != 0 && !ctx.in_group(a.gid)))
+                {
+                    kill |= libc::S_ISGID;
+                }
+                if kill != 0 {
+                    set.mode = Some(mode & !kill);
+                }
+                self.drop_privs(ino, None, true)?;
+            }
+        }
+        if set.mode.is_some() {
+            self.recheck_privs(ino);
+        }
+        let set = &set;
         if set.atime.is_some() {
             // A time set explicitly wins over one a read moved and not stored yet.
             self.atimes.forget(ino);
@@ -542,7 +582,7 @@ impl Vfs {
             return sys(libc::EACCES);
         }
         if flags & libc::O_TRUNC != 0 && a.length != 0 {
-            return self.setattr(ctx, a.ino, &SetAttr::default(), Some(0));
+            return self.setattr(ctx, a.ino, &SetAttr::default(), Some(0), false);
         }
         Ok(a)
     }
@@ -601,14 +641,40 @@ impl Vfs {
         Ok(buf)
     }
 
-    pub fn write(&self, fh: u64, off: u64, data: &[u8]) -> Result<u32> {
+    /// Writes `data` at `off` (buffered until flush). `kill_suidgid` is the writer when it
+    /// lacks CAP_FSETID (the kernel says so under FUSE_HANDLE_KILLPRIV_V2): setuid and setgid
+    /// then go, as file capabilities go on any write (see [`Vfs::drop_privs`]).
+    /// Returns the bytes taken, and whether the file's attributes changed besides its size
+    /// and times (privileges dropped: the kernel's copy is then stale).
+    pub fn write(
+        &self,
+        fh: u64,
+        off: u64,
+        data: &[u8],
+        kill_suidgid: Option<&Ctx>,
+    ) -> Result<(u32, bool)> {
         let h = self.handle(fh)?;
         let append = self.cfg.append_at_end && h.flags & libc::O_APPEND != 0;
         let w = self.writer_or_new(h.ino);
+        let mut changed = false;
         let total = {
             // The counter moves only under the writer's lock, as in flush: so it can never be
             // taken below zero by a flush that already counts bytes not yet added.
             let mut w = w.lock();
+            let want = Privs {
+                caps: true,
+                suidgid: kill_suidgid.is_some(),
+            };
+            let done = w.privs_dropped;
+            if (want.caps && !done.caps) || (want.suidgid && !done.suidgid) {
+                changed = self
+                    .drop_privs(h.ino, kill_suidgid, want.caps && !done.caps)?
+                    .is_some();
+                w.privs_dropped = Privs {
+                    caps: done.caps || want.caps,
+                    suidgid: done.suidgid || want.suidgid,
+                };
+            }
             let off = if append {
                 // The end as the volume knows it (another client may have appended since
                 // this kernel last heard the size), or of this mount's pending writes.
@@ -640,7 +706,7 @@ impl Vfs {
             // Back-pressure: a writer that fills the buffers flushes its own file.
             self.flush_ino(h.ino)?;
         }
-        Ok(data.len() as u32)
+        Ok((data.len() as u32, changed))
     }
 
     /// `close()` of a descriptor: commits the file's writes so the next open sees them.
@@ -778,6 +844,50 @@ impl Vfs {
         Ok(self.meta.sync()?)
     }
 
+    /// Drops what a change of a file's contents or owner takes away on Linux: setuid and
+    /// setgid for `kill_suidgid` (the caller, known to lack CAP_FSETID; setgid only where
+    /// [`suidgid_to_drop`] says), and its file capabilities (`security.capability`) when
+    /// `caps`. Under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves both to us, and in exchange
+    /// no longer asks for `security.capability` before every write. Returns the new
+    /// attributes if anything changed.
+    fn drop_privs(&self, ino: Ino, kill_suidgid: Option<&Ctx>, caps: bool) -> Result<Option<Attr>> {
+        let mut changed = None;
+        // Looked up first: a read, where a removal would be a write transaction (and is
+        // refused on an append-only file).
+        if caps {
+            match self.meta.get_xattr(ino, CAPS) {
+                Ok(_) => {
+                    self.meta.remove_xattr(&Ctx::ROOT, ino, CAPS)?;
+                    changed = Some(self.meta.getattr(ino)?);
+                }
+                Err(e) if e.errno() == libc::ENODATA => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if let Some(ctx) = kill_suidgid {
+            let a = self.meta.getattr(ino)?;
+            let kill = suidgid_to_drop(ctx, &a);
+            if kill != 0 {
+                let set = SetAttr {
+                    mode: Some(a.mode & !kill),
+                    ..SetAttr::default()
+                };
+                changed = Some(self.meta.setattr(&Ctx::ROOT, ino, &set)?);
+            }
+        }
+        if let Some(a) = &changed {
+            self.restamp(a);
+        }
+        Ok(changed)
+    }
+
+    /// Writes through this mount must check again what they drop (a chmod or an xattr set).
+    fn recheck_privs(&self, ino: Ino) {
+        if let Some(w) = self.writer(ino) {
+            w.lock().privs_dropped = Privs::default();
+        }
+    }
+
     // ---- file data operations ----
 
     pub fn fallocate(&self, ctx: &Ctx, fh: u64, off: u64, len: u64, mode: i32) -> Result<Attr> {
@@ -805,17 +915,10 @@ impl Vfs {
                 return sys(libc::ENOSPC);
             }
         }
-        let mut a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
-        let kill = kill_priv(ctx, &a);
-        if kill != 0 {
-            let set = SetAttr {
-                mode: Some(a.mode & !kill),
-                ..SetAttr::default()
-            };
-            a = self.meta.setattr(ctx, h.ino, &set)?;
-        }
+        let a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
         self.restamp(&a);
-        Ok(a)
+        let kill = (kill_priv(ctx, &a) != 0).then_some(ctx);
+        Ok(self.drop_privs(h.ino, kill, true)?.unwrap_or(a))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -835,6 +938,8 @@ impl Vfs {
             .meta
             .copy_range(ctx, hi.ino, off_in, ho.ino, off_out, len)?;
         self.restamp(&a);
+        // A copy into a file is a write to it (see `write`).
+        self.drop_privs(ho.ino, (ctx.uid != 0).then_some(ctx), true)?;
         Ok(n)
     }
 
@@ -892,7 +997,11 @@ impl Vfs {
             libc::XATTR_REPLACE => XattrSet::Replace,
             _ => return sys(libc::EINVAL),
         };
-        Ok(self.meta.set_xattr(ctx, ino, name, value, how)?)
+        self.meta.set_xattr(ctx, ino, name, value, how)?;
+        if name == CAPS {
+            self.recheck_privs(ino);
+        }
+        Ok(())
     }
 
     pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
@@ -1018,10 +1127,18 @@ pub fn may(ctx: &Ctx, a: &Attr, want: u32) -> bool {
 /// The setuid/setgid bits a change of contents by `ctx` must clear, as Linux's
 /// `setattr_should_drop_suidgid` decides for a local file system: setuid always, setgid if the
 /// file is group-executable or the writer is not in the file's group; nothing for root (taken
-/// as holding CAP_FSETID). The kernel clears them itself before a write or truncate reaches
-/// FUSE, but only setuid and group-executable setgid; for fallocate, unkai does it all.
+/// as holding CAP_FSETID: the kernel's own flag reaches us only with writes).
 fn kill_priv(ctx: &Ctx, a: &Attr) -> u32 {
-    if ctx.uid == 0 || a.kind != Kind::File {
+    if ctx.uid == 0 {
+        return 0;
+    }
+    suidgid_to_drop(ctx, a)
+}
+
+/// The setuid/setgid bits a change of contents by `ctx`, a caller without CAP_FSETID, clears:
+/// setuid always, setgid if the file is group-executable or the caller is not in its group.
+fn suidgid_to_drop(ctx: &Ctx, a: &Attr) -> u32 {
+    if a.kind != Kind::File {
         return 0;
     }
     let mut kill = a.mode & libc::S_ISUID;
@@ -1030,3 +1147,6 @@ fn kill_priv(ctx: &Ctx, a: &Attr) -> u32 {
     }
     kill
 }
+
+/// File capabilities: dropped when a file's contents or owner change.
+const CAPS: &[u8] = b"security.capability";

@@ -57,6 +57,17 @@ pub struct FileWriter {
     /// A close (FUSE flush) told the application these writes failed, and no flush has
     /// succeeded since: they are dropped at the last release, never committed later.
     close_failed: bool,
+    /// What writes through this writer already dropped ([`Privs`]): checked once, not per
+    /// write, until a chmod or setxattr through this mount makes it worth checking again.
+    pub privs_dropped: Privs,
+}
+
+/// What a write drops, as Linux does (see `Vfs::drop_privs`): file capabilities (on any
+/// write) and setuid/setgid (on a write by a caller without CAP_FSETID).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Privs {
+    pub caps: bool,
+    pub suidgid: bool,
 }
 
 impl FileWriter {
@@ -71,6 +82,7 @@ impl FileWriter {
             committed: None,
             packs: Vec::new(),
             close_failed: false,
+            privs_dropped: Privs::default(),
         }
     }
 
