@@ -138,12 +138,17 @@ async fn upload(shared: &Shared, key: &str) {
 
 /// A staged block that can no longer be read: its data is gone unless the bucket has it.
 async fn lost(shared: &Shared, key: &str, problem: &str) {
-    let in_bucket = shared.obj.get_range(key, 0..1).await.is_ok();
-    if !in_bucket {
-        tracing::error!(
+    match shared.obj.get_range(key, 0..1).await {
+        Ok(_) => {}
+        Err(crate::object::Error::NotFound(_)) => tracing::error!(
             "staged block {key} cannot be read ({problem}) and is not in the bucket: the files \
              holding it read as EIO (`unkai fsck` names them)"
-        );
+        ),
+        Err(e) => tracing::error!(
+            "staged block {key} cannot be read ({problem}), and whether the bucket has it is \
+             unknown ({e}): if it does not, the files holding it read as EIO (`unkai fsck` \
+             names them)"
+        ),
     }
     shared.unstage(key);
 }
