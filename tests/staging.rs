@@ -250,9 +250,16 @@ fn umount_drains_the_staging_area() {
         fs::write(m.p(&format!("h{i}")), pattern(10_000, i)).unwrap();
     }
     assert!(vol.objects().is_empty());
-    let path = m.path.to_str().unwrap().to_string();
-    let umount = std::thread::spawn(move || run(&["umount", &path]));
-    // The server tells `umount` what it has left (pid file + ".staged", once a second).
+    // `umount`'s messages go to a file, to be read while it runs.
+    let said = down.with_file_name("umount-said");
+    let mut umount = std::process::Command::new(env!("CARGO_BIN_EXE_unkai"))
+        .args(["umount", m.path.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(File::create(&said).unwrap())
+        .spawn()
+        .unwrap();
+    // The server tells `umount` what it has left (pid file + ".staged", once a second), and
+    // why uploads fail; `umount` passes it on, with what the user may do.
     let hex: String = m
         .path
         .as_os_str()
@@ -261,15 +268,23 @@ fn umount_drains_the_staging_area() {
         .map(|b| format!("{b:02x}"))
         .collect();
     let progress = PathBuf::from("/run/unkai/mounts").join(format!("{hex}.staged"));
+    let told = || fs::read_to_string(&said).unwrap_or_default();
     assert!(
-        eventually(Duration::from_secs(60), || progress.exists()),
-        "no progress while unmounting:\n{}",
+        eventually(Duration::from_secs(60), || told().contains("refuses")),
+        "umount did not say why it waits: {}\nserver log:\n{}",
+        told(),
         tail(&m.log_text(), 20)
     );
-    fs::remove_file(&down).unwrap();
-    let (ok, out, err) = umount.join().unwrap();
-    assert!(ok, "{out}{err}");
+    assert!(progress.exists());
+    let err = told();
     assert!(err.contains("uploading what is staged: 60 blocks"), "{err}");
+    assert!(
+        err.contains("store is down") && err.contains("loses nothing"),
+        "{err}"
+    );
+    fs::remove_file(&down).unwrap();
+    let status = umount.wait().unwrap();
+    assert!(status.success(), "{}", told());
     drop(m);
     assert_eq!(
         vol.objects().len(),

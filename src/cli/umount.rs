@@ -88,15 +88,27 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 eprintln!("unkai: waiting for the server (pid {pid}) to finish flushing...");
                 told = true;
             }
-            // What the server has left to upload (write-back), as it writes it once a second.
+            // What the server has left to upload (write-back), and why uploads fail while
+            // they do, as it writes them once a second.
             if let Ok(left) = std::fs::read_to_string(pid_path.with_extension("staged")) {
                 if left != shown {
-                    if let Some((blocks, bytes)) = left.trim().split_once(' ') {
+                    let mut lines = left.lines();
+                    let counts = lines.next().and_then(|l| l.trim().split_once(' '));
+                    if let Some((blocks, bytes)) = counts {
                         let bytes = bytes.parse().unwrap_or(0);
-                        eprintln!(
-                            "unkai: uploading what is staged: {blocks} blocks ({}) left",
-                            super::human_bytes(bytes)
-                        );
+                        match lines.next().map(str::trim).filter(|t| !t.is_empty()) {
+                            None => eprintln!(
+                                "unkai: uploading what is staged: {blocks} blocks ({}) left",
+                                super::human_bytes(bytes)
+                            ),
+                            Some(why) => eprintln!(
+                                "unkai: uploading what is staged: {blocks} blocks ({}) left; \
+                                 the store refuses them ({why}): they stay staged on local \
+                                 disk and are retried; stopping the server (kill -9 {pid}) loses \
+                                 nothing, the next mount or `unkai fsck --repair` uploads them",
+                                super::human_bytes(bytes)
+                            ),
+                        }
                     }
                     shown = left;
                 }

@@ -210,6 +210,11 @@ impl DataStore {
         self.shared.stage.as_ref().map_or((0, 0), |s| s.usage())
     }
 
+    /// Why uploads of staged blocks fail, while they do.
+    pub fn upload_trouble(&self) -> Option<String> {
+        self.shared.uploader.as_ref().and_then(|u| u.trouble())
+    }
+
     /// Blocks uploaded from the staging area since the start.
     pub fn uploaded(&self) -> u64 {
         self.shared

@@ -25,6 +25,8 @@ pub(crate) struct Uploader {
     queue: mpsc::UnboundedSender<String>,
     /// Uploads are failing (logged once when it starts, once when it ends).
     failing: AtomicBool,
+    /// Why uploads fail, while they do (see [`Uploader::trouble`]).
+    trouble: parking_lot::Mutex<Option<String>>,
     /// Blocks uploaded from the stage since the start.
     pub(crate) uploaded: AtomicU64,
     /// Keys queued or being uploaded. A block unstaged while its upload runs leaves the
@@ -61,6 +63,7 @@ impl Uploader {
         Uploader {
             queue: tx,
             failing: AtomicBool::new(false),
+            trouble: parking_lot::Mutex::new(None),
             uploaded: AtomicU64::new(0),
             busy,
         }
@@ -77,6 +80,11 @@ impl Uploader {
     /// Keys queued or being uploaded (see `busy`).
     pub(crate) fn busy(&self) -> u64 {
         self.busy.load(Ordering::Acquire)
+    }
+
+    /// Why uploads fail, while the last attempt failed: the store's error, on one line.
+    pub(crate) fn trouble(&self) -> Option<String> {
+        self.trouble.lock().clone()
     }
 }
 
@@ -112,6 +120,7 @@ async fn upload(shared: &Shared, key: &str) {
                     }
                 }
                 up.uploaded.fetch_add(1, Ordering::Relaxed);
+                *up.trouble.lock() = None;
                 if up.failing.swap(false, Ordering::Relaxed) {
                     let (blocks, bytes) = stage.usage();
                     tracing::info!(
@@ -122,6 +131,7 @@ async fn upload(shared: &Shared, key: &str) {
                 return;
             }
             Err(e) => {
+                *up.trouble.lock() = Some(crate::object::one_line(&e.to_string()));
                 if !up.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(
                         "uploading staged blocks fails ({e}); they stay staged on local disk \

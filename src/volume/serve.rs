@@ -232,13 +232,15 @@ fn follow_sessions(meta: Arc<dyn Meta>, coherence: Arc<fuse::Coherence>) -> Tick
     )
 }
 
-/// While unmounting: what is left to upload, written once a second to `path` for `unkai
-/// umount` to show (see `cli::umount`). Stops when dropped; the caller removes the file.
+/// While unmounting: what is left to upload ("BLOCKS BYTES"), and on a second line why
+/// uploads fail while they do, written once a second to `path` for `unkai umount` to show
+/// (see `cli::umount`). Stops when dropped; the caller removes the file.
 fn upload_progress(store: DataStore, path: PathBuf) -> Ticker {
     Ticker::start("unkai-progress", Duration::from_secs(1), move || {
         let (blocks, bytes) = store.staged();
         if blocks > 0 {
-            let _ = std::fs::write(&path, format!("{blocks} {bytes}\n"));
+            let trouble = store.upload_trouble().unwrap_or_default();
+            let _ = std::fs::write(&path, format!("{blocks} {bytes}\n{trouble}\n"));
         }
     })
 }
