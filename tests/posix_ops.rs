@@ -406,52 +406,16 @@ fn chown_as_root() {
 /// A file capability value (version 2, CAP_NET_BIND_SERVICE permitted), as setcap writes it.
 const CAPS: &[u8] = &[1, 0, 0, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
 
-/// A write, a truncate or a copy into a file drops what Linux drops: setuid, and setgid if
-/// group-executable (or the writer is outside the group), when the writer lacks CAP_FSETID
-/// (root keeps them); file capabilities whoever writes. Under FUSE_HANDLE_KILLPRIV_V2 the
-/// kernel leaves this to unkai, and `stat` right after must already show it.
+/// Any write or truncate drops a file's capabilities, as Linux does (setuid and setgid:
+/// `writing_clears_setuid_as_linux_does`). Under FUSE_HANDLE_KILLPRIV_V2 the kernel leaves
+/// this to unkai.
 #[test]
-fn writes_drop_setuid_setgid_and_capabilities() {
+fn writes_drop_file_capabilities() {
     setup();
     let vol = Volume::new();
     let m = vol.mount();
     let f = m.p("f");
     fs::write(&f, b"x").unwrap();
-    std::os::unix::fs::chown(&f, Some(65534), Some(65534)).unwrap();
-    let append = |p: &Path| {
-        let q = p.to_path_buf();
-        as_user(65534, 65534, move || {
-            let mut h = io(OpenOptions::new().append(true).open(&q))?;
-            io(h.write_all(b"more"))
-        })
-    };
-    // An unprivileged writer: setuid and group-executable setgid go, seen at once.
-    chmod(&f, 0o6775);
-    assert_eq!(mode(&f), 0o6775);
-    append(&f).unwrap();
-    assert_eq!(mode(&f), 0o775, "write by a user kept setuid/setgid");
-    // Setgid without group execute stays for a member of the group.
-    chmod(&f, 0o2745);
-    append(&f).unwrap();
-    assert_eq!(mode(&f), 0o2745);
-    // Root keeps both.
-    chmod(&f, 0o6775);
-    OpenOptions::new()
-        .append(true)
-        .open(&f)
-        .unwrap()
-        .write_all(b"root")
-        .unwrap();
-    assert_eq!(mode(&f), 0o6775, "write by root dropped setuid/setgid");
-    // Truncate by an unprivileged user.
-    chmod(&f, 0o4755);
-    let q = f.clone();
-    as_user(65534, 65534, move || {
-        let h = io(OpenOptions::new().write(true).open(&q))?;
-        io(h.set_len(1))
-    })
-    .unwrap();
-    assert_eq!(mode(&f), 0o755, "truncate by a user kept setuid");
     // Capabilities: dropped by a write of root, also through a descriptor opened before
     // they were set, and by a truncate.
     setxattr(&f, "security.capability", CAPS, 0).unwrap();

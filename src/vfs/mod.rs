@@ -351,10 +351,8 @@ impl Vfs {
         if let Some(size) = size {
             attr = Some(self.meta.truncate(ctx, ino, size)?);
             // Truncate drops what a write drops. The kernel tells whether the caller holds
-            // CAP_FSETID (FATTR_KILL_SUIDGID), but fuser does not pass it on: root is taken
-            // as holding it, as `kill_priv` does.
-            let kill = (ctx.uid != 0).then_some(ctx);
-            attr = self.drop_privs(ino, kill, true)?.or(attr);
+            // CAP_FSETID (FATTR_KILL_SUIDGID), but fuser does not pass it on.
+            attr = self.drop_privs(ino, unprivileged(ctx), true)?.or(attr);
         }
         let mut set = set.clone();
         if chown || set.uid.is_some() || set.gid.is_some() {
@@ -661,19 +659,12 @@ impl Vfs {
             // The counter moves only under the writer's lock, as in flush: so it can never be
             // taken below zero by a flush that already counts bytes not yet added.
             let mut w = w.lock();
-            let want = Privs {
-                caps: true,
-                suidgid: kill_suidgid.is_some(),
-            };
-            let done = w.privs_dropped;
-            if (want.caps && !done.caps) || (want.suidgid && !done.suidgid) {
-                changed = self
-                    .drop_privs(h.ino, kill_suidgid, want.caps && !done.caps)?
-                    .is_some();
-                w.privs_dropped = Privs {
-                    caps: done.caps || want.caps,
-                    suidgid: done.suidgid || want.suidgid,
-                };
+            let caps = !w.privs_dropped.caps;
+            let suidgid = kill_suidgid.filter(|_| !w.privs_dropped.suidgid);
+            if caps || suidgid.is_some() {
+                changed = self.drop_privs(h.ino, suidgid, caps)?.is_some();
+                w.privs_dropped.caps = true;
+                w.privs_dropped.suidgid |= suidgid.is_some();
             }
             let off = if append {
                 // The end as the volume knows it (another client may have appended since
@@ -917,8 +908,9 @@ impl Vfs {
         }
         let a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
         self.restamp(&a);
-        let kill = (kill_priv(ctx, &a) != 0).then_some(ctx);
-        Ok(self.drop_privs(h.ino, kill, true)?.unwrap_or(a))
+        Ok(self
+            .drop_privs(h.ino, unprivileged(ctx), true)?
+            .unwrap_or(a))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -939,7 +931,7 @@ impl Vfs {
             .copy_range(ctx, hi.ino, off_in, ho.ino, off_out, len)?;
         self.restamp(&a);
         // A copy into a file is a write to it (see `write`).
-        self.drop_privs(ho.ino, (ctx.uid != 0).then_some(ctx), true)?;
+        self.drop_privs(ho.ino, unprivileged(ctx), true)?;
         Ok(n)
     }
 
@@ -1124,15 +1116,11 @@ pub fn may(ctx: &Ctx, a: &Attr, want: u32) -> bool {
     bits & want == want
 }
 
-/// The setuid/setgid bits a change of contents by `ctx` must clear, as Linux's
-/// `setattr_should_drop_suidgid` decides for a local file system: setuid always, setgid if the
-/// file is group-executable or the writer is not in the file's group; nothing for root (taken
-/// as holding CAP_FSETID: the kernel's own flag reaches us only with writes).
-fn kill_priv(ctx: &Ctx, a: &Attr) -> u32 {
-    if ctx.uid == 0 {
-        return 0;
-    }
-    suidgid_to_drop(ctx, a)
+/// The caller as one that lacks CAP_FSETID, where only its uid is known (truncate, fallocate,
+/// copy_file_range: the kernel's own flag reaches us only with writes): root is taken as
+/// holding it, anyone else as not.
+fn unprivileged(ctx: &Ctx) -> Option<&Ctx> {
+    (ctx.uid != 0).then_some(ctx)
 }
 
 /// The setuid/setgid bits a change of contents by `ctx`, a caller without CAP_FSETID, clears:
