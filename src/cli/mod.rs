@@ -55,12 +55,51 @@ fn init_logging(filter: &str) {
         "{filter},fuser::mnt=error,fuser::session=error"
     ))
     .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(false)
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let _ = tracing_subscriber::registry()
+        .with(filter)
+        .with(StaleReplies)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_ansi(std::io::stderr().is_terminal())
+                .with_target(false),
+        )
         .try_init();
+}
+
+/// Drops fuser's error for a reply the kernel no longer waits for ("Failed to send FUSE
+/// reply: No such file or directory"): the request was interrupted, or the connection is
+/// closing at unmount. Nothing is lost, and libfuse ignores ENOENT there too.
+struct StaleReplies;
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for StaleReplies {
+    fn event_enabled(
+        &self,
+        event: &tracing::Event<'_>,
+        _: tracing_subscriber::layer::Context<'_, S>,
+    ) -> bool {
+        struct Stale(bool);
+        impl tracing::field::Visit for Stale {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0 = is_stale_reply(&format!("{v:?}"));
+                }
+            }
+        }
+        if *event.metadata().level() != tracing::Level::ERROR {
+            return true;
+        }
+        let mut stale = Stale(false);
+        event.record(&mut stale);
+        !stale.0
+    }
+}
+
+fn is_stale_reply(msg: &str) -> bool {
+    msg.starts_with("Failed to send FUSE reply")
+        && msg.ends_with(&format!("(os error {})", libc::ENOENT))
 }
 
 /// Runs the command line; returns the process exit code.
@@ -189,4 +228,51 @@ pub(crate) fn progress_bar(len: u64, what: &str, quiet: bool) -> indicatif::Prog
         pb.set_style(s);
     }
     pb
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::layer::SubscriberExt;
+
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Captured {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(b);
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn replies_to_interrupted_requests_are_not_errors() {
+        let out = Captured::default();
+        let writer = out.clone();
+        let sub = tracing_subscriber::registry()
+            .with(super::StaleReplies)
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_writer(move || writer.clone())
+                    .with_ansi(false),
+            );
+        tracing::subscriber::with_default(sub, || {
+            tracing::error!("Failed to send FUSE reply: No such file or directory (os error 2)");
+            tracing::error!("Failed to send FUSE reply: Broken pipe (os error 32)");
+            tracing::warn!("Failed to send FUSE reply: No such file or directory (os error 2)");
+        });
+        let text = String::from_utf8(out.0.lock().unwrap().clone()).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 2, "{text}");
+        assert!(
+            lines[0].contains("ERROR") && lines[0].contains("os error 32"),
+            "{text}"
+        );
+        assert!(lines[1].contains("WARN"), "{text}");
+    }
 }
