@@ -33,10 +33,20 @@ const RECLAIM_BATCH: usize = 1000;
 
 /// Deletes the objects of up to `limit` dead slices and forgets them; returns how many slices
 /// were reclaimed. A slice whose objects cannot be deleted is logged and left for later.
+///
+/// A dead slice may yet be referenced again if it is a pack (`data::pack`) whose pieces are
+/// still being committed: such a slice is left for later. This client's own live packs are
+/// read with the queue, while no pack may open or gain a piece; the ids other live sessions
+/// reserved (read first: a pack of theirs no longer reserved has had its last commit) are
+/// theirs to reclaim, or anyone's once they give them back.
 pub fn reclaim(meta: &dyn Meta, store: &DataStore, limit: usize) -> Result<usize> {
-    let dead = meta.dead_slices(limit)?;
+    let others = Reserved::load_except(meta, meta.session_id())?;
+    let (dead, live) = store.with_live_packs(|live| meta.dead_slices(limit).map(|d| (d, live)))?;
     let mut done = Vec::with_capacity(dead.len());
     for d in &dead {
+        if live.contains(&d.id) || others.contains(d.id) {
+            continue;
+        }
         match store.delete_slice(d.id, d.size) {
             Ok(()) => done.push(d.id),
             Err(e) => tracing::warn!("deleting objects of slice {}: {e}", d.id),
@@ -53,6 +63,7 @@ pub fn reclaim_all(meta: &dyn Meta, store: &DataStore) -> Result<usize> {
     loop {
         let n = reclaim(meta, store, RECLAIM_BATCH)?;
         total += n;
+        // A batch with slices left for later is not worth reading again at once.
         if n < RECLAIM_BATCH {
             return Ok(total);
         }
@@ -100,9 +111,15 @@ impl Reserved {
     /// reserved until after its commit, so it is either still reserved here or committed
     /// (and in the slice table read next).
     pub fn load(meta: &dyn Meta) -> meta::Result<Reserved> {
+        Self::load_except(meta, 0)
+    }
+
+    /// The reserved ranges of live sessions other than `session`.
+    pub fn load_except(meta: &dyn Meta, session: u64) -> meta::Result<Reserved> {
         let mut ranges: Vec<(u64, u64)> = meta
             .reserved_slices()?
             .into_iter()
+            .filter(|(s, _, _)| *s != session || session == 0)
             .map(|(_, lo, hi)| (lo, hi))
             .collect();
         ranges.sort_unstable();

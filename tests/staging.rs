@@ -277,7 +277,7 @@ fn umount_drains_the_staging_area() {
     );
     assert!(progress.exists());
     let err = told();
-    assert!(err.contains("uploading what is staged: 60 blocks"), "{err}");
+    assert!(err.contains("uploading what is staged: "), "{err}");
     assert!(
         err.contains("store is down") && err.contains("loses nothing"),
         "{err}"
@@ -286,15 +286,20 @@ fn umount_drains_the_staging_area() {
     let status = umount.wait().unwrap();
     assert!(status.success(), "{}", told());
     drop(m);
-    assert_eq!(
-        vol.objects().len(),
-        60,
-        "objects in the bucket after umount"
+    // The 60 small files travel together, in a few packs.
+    let objects = vol.objects();
+    assert!(
+        (1..=6).contains(&objects.len()),
+        "objects in the bucket after umount: {objects:?}"
     );
     assert!(staged_files(&vol).is_empty(), "{:?}", staged_files(&vol));
     assert!(!progress.exists());
     let (ok, out, err) = vol.cmd("status", &[]);
     assert!(ok && out.contains("mounts: none"), "{out}{err}");
+    let m = vol.mount();
+    for i in 0..60 {
+        assert_eq!(fs::read(m.p(&format!("h{i}"))).unwrap(), pattern(10_000, i));
+    }
 }
 
 /// Blocks a killed client left staged are found by `fsck` (not missing) and uploaded by

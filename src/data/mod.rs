@@ -12,6 +12,7 @@
 pub mod block;
 pub mod cache;
 pub mod layout;
+pub mod pack;
 pub mod stage;
 pub mod upload;
 mod writeback;
@@ -31,6 +32,7 @@ const FETCHES_AT_ONCE: usize = 16;
 
 pub use crate::object::{ObjectInfo, Traffic};
 pub use layout::Layout;
+pub use pack::PackPiece;
 pub use upload::SliceUpload;
 
 /// Errors of the data layer.
@@ -113,6 +115,8 @@ pub(crate) struct Shared {
     pub(crate) stage: Option<Arc<stage::Stage>>,
     pub(crate) uploader: Option<writeback::Uploader>,
     pub(crate) stage_wait: Duration,
+    /// Write-back: small files packed together (`pack`).
+    pub(crate) packer: Option<pack::Packer>,
 }
 
 impl Shared {
@@ -183,9 +187,25 @@ impl DataStore {
             uploader: stage
                 .as_ref()
                 .map(|_| writeback::Uploader::start(&rt, weak.clone())),
+            packer: stage.as_ref().map(|_| pack::Packer::default()),
             stage,
             stage_wait,
         });
+        if shared.packer.is_some() {
+            // Seals a pack that has gone quiet; ends with the data store.
+            let weak = Arc::downgrade(&shared);
+            rt.spawn(async move {
+                loop {
+                    tokio::time::sleep(pack::QUIET / 4).await;
+                    let Some(shared) = weak.upgrade() else {
+                        return;
+                    };
+                    if let Some(p) = &shared.packer {
+                        p.seal_quiet(&shared, pack::QUIET);
+                    }
+                }
+            });
+        }
         if let (Some(st), Some(up)) = (&shared.stage, &shared.uploader) {
             for id in st.ids() {
                 shared.hold(id);
@@ -203,6 +223,11 @@ impl DataStore {
     /// Whether blocks are staged on local disk and uploaded behind the application.
     pub fn writes_back(&self) -> bool {
         self.shared.stage.is_some()
+    }
+
+    /// Whether small files are packed together (with write-back: see [`pack`]).
+    pub fn packs_small(&self) -> bool {
+        self.shared.packer.is_some()
     }
 
     /// Blocks and bytes staged, not yet uploaded.
@@ -227,6 +252,9 @@ impl DataStore {
     /// was unstaged meanwhile still has to delete what it put); `progress(blocks, bytes)` is
     /// called about once a second while some are left.
     pub fn drain(&self, mut progress: impl FnMut(u64, u64)) {
+        if let Some(p) = &self.shared.packer {
+            p.seal_quiet(&self.shared, Duration::ZERO);
+        }
         let mut last = std::time::Instant::now();
         let busy = || self.shared.uploader.as_ref().map_or(0, |u| u.busy());
         loop {
@@ -407,7 +435,17 @@ async fn fetch(
     }
     let checksums = shared.format.checksums;
     let seal = shared.layout.seal(key);
-    if let Some(st) = &shared.stage {
+    if let Some(st) = shared.stage.as_ref().filter(|st| st.is_raw(key)) {
+        // A pack still staged: its bytes as appended (local, never sent: no checksums yet).
+        match st.read_raw(key, range.clone()) {
+            Ok(Some(b)) => return Ok(b),
+            Ok(None) => {}
+            Err(e) if st.contains(key) => {
+                tracing::error!("staged pack {key} cannot be read ({e}); trying the bucket")
+            }
+            Err(_) => {}
+        }
+    } else if let Some(st) = &shared.stage {
         match st.read(key) {
             Ok(None) => {}
             Ok(Some(obj)) => {

@@ -9,6 +9,10 @@
 //! machine rebooted), so nothing staged is forgotten. A bound on the bytes staged makes
 //! writers wait for room (back-pressure).
 //!
+//! A *raw* entry (`open_raw`) is a block written by appends, its bytes without checksums, in a
+//! file whose name ends in `.raw`: a pack of small files (`data::pack`) while it fills. It is
+//! staged like any block (adopted, synced, removed); whoever uploads it encodes it first.
+//!
 //! Not for: uploading (that is `data::writeback`), or deciding what a block holds (`data::block`).
 
 use std::collections::HashMap;
@@ -34,11 +38,12 @@ pub enum StageError {
     },
 }
 
-/// One staged block: its slice id and the bytes of its file.
+/// One staged block: its slice id, the bytes it counts for, and whether its file is raw.
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     id: u64,
     len: u64,
+    raw: bool,
 }
 
 #[derive(Default)]
@@ -63,8 +68,12 @@ fn file_name(key: &str) -> String {
 }
 
 fn key_of(name: &str) -> String {
+    let name = name.strip_suffix(RAW).unwrap_or(name);
     name.replace("%2F", "/").replace("%25", "%")
 }
+
+/// The suffix of a raw entry's file name.
+const RAW: &str = ".raw";
 
 /// The slice id of a block key (`.../<id>_<index>_<len>`).
 pub fn slice_id(key: &str) -> Option<u64> {
@@ -146,25 +155,100 @@ impl Stage {
         self.dir_of(key).join(file_name(key))
     }
 
+    /// The file of a staged entry (`None`: not staged).
+    fn file_of(&self, key: &str) -> Option<PathBuf> {
+        let raw = self.index.lock().blocks.get(key)?.raw;
+        Some(match raw {
+            true => self.dir_of(key).join(file_name(key) + RAW),
+            false => self.path_of(key),
+        })
+    }
+
+    /// Waits up to `wait` for room for `len` more bytes, and takes it.
+    fn take_room(&self, len: u64, wait: Duration) -> Result<(), StageError> {
+        let deadline = Instant::now() + wait;
+        let mut ix = self.index.lock();
+        // An empty stage takes any block, so a block larger than the bound still goes.
+        while ix.bytes > 0 && ix.bytes + len > self.limit {
+            if self.room.wait_until(&mut ix, deadline).timed_out() {
+                return Err(StageError::Full {
+                    used: ix.bytes,
+                    limit: self.limit,
+                });
+            }
+        }
+        ix.bytes += len;
+        Ok(())
+    }
+
+    /// Starts a raw entry for `key` (a block of slice `id`, `len` bytes at most), empty, and
+    /// returns its file for the caller's appends: its bytes count as staged from now on (up
+    /// to `len`), and the directory entry is durable when this returns.
+    pub fn open_raw(
+        &self,
+        key: &str,
+        id: u64,
+        len: u64,
+        wait: Duration,
+    ) -> Result<File, StageError> {
+        self.take_room(len, wait)?;
+        let dir = self.dir_of(key);
+        let made = File::options()
+            .write(true)
+            .create_new(true)
+            .open(dir.join(file_name(key) + RAW))
+            .and_then(|f| sync_dir(dir).map(|()| f));
+        let mut ix = self.index.lock();
+        match made {
+            Ok(f) => {
+                ix.blocks.insert(key.into(), Entry { id, len, raw: true });
+                Ok(f)
+            }
+            Err(source) => {
+                ix.bytes -= len;
+                self.room.notify_all();
+                Err(StageError::Io {
+                    key: key.into(),
+                    dir: dir.to_path_buf(),
+                    source,
+                })
+            }
+        }
+    }
+
+    /// Whether `key` is staged as a raw entry.
+    pub fn is_raw(&self, key: &str) -> bool {
+        self.index.lock().blocks.get(key).is_some_and(|e| e.raw)
+    }
+
+    /// Bytes `range` of the raw entry `key` (zeros past what was appended); `None` if it is
+    /// not staged as one.
+    pub fn read_raw(&self, key: &str, range: std::ops::Range<usize>) -> io::Result<Option<Bytes>> {
+        if !self.is_raw(key) {
+            return Ok(None);
+        }
+        let Some(path) = self.file_of(key) else {
+            return Ok(None);
+        };
+        let f = File::open(path)?;
+        let mut buf = vec![0u8; range.len()];
+        let mut done = 0;
+        while done < buf.len() {
+            use std::os::unix::fs::FileExt;
+            match f.read_at(&mut buf[done..], (range.start + done) as u64)? {
+                0 => break,
+                n => done += n,
+            }
+        }
+        Ok(Some(Bytes::from(buf)))
+    }
+
     /// Stages `body` as the object of `key` (a block of slice `id`). Waits up to `wait` for
     /// room when the stage is full.
     pub fn put(&self, key: &str, id: u64, body: &[u8], wait: Duration) -> Result<(), StageError> {
         let len = body.len() as u64;
-        {
-            let deadline = Instant::now() + wait;
-            let mut ix = self.index.lock();
-            // An empty stage takes any block, so a block larger than the bound still goes.
-            while ix.bytes > 0 && ix.bytes + len > self.limit {
-                if self.room.wait_until(&mut ix, deadline).timed_out() {
-                    return Err(StageError::Full {
-                        used: ix.bytes,
-                        limit: self.limit,
-                    });
-                }
-            }
-            // Room is taken now (the key is not visible until its file is complete).
-            ix.bytes += len;
-        }
+        // Room is taken now (the key is not visible until its file is complete).
+        self.take_room(len, wait)?;
         let dir = self.dir_of(key);
         let io = |source| StageError::Io {
             key: key.into(),
@@ -184,20 +268,28 @@ impl Stage {
             self.room.notify_all();
             return Err(io(e));
         }
-        if let Some(old) = ix.blocks.insert(key.into(), Entry { id, len }) {
+        if let Some(old) = ix.blocks.insert(
+            key.into(),
+            Entry {
+                id,
+                len,
+                raw: false,
+            },
+        ) {
             // The same block staged again (a retried write): counted once.
             ix.bytes -= old.len;
         }
         Ok(())
     }
 
-    /// The object staged for `key`, if it is staged. A file gone or unreadable reads as an
-    /// error (the caller may find the block in the bucket instead).
+    /// The object staged for `key` (a raw entry's bytes as appended), if it is staged. A
+    /// file gone or unreadable reads as an error (the caller may find the block in the
+    /// bucket instead).
     pub fn read(&self, key: &str) -> io::Result<Option<Bytes>> {
-        if !self.contains(key) {
+        let Some(path) = self.file_of(key) else {
             return Ok(None);
-        }
-        fs::read(self.path_of(key)).map(|b| Some(Bytes::from(b)))
+        };
+        fs::read(path).map(|b| Some(Bytes::from(b)))
     }
 
     pub fn contains(&self, key: &str) -> bool {
@@ -212,7 +304,11 @@ impl Stage {
         ix.bytes -= e.len;
         // The file goes while the index is locked: a block staged again under the same key
         // (after this removal) cannot lose its new file to this one's deletion.
-        let _ = fs::remove_file(self.path_of(key));
+        let mut path = self.path_of(key);
+        if e.raw {
+            path.as_mut_os_string().push(RAW);
+        }
+        let _ = fs::remove_file(path);
         self.room.notify_all();
         Some(e.id)
     }
@@ -223,11 +319,11 @@ impl Stage {
         let mut rest = Vec::new();
         let mut dirs: Vec<&Path> = Vec::new();
         for k in keys {
-            if !self.contains(k) {
+            let Some(path) = self.file_of(k) else {
                 rest.push(k.clone());
                 continue;
-            }
-            match File::open(self.path_of(k)).and_then(|f| f.sync_data()) {
+            };
+            match File::open(path).and_then(|f| f.sync_data()) {
                 Ok(()) => {}
                 // Uploaded (and removed) meanwhile.
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !self.contains(k) => {
@@ -349,7 +445,9 @@ fn adopt(other: &Path, dir: &Path, index: &mut Index) -> io::Result<()> {
         let to = dir.join(&name);
         fs::rename(f.path(), &to)?;
         let len = fs::metadata(&to)?.len();
-        if let Some(old) = index.blocks.insert(key, Entry { id, len }) {
+        // A raw entry is adopted as it is: its mount appends no more, so it goes up as it stands.
+        let raw = name.ends_with(RAW);
+        if let Some(old) = index.blocks.insert(key, Entry { id, len, raw }) {
             index.bytes -= old.len;
         }
         index.bytes += len;

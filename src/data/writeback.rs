@@ -95,11 +95,13 @@ async fn upload(shared: &Shared, key: &str) {
     };
     let mut backoff = Duration::from_millis(200);
     loop {
+        let raw = stage.is_raw(key);
         let read = {
             let (stage, key) = (stage.clone(), key.to_string());
             tokio::task::spawn_blocking(move || stage.read(&key)).await
         };
         let body = match read {
+            Ok(Ok(Some(b))) if raw => encode_raw(shared, key, b),
             Ok(Ok(Some(b))) => b,
             Ok(Ok(None)) => return, // its slice was dropped meanwhile
             _ if !stage.contains(key) => return, // removed while being read
@@ -143,6 +145,19 @@ async fn upload(shared: &Shared, key: &str) {
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }
         }
+    }
+}
+
+/// The object of a raw staged block (a pack, `data::pack`): its bytes padded with zeros to
+/// the length its key declares, then encoded as any block.
+fn encode_raw(shared: &Shared, key: &str, raw: bytes::Bytes) -> bytes::Bytes {
+    let len = super::layout::parse_block_key(key).map_or(raw.len(), |(_, _, l)| l as usize);
+    let mut data = raw.to_vec();
+    data.resize(len, 0);
+    if shared.format.checksums {
+        super::block::encode(&data, shared.layout.seal(key))
+    } else {
+        data.into()
     }
 }
 

@@ -648,9 +648,15 @@ pub trait Txn {
         }
         Ok(chunks)
     }
-    /// One more reference to each record's slice.
+    /// One more reference to each record's slice. A slice queued for deletion lives again: a
+    /// pack (`data::pack`) may lose its last reference while pieces of it are still being
+    /// committed (garbage never reclaims a pack its writer still holds).
     fn incref(&mut self, recs: &[SliceRec]) -> TxResult<()> {
         for r in recs.iter().filter(|r| r.id != 0) {
+            self.exec(
+                "DELETE FROM unkai_dead_slice WHERE id=$1",
+                &[Val::Int(r.id as i64)],
+            )?;
             self.exec(
                 "INSERT INTO unkai_slice_ref (id, size, refs) VALUES ($1, $2, 1)
                  ON CONFLICT (id) DO UPDATE SET refs = unkai_slice_ref.refs + 1",

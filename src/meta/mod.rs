@@ -511,6 +511,8 @@ pub trait Meta: Send + Sync {
     fn new_slice_id(&self) -> Result<u64>;
     /// No slice id [`Meta::new_slice_id`] hands out from now on is below this.
     fn slice_id_floor(&self) -> u64;
+    /// This client's session (0 before it starts one).
+    fn session_id(&self) -> u64;
     /// The slice ids live sessions have reserved (taken, and perhaps uploaded but not yet
     /// committed): (session, lo, hi) for ids `lo..hi`, sorted. Ranges of dead sessions are left
     /// out: what they uploaded and did not commit is garbage.

@@ -1319,6 +1319,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
             .collect())
     }
 
+    fn session_id(&self) -> u64 {
+        self.sid()
+    }
+
     fn slice_id_floor(&self) -> u64 {
         // Ids come from the pool in order; the next batch starts at or after its end.
         self.slices.lock().next

@@ -2467,6 +2467,17 @@ fn all_slices_refcounts(e: Engine) {
         );
         let u = m.usage().unwrap();
         assert_eq!((u.slices, u.slice_bytes, u.pending_delete), (0, 0, 1));
+        // A reference committed after the slice died (a piece of a pack, committed after the
+        // pack's other files went) takes it off the deletion queue.
+        let h = mkfile(m, ROOT_INO, "h");
+        m.write_slices(h.ino, &recs[1..], now_nanos()).unwrap();
+        assert_eq!(m.all_slices().unwrap(), vec![(s, 300, 1)]);
+        assert!(m.dead_slices(10).unwrap().is_empty());
+        m.unlink(&CTX, ROOT_INO, b"h").unwrap();
+        assert_eq!(
+            m.dead_slices(10).unwrap(),
+            vec![DeadSlice { id: s, size: 300 }]
+        );
         m.forget_dead_slices(&[s]).unwrap();
         assert!(m.dead_slices(10).unwrap().is_empty());
         assert_eq!(m.usage().unwrap().pending_delete, 0);

@@ -1074,6 +1074,10 @@ impl Vfs {
                 tracing::info!("unmounting: {blocks} staged blocks ({bytes} bytes) left to upload")
             });
             tracing::info!("every staged block is uploaded");
+            // Packs still live at the background's last round are sealed and committed now.
+            if let Err(e) = crate::garbage::reclaim_all(&*self.meta, &self.store) {
+                tracing::warn!("reclaiming dead slices: {e}");
+            }
         }
         let t = self.store.traffic();
         let written = self.written.load(Ordering::Relaxed);

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use crate::data::{DataStore, SliceUpload};
+use crate::data::{DataStore, PackPiece, SliceUpload};
 use crate::meta::{Attr, CHUNK_SIZE, Ino, Meta, Nanos, SliceRec};
 
 use super::{Error, Result};
@@ -28,9 +28,36 @@ struct Pending {
     /// Bytes `[0, frozen)` are uploaded or uploading: they may no longer change.
     frozen: usize,
     upload: Option<SliceUpload>,
-    /// Packed with other small slices of its chunk into one object at flush: the pack's
-    /// index in `FileWriter::packs`, and where this slice's bytes start in it.
+    /// Packed with other small slices of its chunk (and, with write-back, of other files)
+    /// into one object at flush: the pack's index in `FileWriter::packs`, and where this
+    /// slice's bytes start in the bytes sent with it.
     pack: Option<(usize, u32)>,
+}
+
+/// Small pending slices sent together (see `FileWriter::pack`).
+enum Packed {
+    /// As a slice of their own, one object (write-through, or too large to share): its
+    /// upload and size.
+    Own(SliceUpload, u32),
+    /// As a piece of the mount's shared pack (`data::pack`), already on local disk.
+    Shared(PackPiece),
+}
+
+impl Packed {
+    /// The record of `len` bytes at `off` of what was sent.
+    fn rec(&self, pos: u32, off: u32, len: u32) -> SliceRec {
+        let (id, size, base) = match self {
+            Packed::Own(up, size) => (up.id(), *size, 0),
+            Packed::Shared(p) => (p.id, p.size, p.off),
+        };
+        SliceRec {
+            pos,
+            id,
+            size,
+            off: base + off,
+            len,
+        }
+    }
 }
 
 impl Pending {
@@ -52,8 +79,8 @@ pub struct FileWriter {
     unsynced: Vec<String>,
     /// The file's attributes as the last commit left them (until taken).
     committed: Option<Attr>,
-    /// Slices made at flush of many small pending slices (see `pack`): upload and size.
-    packs: Vec<(SliceUpload, u32)>,
+    /// What the small pending slices were sent as at flush (see `pack`).
+    packs: Vec<Packed>,
     /// A close (FUSE flush) told the application these writes failed, and no flush has
     /// succeeded since: they are dropped at the last release, never committed later.
     close_failed: bool,
@@ -213,11 +240,18 @@ impl FileWriter {
     /// Packs the small slices of each chunk (those with no block uploaded yet: random writes,
     /// appends) into one new slice, uploaded as one object, that their records point into
     /// (`off`). Random 4 KiB writes to a file then cost one PUT per flush instead of one
-    /// each. Records keep their order, so newer bytes still win where they overlap.
+    /// each. Records keep their order, so newer bytes still win where they overlap. With
+    /// write-back, small files' bytes go into the mount's shared pack instead (`data::pack`),
+    /// so that many small files make one PUT.
     fn pack(&mut self, meta: &dyn Meta, store: &DataStore) -> Result<()> {
         let small = |s: &Pending| s.upload.is_none() && s.pack.is_none() && !s.buf.is_empty();
+        let (shared, limit) = match store.packs_small() {
+            true => (true, crate::data::pack::max_piece(store.block_size())),
+            false => (false, CHUNK_SIZE as usize),
+        };
         for slices in self.chunks.values_mut() {
-            if slices.iter().filter(|s| small(s)).count() < 2 {
+            let n = slices.iter().filter(|s| small(s)).count();
+            if n == 0 || (n == 1 && !shared) {
                 continue;
             }
             let mut buf: Vec<u8> = Vec::new();
@@ -226,7 +260,7 @@ impl FileWriter {
                 if !small(&slices[k]) {
                     continue;
                 }
-                if buf.len() + slices[k].buf.len() > CHUNK_SIZE as usize {
+                if buf.len() + slices[k].buf.len() > limit {
                     Self::send_pack(meta, store, &mut self.packs, slices, &mut buf, &mut members)?;
                 }
                 members.push((k, buf.len() as u32));
@@ -237,16 +271,22 @@ impl FileWriter {
         Ok(())
     }
 
-    /// Uploads `buf` as one new slice holding the bytes of `members` (index, offset in it).
+    /// Sends `buf`, the bytes of `members` (index, offset in it): into the shared pack if it
+    /// takes them, else as one new slice of their own.
     fn send_pack(
         meta: &dyn Meta,
         store: &DataStore,
-        packs: &mut Vec<(SliceUpload, u32)>,
+        packs: &mut Vec<Packed>,
         slices: &mut [Pending],
         buf: &mut Vec<u8>,
         members: &mut Vec<(usize, u32)>,
     ) -> Result<()> {
         if buf.is_empty() {
+            return Ok(());
+        }
+        if let Some(piece) = store.pack(buf, || meta.new_slice_id())? {
+            buf.clear();
+            Self::packed(packs, Packed::Shared(piece), slices, members);
             return Ok(());
         }
         let mut up = SliceUpload::start(store, || meta.new_slice_id())?;
@@ -259,15 +299,26 @@ impl FileWriter {
                 packed.slice(start..(start + bs).min(packed.len())),
             );
         }
+        let size = packed.len() as u32;
+        Self::packed(packs, Packed::Own(up, size), slices, members);
+        Ok(())
+    }
+
+    /// Notes that `members` were sent as `sent`.
+    fn packed(
+        packs: &mut Vec<Packed>,
+        sent: Packed,
+        slices: &mut [Pending],
+        members: &mut Vec<(usize, u32)>,
+    ) {
         let p = packs.len();
-        packs.push((up, packed.len() as u32));
+        packs.push(sent);
         for (k, off) in members.drain(..) {
             let s = &mut slices[k];
             s.pack = Some((p, off));
             // Sealed: its bytes are sent (see `write_chunk`).
             s.frozen = s.buf.len();
         }
-        Ok(())
     }
 
     /// Copies pending bytes over `buf` (which holds the file's committed bytes from `off`).
@@ -313,25 +364,17 @@ impl FileWriter {
                 }
             }
         }
-        for (up, _) in &mut self.packs {
-            up.wait().map_err(Error::Data)?;
+        for p in &mut self.packs {
+            if let Packed::Own(up, _) = p {
+                up.wait().map_err(Error::Data)?;
+            }
         }
         let mut recs = Vec::new();
         for (index, slices) in self.chunks.iter_mut() {
             for s in slices.iter_mut() {
                 let len = s.buf.len() as u32;
                 if let Some((p, off)) = s.pack {
-                    let (up, size) = &self.packs[p];
-                    recs.push((
-                        *index,
-                        SliceRec {
-                            pos: s.pos,
-                            id: up.id(),
-                            size: *size,
-                            off,
-                            len,
-                        },
-                    ));
+                    recs.push((*index, self.packs[p].rec(s.pos, off, len)));
                     continue;
                 }
                 let up = s
@@ -360,8 +403,11 @@ impl FileWriter {
                     }
                 }
             }
-            for (up, _) in &self.packs {
-                self.unsynced.extend_from_slice(up.keys());
+            for p in &self.packs {
+                match p {
+                    Packed::Own(up, _) => self.unsynced.extend_from_slice(up.keys()),
+                    Packed::Shared(piece) => self.unsynced.push(piece.key.clone()),
+                }
             }
         }
         self.packs.clear();
@@ -382,8 +428,12 @@ impl FileWriter {
                 }
             }
         }
-        for (up, _) in &mut self.packs {
-            keys.extend(up.cancel());
+        for p in &mut self.packs {
+            // A piece of the shared pack is just not referenced: the pack goes when its last
+            // piece does.
+            if let Packed::Own(up, _) = p {
+                keys.extend(up.cancel());
+            }
         }
         self.packs.clear();
         for k in &keys {
@@ -438,6 +488,23 @@ mod tests {
             .mknod(&Ctx::ROOT, ROOT_INO, b"f", Kind::File, 0o644, 0, None)
             .unwrap();
         (dir, meta, store, f.ino)
+    }
+
+    /// As `setup`, with write-back: blocks staged under the returned directory.
+    fn staged_setup() -> (tempfile::TempDir, Arc<dyn Meta>, DataStore) {
+        let (d, meta, store, _) = setup();
+        let cache = d.path().join("cache");
+        let cfg = Config {
+            stage: Some(crate::data::StageConfig {
+                dirs: vec![cache],
+                limit: 1 << 30,
+                wait: std::time::Duration::from_secs(5),
+            }),
+            ..Config::default()
+        };
+        let obj = ObjectStorage::open("memory://", false).unwrap();
+        let store = DataStore::new(obj, store.format().clone(), cfg).unwrap();
+        (d, meta, store)
     }
 
     fn committed(meta: &dyn Meta, store: &DataStore, ino: Ino) -> Vec<u8> {
@@ -576,5 +643,100 @@ mod tests {
         let left = store.block_on(store.storage().list("w")).unwrap();
         assert!(left.is_empty(), "{left:?}");
         assert_eq!(meta.getattr(ino).unwrap().length, 0);
+    }
+
+    /// With write-back, small files' bytes go into one shared pack (one object for many
+    /// files), and read back before and after it goes up.
+    #[test]
+    fn small_files_share_one_pack_with_write_back() {
+        let (_d, meta, store) = staged_setup();
+        let mut files = Vec::new();
+        for i in 0..20u8 {
+            let name = format!("s{i}");
+            let f = meta
+                .mknod(
+                    &Ctx::ROOT,
+                    ROOT_INO,
+                    name.as_bytes(),
+                    Kind::File,
+                    0o644,
+                    0,
+                    None,
+                )
+                .unwrap();
+            let mut w = FileWriter::new(f.ino);
+            let data = vec![i + 1; 1000 + i as usize];
+            w.write(&*meta, &store, 0, &data, 1).unwrap();
+            w.flush(&*meta, &store).unwrap();
+            files.push((f.ino, data));
+        }
+        let ids: std::collections::BTreeSet<u64> = files
+            .iter()
+            .flat_map(|(ino, _)| meta.read_chunk(*ino, 0).unwrap())
+            .map(|r| r.id)
+            .collect();
+        // One pack, unless the machine stalled long enough for it to be sealed as quiet.
+        assert!(ids.len() <= 3, "{ids:?}");
+        for (ino, data) in &files {
+            assert_eq!(&committed(&*meta, &store, *ino), data);
+        }
+        store.drain(|_, _| {});
+        let objects = store.list_blocks().unwrap();
+        assert_eq!(objects.len(), ids.len(), "{objects:?}");
+        for (ino, data) in &files {
+            assert_eq!(&committed(&*meta, &store, *ino), data);
+        }
+    }
+
+    /// A pack whose files all went while a piece of it is still to be committed is dead for
+    /// the metadata, but garbage leaves it; the commit brings it back to life, its bytes
+    /// intact; once no piece is pending, it dies and goes like any slice.
+    #[test]
+    fn garbage_leaves_a_pack_with_pieces_still_to_commit() {
+        let (_d, meta, store) = staged_setup();
+        let mk = |name: &[u8]| {
+            meta.mknod(&Ctx::ROOT, ROOT_INO, name, Kind::File, 0o644, 0, None)
+                .unwrap()
+                .ino
+        };
+        let (f1, f2) = (mk(b"f1"), mk(b"f2"));
+        let piece = store
+            .pack(b"0123456789", || meta.new_slice_id())
+            .unwrap()
+            .unwrap();
+        let rec = |len| {
+            vec![(
+                0,
+                SliceRec {
+                    pos: 0,
+                    id: piece.id,
+                    size: piece.size,
+                    off: piece.off,
+                    len,
+                },
+            )]
+        };
+        meta.write_slices(f1, &rec(5), 1).unwrap();
+        meta.unlink(&Ctx::ROOT, ROOT_INO, b"f1").unwrap();
+        let dead = |m: &dyn Meta| -> Vec<u64> {
+            m.dead_slices(100).unwrap().iter().map(|d| d.id).collect()
+        };
+        assert_eq!(dead(&*meta), vec![piece.id]);
+        assert_eq!(crate::garbage::reclaim_all(&*meta, &store).unwrap(), 0);
+        assert_eq!(
+            dead(&*meta),
+            vec![piece.id],
+            "left for later, not forgotten"
+        );
+        meta.write_slices(f2, &rec(10), 1).unwrap();
+        assert!(dead(&*meta).is_empty(), "alive again");
+        drop(piece);
+        assert_eq!(crate::garbage::reclaim_all(&*meta, &store).unwrap(), 0);
+        store.drain(|_, _| {});
+        assert_eq!(committed(&*meta, &store, f2), b"0123456789");
+        assert_eq!(store.list_blocks().unwrap().len(), 1);
+        meta.unlink(&Ctx::ROOT, ROOT_INO, b"f2").unwrap();
+        assert_eq!(crate::garbage::reclaim_all(&*meta, &store).unwrap(), 1);
+        assert!(store.list_blocks().unwrap().is_empty());
     }
 }

@@ -724,7 +724,7 @@ impl Txn for Db<'_> {
         decode_chunk(r.try_get::<_, &[u8]>(0)?, ino, index)
     }
 
-    /// In one statement.
+    /// In one statement (the deletion queue's rows of the slices go in the same one).
     fn incref(&mut self, recs: &[SliceRec]) -> TxResult<()> {
         let by_id = per_slice(recs);
         if by_id.is_empty() {
@@ -734,7 +734,8 @@ impl Txn for Db<'_> {
         let sizes: Vec<i64> = by_id.values().map(|v| v.0 as i64).collect();
         let ns: Vec<i64> = by_id.values().map(|v| v.1).collect();
         self.execute(
-            "INSERT INTO unkai_slice_ref (id, size, refs)
+            "WITH revived AS (DELETE FROM unkai_dead_slice WHERE id = ANY($1))
+             INSERT INTO unkai_slice_ref (id, size, refs)
              SELECT * FROM unnest($1::BIGINT[], $2::BIGINT[], $3::BIGINT[])
              ON CONFLICT (id) DO UPDATE SET refs = unkai_slice_ref.refs + excluded.refs",
             &[&ids, &sizes, &ns],
