@@ -155,12 +155,12 @@ impl Stage {
         self.dir_of(key).join(file_name(key))
     }
 
-    /// The file of a staged entry (`None`: not staged).
-    fn file_of(&self, key: &str) -> Option<PathBuf> {
+    /// The file of a staged entry, and whether it is raw (`None`: not staged).
+    fn file_of(&self, key: &str) -> Option<(PathBuf, bool)> {
         let raw = self.index.lock().blocks.get(key)?.raw;
         Some(match raw {
-            true => self.dir_of(key).join(file_name(key) + RAW),
-            false => self.path_of(key),
+            true => (self.dir_of(key).join(file_name(key) + RAW), true),
+            false => (self.path_of(key), false),
         })
     }
 
@@ -183,7 +183,8 @@ impl Stage {
 
     /// Starts a raw entry for `key` (a block of slice `id`, `len` bytes at most), empty, and
     /// returns its file for the caller's appends: its bytes count as staged from now on (up
-    /// to `len`), and the directory entry is durable when this returns.
+    /// to `len`), and the directory entry is durable when this returns (a sync of the entry
+    /// then syncs its file alone).
     pub fn open_raw(
         &self,
         key: &str,
@@ -227,7 +228,7 @@ impl Stage {
         if !self.is_raw(key) {
             return Ok(None);
         }
-        let Some(path) = self.file_of(key) else {
+        let Some((path, _)) = self.file_of(key) else {
             return Ok(None);
         };
         let f = File::open(path)?;
@@ -286,7 +287,7 @@ impl Stage {
     /// file gone or unreadable reads as an error (the caller may find the block in the
     /// bucket instead).
     pub fn read(&self, key: &str) -> io::Result<Option<Bytes>> {
-        let Some(path) = self.file_of(key) else {
+        let Some((path, _)) = self.file_of(key) else {
             return Ok(None);
         };
         fs::read(path).map(|b| Some(Bytes::from(b)))
@@ -319,7 +320,7 @@ impl Stage {
         let mut rest = Vec::new();
         let mut dirs: Vec<&Path> = Vec::new();
         for k in keys {
-            let Some(path) = self.file_of(k) else {
+            let Some((path, raw)) = self.file_of(k) else {
                 rest.push(k.clone());
                 continue;
             };
@@ -332,8 +333,9 @@ impl Stage {
                 }
                 Err(e) => return Err(e),
             }
+            // A raw entry's name was made durable when it was opened.
             let d = self.dir_of(k);
-            if !dirs.contains(&d) {
+            if !raw && !dirs.contains(&d) {
                 dirs.push(d);
             }
         }
