@@ -302,6 +302,57 @@ fn umount_drains_the_staging_area() {
     }
 }
 
+/// Small files travel together: extracting N of them makes at most N/20 PUTs (the mount's
+/// own count), every byte reads back after a remount (from the bucket), and deleting them
+/// reclaims every pack they shared (nothing left in the bucket, `gc` finds nothing leaked).
+#[test]
+fn small_files_make_few_puts() {
+    let mut vol = faulty_volume("latency_ms=5", Vec::new());
+    let m = vol.mount();
+    let mut rng = common::rng::SplitMix(13);
+    let mut want = Vec::new();
+    for i in 0..400 {
+        let dir = format!("d{}", i % 7);
+        fs::create_dir_all(m.p(&dir)).unwrap();
+        let name = format!("{dir}/f{i}");
+        let len = rng.between(1, 8_000) as usize;
+        let data = rng.fill(len);
+        fs::write(m.p(&name), &data).unwrap();
+        want.push((name, data));
+    }
+    let log = m.log.clone();
+    m.unmount();
+    let log = fs::read_to_string(log).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("this mount: applications wrote"))
+        .unwrap_or_else(|| panic!("no traffic summary in the log:\n{log}"));
+    let puts: usize = line
+        .split(" objects")
+        .next()
+        .and_then(|s| s.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(
+        (1..=400 / 20).contains(&puts),
+        "{puts} PUTs for 400 files: {line}"
+    );
+    assert!(staged_files(&vol).is_empty(), "{:?}", staged_files(&vol));
+    let m = vol.mount();
+    for (name, data) in &want {
+        assert_eq!(&fs::read(m.p(name)).unwrap(), data, "{name}");
+    }
+    for i in 0..7 {
+        fs::remove_dir_all(m.p(&format!("d{i}"))).unwrap();
+    }
+    m.unmount();
+    assert!(vol.objects().is_empty(), "{:?}", vol.objects());
+    without_faults(&mut vol);
+    fsck_clean(&vol);
+    let (ok, out, err) = vol.cmd("gc", &[]);
+    assert!(ok && out.contains("0 leaked objects"), "{out}{err}");
+}
+
 /// Blocks a killed client left staged are found by `fsck` (not missing) and uploaded by
 /// `fsck --repair`, for a volume nobody mounts again.
 #[test]
