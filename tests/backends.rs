@@ -1134,7 +1134,9 @@ fn delete_removes_objects(kind: Kind) {
 fn hash_prefix(kind: Kind) {
     let st = Store::start(kind);
     let vol = st.format("hashed", &["--hash-prefix"]);
-    let m = vol.mount();
+    // Write-through: each file a slice of its own (with write-back, small files share packs),
+    // so that 24 slices show how keys spread.
+    let m = vol.mount_with(&["--writeback", "off"]);
     let files: Vec<(String, Vec<u8>)> = (0..24)
         .map(|i| {
             let size = if i == 0 { 9 * MIB } else { 64 * KIB + i };

@@ -66,6 +66,11 @@ impl MemoryCache {
         }
     }
 
+    /// Whether `key` is cached (without making it more recent).
+    pub fn contains(&self, key: &str) -> bool {
+        self.inner.lock().map.contains_key(key)
+    }
+
     pub fn remove(&self, key: &str) {
         let mut g = self.inner.lock();
         if let Some((b, t)) = g.map.remove(key) {

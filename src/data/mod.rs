@@ -9,6 +9,7 @@
 //! Not for: which slice holds which byte of a file (that is `meta`), buffering writes
 //! (that is `vfs::writer`), or retries and limits of requests (that is `object`).
 
+mod ahead;
 pub mod block;
 pub mod cache;
 pub mod layout;
@@ -117,6 +118,8 @@ pub(crate) struct Shared {
     pub(crate) stage_wait: Duration,
     /// Write-back: small files packed together (`pack`).
     pub(crate) packer: Option<pack::Packer>,
+    /// Blocks being fetched ahead of their readers.
+    pub(crate) ahead: ahead::Ahead,
 }
 
 impl Shared {
@@ -188,6 +191,7 @@ impl DataStore {
                 .as_ref()
                 .map(|_| writeback::Uploader::start(&rt, weak.clone())),
             packer: stage.as_ref().map(|_| pack::Packer::default()),
+            ahead: Default::default(),
             stage,
             stage_wait,
         });
@@ -422,7 +426,8 @@ impl DataStore {
     }
 }
 
-/// Fetches bytes `range` of a block of length `blen`, from the cache or the bucket.
+/// Fetches bytes `range` of a block of length `blen`, from the cache, a fetch ahead of it
+/// already running, the stage or the bucket.
 async fn fetch(
     shared: &Shared,
     key: &str,
@@ -433,6 +438,20 @@ async fn fetch(
     if let Some(b) = shared.cache.get(key) {
         return Ok(b.slice(range));
     }
+    if let Some(b) = ahead::wait_ahead(shared, key).await {
+        return Ok(b.slice(range));
+    }
+    fetch_uncached(shared, key, blen, range, whole).await
+}
+
+/// As [`fetch`], from the stage or the bucket.
+async fn fetch_uncached(
+    shared: &Shared,
+    key: &str,
+    blen: usize,
+    range: std::ops::Range<usize>,
+    whole: bool,
+) -> Result<Bytes> {
     let checksums = shared.format.checksums;
     let seal = shared.layout.seal(key);
     if let Some(st) = shared.stage.as_ref().filter(|st| st.is_raw(key)) {

@@ -600,11 +600,62 @@ impl Vfs {
 
     pub fn read(&self, fh: u64, off: u64, size: u32) -> Result<Vec<u8>> {
         let h = self.handle(fh)?;
-        let sequential = off == 0 || h.read_end.load(Ordering::Relaxed) == off;
+        let last = h.read_end.load(Ordering::Relaxed);
+        // Part of a stream: at its end, or near it (the kernel sends a stream's reads a few
+        // at a time, and they may come in any order).
+        let near = off == 0 || off.abs_diff(last) <= STREAM_SLACK;
+        let start = h.stream_start.load(Ordering::Relaxed);
+        let streaming = near && last.saturating_sub(start) >= self.stream_min();
+        let sequential = off == 0 || last == off || streaming;
         let touch = h.flags & libc::O_NOATIME == 0;
         let data = self.read_ino(h.ino, off, size as usize, sequential, touch)?;
-        h.read_end.store(off + data.len() as u64, Ordering::Relaxed);
+        let end = off + data.len() as u64;
+        if near {
+            h.read_end.fetch_max(end, Ordering::Relaxed);
+        } else {
+            // A jump: a new stream starts here, with nothing fetched ahead for it.
+            h.read_end.store(end, Ordering::Relaxed);
+            h.stream_start.store(off, Ordering::Relaxed);
+            h.window.store(0, Ordering::Relaxed);
+            h.ahead.store(0, Ordering::Relaxed);
+        }
+        if near && end.saturating_sub(start) >= self.stream_min() {
+            self.read_ahead(&h, end);
+        }
         Ok(data)
+    }
+
+    /// How much a stream reads before blocks are fetched ahead of it: a quarter of a block.
+    /// Random reads never make one, so they fetch no more than what they ask for.
+    fn stream_min(&self) -> u64 {
+        self.store.block_size() as u64 / 4
+    }
+
+    /// Keeps a stream's next blocks coming: the blocks up to `window` past where the reader
+    /// is are fetched ahead (two blocks at first, doubling while the stream goes on, up to
+    /// [`AHEAD_MAX`]); more are asked for when it is half way there.
+    fn read_ahead(&self, h: &handle::Handle, end: u64) {
+        let bs = self.store.block_size() as u64;
+        let window = h.window.load(Ordering::Relaxed);
+        let ahead = h.ahead.load(Ordering::Relaxed);
+        if window > 0 && ahead >= end + window / 2 {
+            return;
+        }
+        let window = if window == 0 {
+            2 * bs
+        } else {
+            (window * 2).min(AHEAD_MAX.max(2 * bs))
+        };
+        let (from, to) = (ahead.max(end), end + window);
+        h.window.store(window, Ordering::Relaxed);
+        h.ahead.store(to, Ordering::Relaxed);
+        match reader::plan(&*self.meta, h.ino, from, to - from) {
+            Ok(ranges) => {
+                let ranges: Vec<_> = ranges.into_iter().map(|(_, r)| r).collect();
+                self.store.fetch_ahead(&ranges);
+            }
+            Err(e) => tracing::debug!("planning a read-ahead of inode {}: {e}", h.ino),
+        }
     }
 
     /// Reads, moving the access time if `touch` (not an O_NOATIME descriptor).
@@ -1142,3 +1193,8 @@ fn suidgid_to_drop(ctx: &Ctx, a: &Attr) -> u32 {
 
 /// File capabilities: dropped when a file's contents or owner change.
 const CAPS: &[u8] = b"security.capability";
+
+/// How far ahead of a sequential reader blocks are fetched at most.
+const AHEAD_MAX: u64 = 64 << 20;
+/// How far from the end of the last read a read may start and still continue its stream.
+const STREAM_SLACK: u64 = 1 << 20;

@@ -17,8 +17,14 @@ pub fn read_committed(
     buf: &mut [u8],
     sequential: bool,
 ) -> Result<()> {
-    let end = off + buf.len() as u64;
-    // (offset in buf, range of slice)
+    let wanted = plan(meta, ino, off, buf.len() as u64)?;
+    read_ranges(store, wanted, buf, sequential)
+}
+
+/// Where the committed bytes `[off, off + len)` of `ino` are: each `(offset from off, range
+/// of a slice)`, in order of offset, holes left out.
+pub fn plan(meta: &dyn Meta, ino: Ino, off: u64, len: u64) -> Result<Vec<(usize, SliceRange)>> {
+    let end = off + len;
     let mut wanted: Vec<(usize, SliceRange)> = Vec::new();
     let mut at = off;
     while at < end {
@@ -35,7 +41,7 @@ pub fn read_committed(
         }
         at = base + b;
     }
-    read_ranges(store, wanted, buf, sequential)
+    Ok(wanted)
 }
 
 /// Bytes `[from, to)` (positions in the chunk) of a data piece of a chunk's view, as a range
