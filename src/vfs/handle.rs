@@ -16,9 +16,11 @@ pub struct Handle {
     pub flags: i32,
     /// Where the last read on this handle ended: a read starting there is sequential.
     pub read_end: AtomicU64,
-    /// Where the current stream of reads started (reads near the last one's end continue
-    /// it: the kernel sends a stream's reads several at a time, not always in order).
+    /// The lowest offset the current stream of reads read (reads near the last one's end
+    /// continue it: the kernel sends a stream's reads several at a time, not in order).
     pub stream_start: AtomicU64,
+    /// Bytes read in the current stream (a stream reads densely: see `Vfs::read`).
+    pub stream_bytes: AtomicU64,
     /// Read-ahead of a sequential stream: fetched ahead up to this offset, and how far ahead
     /// of the reader the next fetches reach (0: no stream yet).
     pub ahead: AtomicU64,
@@ -39,6 +41,7 @@ impl Handles {
             flags,
             read_end: AtomicU64::new(0),
             stream_start: AtomicU64::new(0),
+            stream_bytes: AtomicU64::new(0),
             ahead: AtomicU64::new(0),
             window: AtomicU64::new(0),
         });

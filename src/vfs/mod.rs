@@ -605,30 +605,37 @@ impl Vfs {
         // at a time, and they may come in any order).
         let near = off == 0 || off.abs_diff(last) <= STREAM_SLACK;
         let start = h.stream_start.load(Ordering::Relaxed);
-        let streaming = near && last.saturating_sub(start) >= self.stream_min();
-        let sequential = off == 0 || last == off || streaming;
+        let read = h.stream_bytes.load(Ordering::Relaxed);
+        let sequential = off == 0 || last == off || (near && self.streams(read, last - start));
         let touch = h.flags & libc::O_NOATIME == 0;
         let data = self.read_ino(h.ino, off, size as usize, sequential, touch)?;
         let end = off + data.len() as u64;
         if near {
-            h.read_end.fetch_max(end, Ordering::Relaxed);
+            let start = h.stream_start.fetch_min(off, Ordering::Relaxed).min(off);
+            let last = h.read_end.fetch_max(end, Ordering::Relaxed).max(end);
+            let read = h
+                .stream_bytes
+                .fetch_add(data.len() as u64, Ordering::Relaxed)
+                + data.len() as u64;
+            if self.streams(read, last.saturating_sub(start)) {
+                self.read_ahead(&h, end);
+            }
         } else {
             // A jump: a new stream starts here, with nothing fetched ahead for it.
             h.read_end.store(end, Ordering::Relaxed);
             h.stream_start.store(off, Ordering::Relaxed);
+            h.stream_bytes.store(data.len() as u64, Ordering::Relaxed);
             h.window.store(0, Ordering::Relaxed);
             h.ahead.store(0, Ordering::Relaxed);
-        }
-        if near && end.saturating_sub(start) >= self.stream_min() {
-            self.read_ahead(&h, end);
         }
         Ok(data)
     }
 
-    /// How much a stream reads before blocks are fetched ahead of it: a quarter of a block.
-    /// Random reads never make one, so they fetch no more than what they ask for.
-    fn stream_min(&self) -> u64 {
-        self.store.block_size() as u64 / 4
+    /// Whether reads that read `read` bytes over a `span` make a stream worth fetching ahead
+    /// of: a quarter of a block at least, and densely (half the span or more). Random reads,
+    /// even close together, do not, so they fetch no more than what they ask for.
+    fn streams(&self, read: u64, span: u64) -> bool {
+        read >= self.store.block_size() as u64 / 4 && read * 2 >= span
     }
 
     /// Keeps a stream's next blocks coming: the blocks up to `window` past where the reader
@@ -1198,3 +1205,123 @@ const CAPS: &[u8] = b"security.capability";
 const AHEAD_MAX: u64 = 64 << 20;
 /// How far from the end of the last read a read may start and still continue its stream.
 const STREAM_SLACK: u64 = 1 << 20;
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering::Relaxed;
+    use std::time::{Duration, Instant};
+
+    use super::*;
+    use crate::data::{Config as DataConfig, DataStore};
+    use crate::meta::format::SCHEMA_VERSION;
+    use crate::meta::{Format, ROOT_INO};
+    use crate::object::ObjectStorage;
+
+    /// A file of 32 blocks of 64 KiB, written through one data store; returns the volume's
+    /// metadata, a Vfs over a fresh data store (nothing cached), the file and its bytes.
+    fn cold_file() -> (tempfile::TempDir, Vfs, Ino, Vec<u8>) {
+        let dir = tempfile::tempdir().unwrap();
+        let fmt = Format {
+            name: "r".into(),
+            uuid: "u".into(),
+            storage: format!("file://{}", dir.path().join("bucket").display()),
+            block_size: 64 << 10,
+            trash_days: 0,
+            capacity: 0,
+            created: 0,
+            schema: SCHEMA_VERSION,
+            checksums: true,
+            hash_prefix: false,
+            layout: 0,
+        };
+        let (_mdir, meta) = crate::meta::sqlite::scratch(&fmt);
+        let open = || {
+            let obj = ObjectStorage::open(&fmt.storage, true).unwrap();
+            DataStore::new(obj, fmt.clone(), DataConfig::default()).unwrap()
+        };
+        let f = meta
+            .mknod(&Ctx::ROOT, ROOT_INO, b"f", Kind::File, 0o644, 0, None)
+            .unwrap();
+        let data: Vec<u8> = (0..32u32 << 16).map(|i| (i % 253) as u8).collect();
+        let mut w = FileWriter::new(f.ino);
+        w.write(&*meta, &open(), 0, &data, 1).unwrap();
+        w.flush(&*meta, &open()).unwrap();
+        let cfg = Config {
+            background: false,
+            ..Config::default()
+        };
+        let vfs = Vfs::new(meta, open(), cfg);
+        std::mem::forget(_mdir);
+        (dir, vfs, f.ino, data)
+    }
+
+    /// Reads that come a little out of order still make a stream, whose next blocks are
+    /// fetched ahead (each once); a jump far away starts over with nothing fetched ahead, and
+    /// random reads fetch only what they ask for.
+    #[test]
+    fn streams_fetch_ahead_and_random_reads_do_not() {
+        let (_d, vfs, ino, data) = cold_file();
+        let fh = vfs.open(ino, libc::O_RDONLY).unwrap().fh;
+        let h = vfs.handle(fh).unwrap();
+        let gets = || vfs.store().traffic().gets.load(Relaxed);
+        let k = 16 << 10;
+        // The kernel's order: 0, 2, 1, 3, ... (pairs swapped), 16 KiB each, 4 blocks' worth.
+        for i in 0..16u64 {
+            let j = i ^ 1;
+            let got = vfs.read(fh, j * k, k as u32).unwrap();
+            assert_eq!(got, data[(j * k) as usize..((j + 1) * k) as usize]);
+        }
+        assert!(
+            h.ahead.load(Relaxed) > 4 * (64 << 10),
+            "no read-ahead for the stream"
+        );
+        // Blocks up to the window come without being read (each block once).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while gets() < 8 {
+            assert!(
+                Instant::now() < deadline,
+                "nothing fetched ahead: {} GETs",
+                gets()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for i in 16..128u64 {
+            let got = vfs.read(fh, i * k, k as u32).unwrap();
+            assert_eq!(got, data[(i * k) as usize..((i + 1) * k) as usize]);
+        }
+        // Every block once (the first read, not a stream yet, got its range: two requests).
+        let fetched = gets();
+        assert!(
+            fetched <= 32 + 2,
+            "blocks fetched twice: {fetched} GETs for 32 blocks"
+        );
+        // A jump: a new stream, nothing ahead.
+        vfs.read(fh, 4096, 4096).unwrap();
+        assert_eq!(h.ahead.load(Relaxed), 0);
+        vfs.release(fh).unwrap();
+        // Random 4 KiB reads on a fresh handle and a cold store: no read-ahead; two range
+        // requests each (data and checksums), nothing more.
+        let (_d, vfs, ino, data) = cold_file();
+        let fh = vfs.open(ino, libc::O_RDONLY).unwrap().fh;
+        let h = vfs.handle(fh).unwrap();
+        let mut rng = 7u64;
+        let mut reads = 0;
+        for _ in 0..40 {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let off = 4096 + (rng >> 33) % ((32 << 16) - 8192) / 4096 * 4096;
+            let got = vfs.read(fh, off, 4096).unwrap();
+            assert_eq!(got, data[off as usize..off as usize + 4096]);
+            reads += 1;
+            assert_eq!(
+                h.ahead.load(Relaxed),
+                0,
+                "read-ahead for a random read at {off}"
+            );
+        }
+        let gets = vfs.store().traffic().gets.load(Relaxed);
+        assert!(gets <= 2 * reads, "{gets} GETs for {reads} random reads");
+        vfs.release(fh).unwrap();
+    }
+}
