@@ -112,26 +112,19 @@ pub(crate) async fn wait_ahead(shared: &Shared, key: &str) -> Option<Bytes> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::sync::atomic::Ordering::Relaxed;
     use std::time::{Duration, Instant};
 
     use bytes::Bytes;
 
     use crate::data::{Config, DataStore, SliceRange, SliceUpload};
-    use crate::object::ObjectStorage;
-    use crate::object::faulty::Faults;
 
     /// Blocks fetched ahead are each fetched once: a read of them while the fetches run
     /// waits for those instead of sending its own requests.
     #[test]
     fn a_read_waits_for_the_fetch_ahead_of_its_blocks() {
         let dir = tempfile::tempdir().unwrap();
-        let (bucket, hang) = (dir.path().join("bucket"), dir.path().join("hang"));
-        let faults = Arc::new(Faults::parse(&format!("hang_file={}", hang.display())).unwrap());
-        let obj =
-            ObjectStorage::with_faults(&format!("file://{}", bucket.display()), faults.clone())
-                .unwrap();
+        let (obj, faults, hang) = crate::data::tests::hanging_bucket(dir.path());
         let fmt = crate::data::tests::store(1000).format().clone();
         let ds = DataStore::new(obj, fmt, Config::default()).unwrap();
         let data: Vec<u8> = (0..4000u32).map(|i| (i % 251) as u8).collect();

@@ -551,22 +551,26 @@ async fn fetch_uncached(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::meta::format::SCHEMA_VERSION;
+
+    /// A `file://` bucket under `dir` whose requests hang while the returned path exists
+    /// (`faults.held` counts them).
+    pub(crate) fn hanging_bucket(
+        dir: &std::path::Path,
+    ) -> (
+        ObjectStorage,
+        Arc<crate::object::faulty::Faults>,
+        std::path::PathBuf,
+    ) {
+        let (bucket, hang) = (dir.join("bucket"), dir.join("hang"));
+        let spec = format!("hang_file={}", hang.display());
+        let faults = Arc::new(crate::object::faulty::Faults::parse(&spec).unwrap());
+        let url = format!("file://{}", bucket.display());
+        let obj = ObjectStorage::with_faults(&url, faults.clone()).unwrap();
+        (obj, faults, hang)
+    }
 
     pub(crate) fn store(block_size: u32) -> DataStore {
-        let fmt = Format {
-            name: "t".into(),
-            uuid: "u".into(),
-            storage: "memory://".into(),
-            block_size,
-            trash_days: 0,
-            capacity: 0,
-            created: 0,
-            schema: SCHEMA_VERSION,
-            checksums: true,
-            hash_prefix: false,
-            layout: 0,
-        };
+        let fmt = Format::for_tests("t", "memory://", block_size);
         let obj = ObjectStorage::open("memory://", false).unwrap();
         DataStore::new(
             obj,
@@ -677,14 +681,9 @@ mod tests {
     /// the bucket with no slice referencing it (seen by CI on Azurite).
     #[test]
     fn drain_waits_for_an_upload_whose_block_was_unstaged() {
-        use crate::object::faulty::Faults;
         use std::sync::atomic::Ordering::Relaxed;
         let dir = tempfile::tempdir().unwrap();
-        let (bucket, hang) = (dir.path().join("bucket"), dir.path().join("hang"));
-        let faults = Arc::new(Faults::parse(&format!("hang_file={}", hang.display())).unwrap());
-        let obj =
-            ObjectStorage::with_faults(&format!("file://{}", bucket.display()), faults.clone())
-                .unwrap();
+        let (obj, faults, hang) = hanging_bucket(dir.path());
         let cfg = Config {
             cache_bytes: 1 << 20,
             stage: Some(StageConfig {
@@ -714,7 +713,7 @@ mod tests {
         std::fs::remove_file(&hang).unwrap();
         ds.drain(|_, _| {});
         assert_eq!(ds.shared.uploader.as_ref().unwrap().busy(), 0);
-        let objects: Vec<_> = walkdir(&bucket);
+        let objects: Vec<_> = walkdir(&dir.path().join("bucket"));
         assert!(objects.is_empty(), "left in the bucket: {objects:?}");
     }
 

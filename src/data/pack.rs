@@ -55,6 +55,18 @@ struct State {
     next_size: u32,
 }
 
+impl State {
+    /// One reason less for pack `id` to be live (a piece committed, or the pack sealed).
+    fn unpin(&mut self, id: u64) {
+        if let Some(n) = self.live.get_mut(&id) {
+            *n -= 1;
+            if *n == 0 {
+                self.live.remove(&id);
+            }
+        }
+    }
+}
+
 struct Open {
     id: u64,
     size: u32,
@@ -95,13 +107,7 @@ impl Drop for PackPiece {
 
 impl Packer {
     fn unpin(&self, id: u64) {
-        let mut st = self.state.lock();
-        if let Some(n) = st.live.get_mut(&id) {
-            *n -= 1;
-            if *n == 0 {
-                st.live.remove(&id);
-            }
-        }
+        self.state.lock().unpin(id);
     }
 
     /// Closes the open pack to appends and queues it for upload.
@@ -114,12 +120,7 @@ impl Packer {
             Seal::Full => o.size.saturating_mul(2).min(bs),
             Seal::Quiet => 0,
         };
-        if let Some(n) = st.live.get_mut(&o.id) {
-            *n -= 1;
-            if *n == 0 {
-                st.live.remove(&o.id);
-            }
-        }
+        st.unpin(o.id);
         drop(o.file);
         if let Some(up) = &shared.uploader {
             up.enqueue(o.key);

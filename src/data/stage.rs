@@ -225,10 +225,7 @@ impl Stage {
     /// Bytes `range` of the raw entry `key` (zeros past what was appended); `None` if it is
     /// not staged as one.
     pub fn read_raw(&self, key: &str, range: std::ops::Range<usize>) -> io::Result<Option<Bytes>> {
-        if !self.is_raw(key) {
-            return Ok(None);
-        }
-        let Some((path, _)) = self.file_of(key) else {
+        let Some((path, true)) = self.file_of(key) else {
             return Ok(None);
         };
         let f = File::open(path)?;

@@ -38,6 +38,26 @@ pub struct Format {
     pub layout: u32,
 }
 
+#[cfg(test)]
+impl Format {
+    /// A volume for unit tests: layout 0, checksums on, nothing else set.
+    pub fn for_tests(name: &str, storage: &str, block_size: u32) -> Format {
+        Format {
+            name: name.into(),
+            uuid: "u".into(),
+            storage: storage.into(),
+            block_size,
+            trash_days: 0,
+            capacity: 0,
+            created: 0,
+            schema: SCHEMA_VERSION,
+            checksums: true,
+            hash_prefix: false,
+            layout: 0,
+        }
+    }
+}
+
 /// The key layout `format` gives new volumes (see [`Format::layout`]).
 pub const LAYOUT_VERSION: u32 = 1;
 

@@ -1213,7 +1213,6 @@ mod tests {
 
     use super::*;
     use crate::data::{Config as DataConfig, DataStore};
-    use crate::meta::format::SCHEMA_VERSION;
     use crate::meta::{Format, ROOT_INO};
     use crate::object::ObjectStorage;
 
@@ -1221,19 +1220,8 @@ mod tests {
     /// metadata, a Vfs over a fresh data store (nothing cached), the file and its bytes.
     fn cold_file() -> (tempfile::TempDir, Vfs, Ino, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();
-        let fmt = Format {
-            name: "r".into(),
-            uuid: "u".into(),
-            storage: format!("file://{}", dir.path().join("bucket").display()),
-            block_size: 64 << 10,
-            trash_days: 0,
-            capacity: 0,
-            created: 0,
-            schema: SCHEMA_VERSION,
-            checksums: true,
-            hash_prefix: false,
-            layout: 0,
-        };
+        let storage = format!("file://{}", dir.path().join("bucket").display());
+        let fmt = Format::for_tests("r", &storage, 64 << 10);
         let (_mdir, meta) = crate::meta::sqlite::scratch(&fmt);
         let open = || {
             let obj = ObjectStorage::open(&fmt.storage, true).unwrap();

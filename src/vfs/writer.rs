@@ -458,25 +458,12 @@ mod tests {
 
     use super::*;
     use crate::data::{Config, DataStore};
-    use crate::meta::format::SCHEMA_VERSION;
     use crate::meta::{Ctx, Format, Kind, ROOT_INO, slice};
     use crate::object::ObjectStorage;
 
     /// A volume with a 64 KiB block size on memory:// storage, and one empty file.
     fn setup() -> (tempfile::TempDir, Arc<dyn Meta>, DataStore, Ino) {
-        let fmt = Format {
-            name: "w".into(),
-            uuid: "u".into(),
-            storage: "memory://".into(),
-            block_size: 64 << 10,
-            trash_days: 0,
-            capacity: 0,
-            created: 0,
-            schema: SCHEMA_VERSION,
-            checksums: true,
-            hash_prefix: false,
-            layout: 0,
-        };
+        let fmt = Format::for_tests("w", "memory://", 64 << 10);
         let (dir, meta) = crate::meta::sqlite::scratch(&fmt);
         let store = DataStore::new(
             ObjectStorage::open("memory://", false).unwrap(),
