@@ -1,11 +1,11 @@
-//! The in-memory block cache: recently read or written blocks, least recently used evicted.
+//! The in-memory block cache (the first level): recently read or written blocks, decoded,
+//! the least recently used evicted past its size.
 //!
 //! Blocks are immutable (a key never changes meaning), so a cached block is never stale.
 //! Not for: partial blocks or anything mutable.
 
-use std::collections::{BTreeMap, HashMap};
-
 use bytes::Bytes;
+use hashlink::LruCache;
 use parking_lot::Mutex;
 
 pub struct MemoryCache {
@@ -13,11 +13,9 @@ pub struct MemoryCache {
     inner: Mutex<Inner>,
 }
 
-#[derive(Default)]
 struct Inner {
-    map: HashMap<String, (Bytes, u64)>,
-    order: BTreeMap<u64, String>,
-    tick: u64,
+    /// Blocks by key, least recently used first.
+    blocks: LruCache<String, Bytes>,
     size: usize,
 }
 
@@ -25,20 +23,15 @@ impl MemoryCache {
     pub fn new(capacity: usize) -> MemoryCache {
         MemoryCache {
             capacity,
-            inner: Mutex::new(Inner::default()),
+            inner: Mutex::new(Inner {
+                blocks: LruCache::new_unbounded(),
+                size: 0,
+            }),
         }
     }
 
     pub fn get(&self, key: &str) -> Option<Bytes> {
-        let mut g = self.inner.lock();
-        let inner = &mut *g;
-        inner.tick += 1;
-        let tick = inner.tick;
-        let (b, t) = inner.map.get_mut(key)?;
-        inner.order.remove(t);
-        *t = tick;
-        inner.order.insert(tick, key.to_string());
-        Some(b.clone())
+        self.inner.lock().blocks.get(key).cloned()
     }
 
     pub fn put(&self, key: &str, block: Bytes) {
@@ -47,34 +40,26 @@ impl MemoryCache {
         }
         let mut g = self.inner.lock();
         let inner = &mut *g;
-        inner.tick += 1;
-        let tick = inner.tick;
-        if let Some((old, t)) = inner.map.remove(key) {
-            inner.order.remove(&t);
+        inner.size += block.len();
+        if let Some(old) = inner.blocks.insert(key.to_string(), block) {
             inner.size -= old.len();
         }
-        inner.size += block.len();
-        inner.map.insert(key.to_string(), (block, tick));
-        inner.order.insert(tick, key.to_string());
         while inner.size > self.capacity {
-            let Some((_, k)) = inner.order.pop_first() else {
+            let Some((_, b)) = inner.blocks.remove_lru() else {
                 break;
             };
-            if let Some((b, _)) = inner.map.remove(&k) {
-                inner.size -= b.len();
-            }
+            inner.size -= b.len();
         }
     }
 
     /// Whether `key` is cached (without making it more recent).
     pub fn contains(&self, key: &str) -> bool {
-        self.inner.lock().map.contains_key(key)
+        self.inner.lock().blocks.contains_key(key)
     }
 
     pub fn remove(&self, key: &str) {
         let mut g = self.inner.lock();
-        if let Some((b, t)) = g.map.remove(key) {
-            g.order.remove(&t);
+        if let Some(b) = g.blocks.remove(key) {
             g.size -= b.len();
         }
     }
