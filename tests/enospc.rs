@@ -6,34 +6,6 @@ mod common;
 use common::*;
 use std::io::Write;
 
-/// A small tmpfs, unmounted on drop.
-struct SmallDisk {
-    path: std::path::PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl SmallDisk {
-    fn new(size: &str) -> SmallDisk {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().to_path_buf();
-        nix::mount::mount(
-            Some("tmpfs"),
-            &path,
-            Some("tmpfs"),
-            nix::mount::MsFlags::empty(),
-            Some(format!("size={size}").as_str()),
-        )
-        .expect("mount tmpfs");
-        SmallDisk { path, _dir: dir }
-    }
-}
-
-impl Drop for SmallDisk {
-    fn drop(&mut self) {
-        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
-    }
-}
-
 #[test]
 fn full_bucket_disk_gives_enospc_and_commits_nothing() {
     let disk = SmallDisk::new("8m");

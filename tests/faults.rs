@@ -463,7 +463,13 @@ fn reads_never_return_wrong_bytes() {
         }
         m.unmount();
         let mut rng = StdRng::seed_from_u64(7);
-        let uncached = ["--cache-size", "0", "--no-keep-cache"];
+        let uncached = [
+            "--memory-cache-size",
+            "0",
+            "--cache-size",
+            "0",
+            "--no-keep-cache",
+        ];
 
         // Heavy damage: about half the answers are cut short or have a flipped byte. Many reads
         // fail, none returns a wrong byte.

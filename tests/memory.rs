@@ -86,7 +86,7 @@ fn peak_kib(pid: u32) -> u64 {
 #[test]
 fn writes_through_a_shared_mapping_stay_within_memory_and_come_back() {
     let vol = Volume::new();
-    let m = vol.mount_with(&["--buffer-size", "32M", "--cache-size", "32M"]);
+    let m = vol.mount_with(&["--buffer-size", "32M", "--memory-cache-size", "32M"]);
     write_through_mapping(&m.p("mapped"));
     let peak = peak_kib(m.pid());
     m.unmount();

@@ -26,7 +26,7 @@ use crate::volume::{
 #[derive(clap::Args, Clone)]
 #[command(
     override_usage = "unkai mount [OPTIONS] [META-URL] <MOUNTPOINT>",
-    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 1G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol"
+    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol"
 )]
 pub struct Args {
     /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
@@ -78,8 +78,8 @@ pub struct Args {
     /// the README's durability contract).
     #[arg(long, value_enum, default_value_t = Toggle::Auto, env = "UNKAI_WRITEBACK")]
     writeback: Toggle,
-    /// Local directories for the staging area (and later the block cache), separated by ':'
-    /// [default: /var/cache/unkai for root, ~/.cache/unkai otherwise].
+    /// Local directories for the staging area and the block cache, separated by ':' (blocks
+    /// are spread over them) [default: /var/cache/unkai for root, ~/.cache/unkai otherwise].
     #[arg(long, env = "UNKAI_CACHE_DIR")]
     cache_dir: Option<String>,
     /// Bytes staged at most before writers wait for uploads to make room, e.g. 10G.
@@ -92,9 +92,18 @@ pub struct Args {
     /// close or fsync instead of at once.
     #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK_CACHE")]
     writeback_cache: Toggle,
-    /// Memory for cached blocks, e.g. 256M.
-    #[arg(long, default_value = "256M", env = "UNKAI_CACHE_SIZE")]
-    cache_size: String,
+    /// The block cache on local disk (under --cache-dir), e.g. 50G; 0 turns it off. Blocks
+    /// read or uploaded stay there across remounts, the least recently used evicted
+    /// [default: the smaller of 100G and half the free space when the store is remote or
+    /// answers late; 0 for a plain local directory, which is local disk already].
+    #[arg(long, env = "UNKAI_CACHE_SIZE")]
+    cache_size: Option<String>,
+    /// The share of the cache directories' disks the block cache leaves free (0 to 1).
+    #[arg(long, default_value_t = 0.1, env = "UNKAI_FREE_SPACE_RATIO")]
+    free_space_ratio: f64,
+    /// Memory for cached blocks (the first level, before the disk cache), e.g. 256M.
+    #[arg(long, default_value = "256M", env = "UNKAI_MEMORY_CACHE_SIZE")]
+    memory_cache_size: String,
     /// Memory for buffered writes before writers flush themselves, e.g. 256M.
     #[arg(long, default_value = "256M")]
     buffer_size: String,
@@ -217,7 +226,19 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         }
     }
     let (flags, ro, allow_other) = mount_options(&a.options)?;
-    let cache_bytes = volume::parse_size(&a.cache_size)? as usize;
+    let cache_bytes = volume::parse_size(&a.memory_cache_size)? as usize;
+    let disk_cache = a
+        .cache_size
+        .as_deref()
+        .map(volume::parse_size)
+        .transpose()?;
+    if !(0.0..1.0).contains(&a.free_space_ratio) {
+        bail!(
+            "invalid --free-space-ratio {}: give the share of the disk to keep free, from 0 to \
+             below 1, e.g. 0.1",
+            a.free_space_ratio
+        );
+    }
     let buffer_bytes = volume::parse_size(&a.buffer_size)? as usize;
     if a.threads == 0 || a.threads > 256 {
         bail!("invalid --threads {}: use 1 to 256", a.threads);
@@ -270,6 +291,8 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         stage_bytes,
         keep_cache: !a.no_keep_cache,
         cache_bytes,
+        disk_cache,
+        free_space_ratio: a.free_space_ratio,
         buffer_bytes,
         io_timeout,
         io_deadline,

@@ -117,6 +117,17 @@ pub fn parse_block_key(key: &str) -> Option<(u64, u32, u32)> {
     Some((id, index, len))
 }
 
+/// The name of a local file holding the object of `key` (the staging area's and the disk
+/// cache's): keys hold '/', names cannot.
+pub fn local_name(key: &str) -> String {
+    key.replace('%', "%25").replace('/', "%2F")
+}
+
+/// The key of a local file named by [`local_name`].
+pub fn local_key(name: &str) -> String {
+    name.replace("%2F", "/").replace("%25", "%")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,6 +32,7 @@ use crate::object::{self, ObjectStorage};
 const FETCHES_AT_ONCE: usize = 16;
 
 pub use crate::object::{ObjectInfo, Traffic};
+pub use cache::DiskConfig;
 pub use layout::Layout;
 pub use pack::PackPiece;
 pub use upload::SliceUpload;
@@ -81,6 +82,8 @@ pub struct Config {
     /// Write-back: blocks are staged on local disk and uploaded behind the application
     /// (None: every block is put in the bucket before its slice may be committed).
     pub stage: Option<StageConfig>,
+    /// The block cache on local disk (None: blocks are cached in memory only).
+    pub disk: Option<cache::DiskConfig>,
 }
 
 /// Where and how much to stage (see [`stage`]).
@@ -100,6 +103,7 @@ impl Default for Config {
             cache_bytes: 256 << 20,
             io_threads: 4,
             stage: None,
+            disk: None,
         }
     }
 }
@@ -109,6 +113,8 @@ pub(crate) struct Shared {
     pub(crate) format: Format,
     pub(crate) layout: Layout,
     pub(crate) cache: cache::MemoryCache,
+    /// The second level, on local disk.
+    pub(crate) disk: Option<Arc<cache::DiskCache>>,
     /// Slices being uploaded (a [`SliceUpload`] alive): id -> how many uploads of it. Its
     /// lock is held while an upload takes its id (see [`SliceUpload::start`]).
     pub(crate) in_flight: parking_lot::Mutex<std::collections::BTreeMap<u64, usize>>,
@@ -146,6 +152,19 @@ impl Shared {
             self.release(id);
         }
     }
+
+    /// Caches on disk, in the background, the block `key` whose data is `data` (or whose
+    /// object as the bucket holds it is `obj`, on a volume with checksums).
+    pub(crate) fn cache_on_disk(&self, key: &str, data: &Bytes, obj: Option<Bytes>) {
+        let Some(disk) = &self.disk else {
+            return;
+        };
+        let obj = match obj.filter(|_| self.format.checksums) {
+            Some(o) => o,
+            None => block::encode(data, self.layout.seal(key)),
+        };
+        disk.put_behind(key.to_string(), obj);
+    }
 }
 
 /// Reads and writes blocks. Cheap to clone (shared inside).
@@ -181,9 +200,14 @@ impl DataStore {
             }
             None => (None, Vec::new(), Duration::ZERO),
         };
+        let disk = cfg
+            .disk
+            .as_ref()
+            .and_then(|d| cache::DiskCache::open(d, &format.uuid));
         let shared = Arc::new_cyclic(|weak| Shared {
             obj,
             cache: cache::MemoryCache::new(cfg.cache_bytes),
+            disk,
             layout: Layout::new(&format),
             format,
             in_flight: Default::default(),
@@ -237,6 +261,11 @@ impl DataStore {
     /// Blocks and bytes staged, not yet uploaded.
     pub fn staged(&self) -> (u64, u64) {
         self.shared.stage.as_ref().map_or((0, 0), |s| s.usage())
+    }
+
+    /// The block cache on local disk, if this store has one.
+    pub fn disk_cache(&self) -> Option<&cache::DiskCache> {
+        self.shared.disk.as_deref()
     }
 
     /// Why uploads of staged blocks fail, while they do.
@@ -394,6 +423,9 @@ impl DataStore {
         for k in &keys {
             self.shared.cache.remove(k);
             self.shared.unstage(k);
+            if let Some(d) = &self.shared.disk {
+                d.remove(k);
+            }
         }
         let obj = &self.shared.obj;
         self.rt.block_on(async {
@@ -403,10 +435,13 @@ impl DataStore {
         Ok(())
     }
 
-    /// Deletes one block object by its key (a missing object is not an error). The block
+    /// Deletes one block object by its key (a missing object is not an error). The memory
     /// cache is left as it is.
     pub fn delete_block(&self, key: &str) -> Result<()> {
         self.shared.unstage(key);
+        if let Some(d) = &self.shared.disk {
+            d.remove(key);
+        }
         Ok(self.rt.block_on(self.shared.obj.delete(key))?)
     }
 
@@ -491,6 +526,9 @@ async fn fetch_uncached(
             Err(_) => {}
         }
     }
+    if let Some(b) = from_disk(shared, key, blen, range.clone(), whole).await {
+        return Ok(b);
+    }
     let mut problem = String::new();
     // A block that fails verification is fetched once more before the read fails.
     for attempt in 0..2 {
@@ -502,13 +540,14 @@ async fn fetch_uncached(
             let obj = shared.obj.get(key).await?;
             let got = obj.len();
             let data = if checksums {
-                block::decode(obj, blen, seal)
+                block::decode(obj.clone(), blen, seal)
             } else {
-                (got == blen).then_some(obj)
+                (got == blen).then_some(obj.clone())
             };
             match data {
                 Some(d) => {
                     shared.cache.put(key, d.clone());
+                    shared.cache_on_disk(key, &d, Some(obj));
                     return Ok(d.slice(range));
                 }
                 None => {
@@ -546,6 +585,32 @@ async fn fetch_uncached(
         key: key.into(),
         problem,
     })
+}
+
+/// Bytes `range` of block `key` (`blen` bytes) from the disk cache, if it has them intact;
+/// a whole block read (`whole`, or most of it asked for) enters the memory cache too.
+async fn from_disk(
+    shared: &Shared,
+    key: &str,
+    blen: usize,
+    range: std::ops::Range<usize>,
+    whole: bool,
+) -> Option<Bytes> {
+    let disk = shared.disk.clone()?;
+    let seal = shared.layout.seal(key);
+    let whole = whole || range.len() * 2 >= blen;
+    let (k, r) = (key.to_string(), range.clone());
+    let got = tokio::task::spawn_blocking(move || match whole {
+        true => disk.get_block(&k, blen, seal),
+        false => disk.get_range(&k, blen, r, seal),
+    })
+    .await
+    .ok()??;
+    if whole {
+        shared.cache.put(key, got.clone());
+        return Some(got.slice(range));
+    }
+    Some(got)
 }
 
 #[cfg(test)]
@@ -675,6 +740,97 @@ mod tests {
         }
     }
 
+    /// A data store on the `file://` bucket under `dir` with a disk cache under `dir/cache`
+    /// (and a staging area there, with `stage`).
+    fn cached_store(dir: &std::path::Path, stage: bool) -> DataStore {
+        std::fs::create_dir_all(dir.join("bucket")).unwrap();
+        let url = format!("file://{}", dir.join("bucket").display());
+        let roots = vec![dir.join("cache")];
+        let cfg = Config {
+            cache_bytes: 1 << 20,
+            stage: stage.then(|| StageConfig {
+                dirs: roots.clone(),
+                limit: 1 << 20,
+                wait: Duration::from_secs(5),
+            }),
+            disk: Some(DiskConfig {
+                roots,
+                size: Some(1 << 20),
+                free_ratio: 0.0,
+            }),
+            ..Config::default()
+        };
+        let fmt = store(1000).format().clone();
+        let ds = DataStore::new(ObjectStorage::open(&url, false).unwrap(), fmt, cfg).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !ds.disk_cache().unwrap().scanned() {
+            assert!(std::time::Instant::now() < deadline, "no index");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        ds
+    }
+
+    /// Uploaded staged blocks move into the disk cache, and blocks fetched from the bucket
+    /// are written there: a data store opened after reads them with no request to the bucket.
+    #[test]
+    fn the_disk_cache_keeps_blocks_uploaded_or_fetched_across_reopenings() {
+        use std::sync::atomic::Ordering::Relaxed;
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..2500u32).map(|i| (i % 239) as u8).collect();
+        let whole = SliceRange {
+            id: 40,
+            size: 2500,
+            start: 0,
+            len: 2500,
+        };
+        let read = |ds: &DataStore| {
+            let mut buf = vec![0u8; 2500];
+            ds.read(&mut [(whole, &mut buf[..])], true).unwrap();
+            buf
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        let ds = cached_store(dir.path(), true);
+        let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(40)).unwrap();
+        for (i, part) in data.chunks(1000).enumerate() {
+            up.put_block(i as u32, Bytes::copy_from_slice(part));
+        }
+        up.wait().unwrap();
+        drop(up);
+        while ds.staged().0 > 0 || ds.disk_cache().unwrap().usage().0 < 3 {
+            assert!(std::time::Instant::now() < deadline, "never cached");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(ds);
+        let ds = cached_store(dir.path(), false);
+        assert_eq!(read(&ds), data);
+        assert_eq!(
+            ds.traffic().gets.load(Relaxed),
+            0,
+            "read from the disk cache"
+        );
+        drop(ds);
+        // Fetched from the bucket once the cache is gone, then cached again.
+        std::fs::remove_dir_all(dir.path().join("cache")).unwrap();
+        let ds = cached_store(dir.path(), false);
+        assert_eq!(read(&ds), data);
+        assert_eq!(ds.traffic().gets.load(Relaxed), 3);
+        while ds.disk_cache().unwrap().usage().0 < 3 {
+            assert!(std::time::Instant::now() < deadline, "never cached");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        drop(ds);
+        let ds = cached_store(dir.path(), false);
+        assert_eq!(read(&ds), data);
+        assert_eq!(
+            ds.traffic().gets.load(Relaxed),
+            0,
+            "read from the disk cache"
+        );
+        // A slice deleted leaves the cache too.
+        ds.delete_slice(40, 2500).unwrap();
+        assert_eq!(ds.disk_cache().unwrap().usage(), (0, 0));
+    }
+
     /// A block unstaged while its upload is in flight (its slice deleted): the upload deletes
     /// the object it put, and `drain` (unmount) waits for that. Drain used to return once the
     /// stage was empty, the runtime then stopped before that delete, and the object stayed in
@@ -718,7 +874,7 @@ mod tests {
     }
 
     /// Files under `dir`, recursively.
-    fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    pub(crate) fn walkdir(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
         let mut out = Vec::new();
         let Ok(rd) = std::fs::read_dir(dir) else {
             return out;

@@ -62,14 +62,10 @@ pub struct Stage {
     room: Condvar,
 }
 
-/// The file name of a key (keys hold '/').
-fn file_name(key: &str) -> String {
-    key.replace('%', "%25").replace('/', "%2F")
-}
+use super::layout::local_name as file_name;
 
 fn key_of(name: &str) -> String {
-    let name = name.strip_suffix(RAW).unwrap_or(name);
-    name.replace("%2F", "/").replace("%25", "%")
+    super::layout::local_key(name.strip_suffix(RAW).unwrap_or(name))
 }
 
 /// The suffix of a raw entry's file name.
@@ -297,6 +293,12 @@ impl Stage {
     /// Removes a staged block (uploaded, or its slice dropped); returns its slice id if it
     /// was staged.
     pub fn remove(&self, key: &str) -> Option<u64> {
+        self.remove_with(key, |_| false)
+    }
+
+    /// As [`Stage::remove`], offering the file of a block that is not raw to `keep` first
+    /// (which returns whether it moved the file away, e.g. into the disk cache).
+    pub fn remove_with(&self, key: &str, keep: impl FnOnce(&Path) -> bool) -> Option<u64> {
         let mut ix = self.index.lock();
         let e = ix.blocks.remove(key)?;
         ix.bytes -= e.len;
@@ -306,7 +308,9 @@ impl Stage {
         if e.raw {
             path.as_mut_os_string().push(RAW);
         }
-        let _ = fs::remove_file(path);
+        if e.raw || !keep(&path) {
+            let _ = fs::remove_file(path);
+        }
         self.room.notify_all();
         Some(e.id)
     }

@@ -108,13 +108,14 @@ async fn upload(shared: &Shared, key: &str) {
             Ok(Err(e)) => return lost(shared, key, &e.to_string()).await,
             Err(e) => return lost(shared, key, &e.to_string()).await,
         };
+        let sent = body.clone();
         let put = async {
-            shared.obj.put(key, body).await?;
+            shared.obj.put(key, sent).await?;
             shared.obj.sync(&[key.to_string()])
         };
         match put.await {
             Ok(()) => {
-                match stage.remove(key) {
+                match leave_stage(shared, stage, key, raw, body) {
                     Some(id) => shared.release(id),
                     // Dropped while uploading: the object has no slice left.
                     None => {
@@ -146,6 +147,29 @@ async fn upload(shared: &Shared, key: &str) {
             }
         }
     }
+}
+
+/// Removes an uploaded block from the stage into the disk cache, if there is one: the file
+/// itself moves where it already holds the object as the cache keeps it (checksums on, not
+/// raw); otherwise `body` (the object put) is written there. Returns its slice id, if it was
+/// still staged.
+fn leave_stage(
+    shared: &Shared,
+    stage: &super::stage::Stage,
+    key: &str,
+    raw: bool,
+    body: bytes::Bytes,
+) -> Option<u64> {
+    let Some(disk) = &shared.disk else {
+        return stage.remove(key);
+    };
+    if shared.format.checksums && !raw {
+        return stage.remove_with(key, |path| disk.adopt(key, path));
+    }
+    let id = stage.remove(key)?;
+    // Without checksums the object put is the data itself.
+    shared.cache_on_disk(key, &body, Some(body.clone()));
+    Some(id)
 }
 
 /// The object of a raw staged block (a pack, `data::pack`): its bytes padded with zeros to

@@ -304,7 +304,8 @@ impl ObjectStorage {
         }
     }
 
-    /// Proves the storage usable: put, get, list and delete a probe object.
+    /// Proves the storage usable: put, get, list and delete a probe object (not counted in
+    /// [`ObjectStorage::traffic`]).
     pub async fn check(&self, prefix: &str) -> Result<()> {
         let key = format!(
             "{prefix}/.probe-{}-{}",
@@ -339,6 +340,7 @@ impl ObjectStorage {
         self.delete(&key)
             .await
             .map_err(|e| fail("deleting the probe object", e))?;
+        self.traffic.forget_round_trip(body.len() as u64);
         Ok(())
     }
 

@@ -22,6 +22,17 @@ pub struct Traffic {
     pub get_bytes: AtomicU64,
 }
 
+impl Traffic {
+    /// Takes one put and one get of `len` bytes back off the counts (a probe of the store,
+    /// which is not the traffic of what the store is used for).
+    pub fn forget_round_trip(&self, len: u64) {
+        self.puts.fetch_sub(1, Ordering::Relaxed);
+        self.put_bytes.fetch_sub(len, Ordering::Relaxed);
+        self.gets.fetch_sub(1, Ordering::Relaxed);
+        self.get_bytes.fetch_sub(len, Ordering::Relaxed);
+    }
+}
+
 /// Counts the successful puts and gets of `inner` into a shared [`Traffic`].
 pub struct Counted<B> {
     inner: B,

@@ -1156,6 +1156,22 @@ impl Vfs {
             t.get_bytes.load(Ordering::Relaxed),
             t.gets.load(Ordering::Relaxed),
         );
+        if let Some(d) = self.store.disk_cache() {
+            let (blocks, bytes) = d.usage();
+            let n = |c: &std::sync::atomic::AtomicU64| c.load(Ordering::Relaxed);
+            let st = &d.stats;
+            tracing::info!(
+                "disk cache: {} hits ({} bytes), {} misses, {} blocks written ({} bytes), {} \
+                 evicted, {} damaged; {blocks} blocks ({bytes} bytes) cached",
+                n(&st.hits),
+                n(&st.hit_bytes),
+                n(&st.misses),
+                n(&st.written),
+                n(&st.written_bytes),
+                n(&st.evicted),
+                n(&st.damaged),
+            );
+        }
         self.meta.close_session()?;
         res
     }

@@ -74,6 +74,10 @@ pub struct MountConfig {
     pub keep_cache: bool,
     /// Memory for cached blocks.
     pub cache_bytes: usize,
+    /// Bytes of the block cache on local disk (None: automatic, see `disk_cache`).
+    pub disk_cache: Option<u64>,
+    /// The share of the cache directories' disks the disk cache leaves free.
+    pub free_space_ratio: f64,
     /// Memory for buffered writes.
     pub buffer_bytes: usize,
     /// Time limit of one request to the object store, and of a request with its retries.
@@ -174,6 +178,29 @@ fn stages(cfg: &MountConfig, engine: EngineKind, obj: &ObjectStorage) -> bool {
         Writeback::Off => false,
         Writeback::Auto => engine.one_machine() && (obj.is_remote() || obj.answers_late()),
     }
+}
+
+/// Directories as `--cache-dir` takes them.
+fn dirs_text(dirs: &[PathBuf]) -> String {
+    let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
+    dirs.join(":")
+}
+
+/// The disk cache of a mount: of the size asked for, or, when none was, of an automatic size
+/// where the store is remote or answers late (a plain local directory is local disk already:
+/// caching it would only double its bytes on the same disks).
+fn disk_cache(cfg: &MountConfig, obj: &ObjectStorage) -> Option<data::DiskConfig> {
+    let size = match cfg.disk_cache {
+        Some(0) => return None,
+        Some(n) => Some(n),
+        None if obj.is_remote() || obj.answers_late() => None,
+        None => return None,
+    };
+    Some(data::DiskConfig {
+        roots: cfg.cache_dirs.clone(),
+        size,
+        free_ratio: cfg.free_space_ratio,
+    })
 }
 
 /// Other clients' sessions on the volume (dead ones go at the heartbeats' clean-ups).
@@ -341,12 +368,14 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         limit: cfg.stage_bytes,
         wait: cfg.io_deadline,
     });
+    let disk = disk_cache(cfg, &obj);
     let store = DataStore::new(
         obj,
         fmt.clone(),
         data::Config {
             cache_bytes: cfg.cache_bytes,
             stage,
+            disk,
             ..data::Config::default()
         },
     )
@@ -356,16 +385,27 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             cfg.cache_dirs[0].display()
         )
     })?;
+    match store.disk_cache() {
+        Some(d) => tracing::info!(
+            "disk cache on: blocks read or uploaded are kept under {} (up to {} bytes{}, \
+             {:.0}% of each disk left free)",
+            dirs_text(&cfg.cache_dirs),
+            d.capacity(),
+            if cfg.disk_cache.is_none() {
+                ", set when its index is rebuilt"
+            } else {
+                ""
+            },
+            cfg.free_space_ratio * 100.0
+        ),
+        None => tracing::info!("disk cache off: blocks are cached in memory only"),
+    }
     if store.writes_back() {
         let (blocks, bytes) = store.staged();
         tracing::info!(
             "write-back on: blocks staged under {} (up to {} bytes), uploaded behind the \
              application{}",
-            cfg.cache_dirs
-                .iter()
-                .map(|d| d.display().to_string())
-                .collect::<Vec<_>>()
-                .join(":"),
+            dirs_text(&cfg.cache_dirs),
             cfg.stage_bytes,
             if blocks > 0 {
                 format!("; {blocks} blocks ({bytes} bytes) left staged by an earlier mount")
@@ -491,6 +531,8 @@ mod tests {
             stage_bytes: 1 << 30,
             keep_cache: true,
             cache_bytes: 0,
+            disk_cache: None,
+            free_space_ratio: 0.1,
             buffer_bytes: 0,
             io_timeout: Duration::from_secs(20),
             io_deadline: Duration::from_secs(60),

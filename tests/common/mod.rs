@@ -488,3 +488,31 @@ pub fn eventually_every(limit: Duration, poll: Duration, mut f: impl FnMut() -> 
         std::thread::sleep(poll);
     }
 }
+
+/// A small tmpfs, unmounted on drop.
+pub struct SmallDisk {
+    pub path: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    pub fn new(size: &str) -> SmallDisk {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        nix::mount::mount(
+            Some("tmpfs"),
+            &path,
+            Some("tmpfs"),
+            nix::mount::MsFlags::empty(),
+            Some(format!("size={size}").as_str()),
+        )
+        .expect("mount tmpfs");
+        SmallDisk { path, _dir: dir }
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+    }
+}

@@ -8,6 +8,8 @@
 //! Not for: what to fetch or when (that is `data` and `vfs`), or blocks waiting for their
 //! upload (`data::stage`, which must never lose one: a cache may drop anything at any time).
 
+mod disk;
 mod memory;
 
+pub use disk::{DiskCache, DiskConfig, DiskStats};
 pub use memory::MemoryCache;
