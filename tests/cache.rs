@@ -216,3 +216,40 @@ fn a_cache_directory_that_fills_or_disappears_leaves_reads_working() {
         tail(&log, 20)
     );
 }
+
+/// `unkai warmup` of a tree fills the disk cache: a remount then reads it with no GET. A path
+/// elsewhere is refused in one line.
+#[test]
+fn warmup_fills_the_cache_for_a_later_mount() {
+    let vol = Volume::new();
+    let files: Vec<(String, Vec<u8>)> = (0..5)
+        .map(|i| {
+            (
+                format!("d{}/f{i}", i % 2),
+                pattern((i as usize + 1) * 1_500_000, 40 + i),
+            )
+        })
+        .collect();
+    mounted(&vol, &["--writeback", "off", "--cache-size", "0"], |m| {
+        fs::create_dir_all(m.p("d0")).unwrap();
+        fs::create_dir_all(m.p("d1")).unwrap();
+        write_all(m, &files);
+    });
+    let on = ["--cache-size", "256M"];
+    let log = mounted(&vol, &on, |m| {
+        let (ok, out, err) = run(&["warmup", "-q", m.path.to_str().unwrap()]);
+        assert!(ok, "{out}{err}");
+        assert!(out.contains("warmed up 5 files"), "{out}");
+    });
+    assert!(
+        gets(&log) > 0,
+        "warmup read from the bucket:\n{}",
+        tail(&log, 20)
+    );
+    let log = mounted(&vol, &on, |m| check_all(m, &files));
+    assert_eq!(gets(&log), 0, "read after warmup:\n{}", tail(&log, 20));
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (ok, _, err) = run(&["warmup", elsewhere.path().to_str().unwrap()]);
+    assert!(!ok && err.contains("is not on an unkai mount"), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+}

@@ -12,6 +12,7 @@ mod mount;
 mod objbench;
 mod status;
 mod umount;
+mod warmup;
 
 use clap::{Parser, Subcommand};
 
@@ -45,6 +46,7 @@ enum Command {
     Gc(gc::Args),
     Objbench(objbench::Args),
     Bench(bench::Args),
+    Warmup(warmup::Args),
 }
 
 fn init_logging(filter: &str) {
@@ -120,6 +122,7 @@ pub fn main() -> i32 {
         Command::Gc(a) => gc::run(a),
         Command::Objbench(a) => objbench::run(a),
         Command::Bench(a) => bench::run(a),
+        Command::Warmup(a) => warmup::run(a),
     };
     finish(res)
 }

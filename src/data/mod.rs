@@ -155,7 +155,7 @@ impl Shared {
 
     /// Caches on disk, in the background, the block `key` whose data is `data` (or whose
     /// object as the bucket holds it is `obj`, on a volume with checksums).
-    pub(crate) fn cache_on_disk(&self, key: &str, data: &Bytes, obj: Option<Bytes>) {
+    pub(crate) async fn cache_on_disk(&self, key: &str, data: &Bytes, obj: Option<Bytes>) {
         let Some(disk) = &self.disk else {
             return;
         };
@@ -163,7 +163,7 @@ impl Shared {
             Some(o) => o,
             None => block::encode(data, self.layout.seal(key)),
         };
-        disk.put_behind(key.to_string(), obj);
+        disk.put_behind(key.to_string(), obj).await;
     }
 }
 
@@ -547,7 +547,7 @@ async fn fetch_uncached(
             match data {
                 Some(d) => {
                     shared.cache.put(key, d.clone());
-                    shared.cache_on_disk(key, &d, Some(obj));
+                    shared.cache_on_disk(key, &d, Some(obj)).await;
                     return Ok(d.slice(range));
                 }
                 None => {

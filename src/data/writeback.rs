@@ -108,14 +108,18 @@ async fn upload(shared: &Shared, key: &str) {
             Ok(Err(e)) => return lost(shared, key, &e.to_string()).await,
             Err(e) => return lost(shared, key, &e.to_string()).await,
         };
-        let sent = body.clone();
         let put = async {
-            shared.obj.put(key, sent).await?;
+            shared.obj.put(key, body.clone()).await?;
             shared.obj.sync(&[key.to_string()])
         };
         match put.await {
             Ok(()) => {
-                match leave_stage(shared, stage, key, raw, body) {
+                let (left, copy) = leave_stage(shared, stage, key, raw);
+                if copy {
+                    // Without checksums the object put is the data itself.
+                    shared.cache_on_disk(key, &body, Some(body.clone())).await;
+                }
+                match left {
                     Some(id) => shared.release(id),
                     // Dropped while uploading: the object has no slice left.
                     None => {
@@ -149,27 +153,24 @@ async fn upload(shared: &Shared, key: &str) {
     }
 }
 
-/// Removes an uploaded block from the stage into the disk cache, if there is one: the file
+/// Removes an uploaded block from the stage, into the disk cache if there is one: the file
 /// itself moves where it already holds the object as the cache keeps it (checksums on, not
-/// raw); otherwise `body` (the object put) is written there. Returns its slice id, if it was
-/// still staged.
+/// raw). Returns its slice id, if it was still staged, and whether the object put must be
+/// written into the cache instead.
 fn leave_stage(
     shared: &Shared,
     stage: &super::stage::Stage,
     key: &str,
     raw: bool,
-    body: bytes::Bytes,
-) -> Option<u64> {
+) -> (Option<u64>, bool) {
     let Some(disk) = &shared.disk else {
-        return stage.remove(key);
+        return (stage.remove(key), false);
     };
     if shared.format.checksums && !raw {
-        return stage.remove_with(key, |path| disk.adopt(key, path));
+        return (stage.remove_with(key, |path| disk.adopt(key, path)), false);
     }
-    let id = stage.remove(key)?;
-    // Without checksums the object put is the data itself.
-    shared.cache_on_disk(key, &body, Some(body.clone()));
-    Some(id)
+    let id = stage.remove(key);
+    (id, id.is_some())
 }
 
 /// The object of a raw staged block (a pack, `data::pack`): its bytes padded with zeros to

@@ -65,6 +65,16 @@ pub fn find(path: &Path) -> Option<MountEntry> {
     table().into_iter().rev().find(|m| m.mountpoint == path)
 }
 
+/// The mount holding `path` (the deepest mountpoint above it; the last one, if stacked).
+pub fn containing(path: &Path) -> Option<MountEntry> {
+    let path = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
+    table()
+        .into_iter()
+        .rev()
+        .filter(|m| path.starts_with(&m.mountpoint))
+        .max_by_key(|m| m.mountpoint.components().count())
+}
+
 /// Whether `m` is an unkai mount.
 pub fn is_unkai(m: &MountEntry) -> bool {
     m.fstype.starts_with("fuse") && m.source.starts_with(super::FSNAME_PREFIX)

@@ -44,8 +44,9 @@ const AUTO_SHARE: f64 = 0.5;
 const RETRY: Duration = Duration::from_secs(60);
 /// How often a directory's free space is looked at (at most, while blocks are added).
 const FREE_CHECK: Duration = Duration::from_secs(1);
-/// Bytes of blocks waiting to be written at once (more are not cached).
+/// Bytes of blocks waiting to be written at once (more wait for room), counted in units.
 const PENDING_MAX: u64 = 64 << 20;
+const PENDING_UNIT: u64 = 4 << 10;
 const LOCK: &str = ".lock";
 const TMP: &str = ".tmp.";
 
@@ -82,8 +83,8 @@ pub struct DiskCache {
     free_ratio: f64,
     /// The index holds every file found at start.
     scanned: AtomicBool,
-    /// Bytes handed to `put_behind`, not yet written.
-    pending: AtomicU64,
+    /// Room for bytes handed to `put_behind`, not yet written (in `PENDING_UNIT`s).
+    pending: Arc<tokio::sync::Semaphore>,
     pub stats: DiskStats,
 }
 
@@ -161,7 +162,9 @@ impl DiskCache {
                 bytes: 0,
             }),
             scanned: AtomicBool::new(false),
-            pending: AtomicU64::new(0),
+            pending: Arc::new(tokio::sync::Semaphore::new(
+                (PENDING_MAX / PENDING_UNIT) as usize,
+            )),
             stats: DiskStats::default(),
         });
         let c = cache.clone();
@@ -325,23 +328,22 @@ impl DiskCache {
         let _ = fs::remove_file(path);
     }
 
-    /// Caches the object `obj` of `key` (`block::encode` of its data) in the background,
-    /// unless too many bytes wait to be written already.
-    pub fn put_behind(self: &Arc<Self>, key: String, obj: Bytes) {
-        let len = obj.len() as u64;
-        if self.pending.fetch_add(len, Relaxed) + len > PENDING_MAX {
-            self.pending.fetch_sub(len, Relaxed);
+    /// Caches the object `obj` of `key` (`block::encode` of its data) in the background (on
+    /// the blocking pool of the current runtime); waits first while too many bytes wait to
+    /// be written already, so that the bytes held for the cache stay bounded and what is
+    /// read is cached even when the disk is slower than the store.
+    pub async fn put_behind(self: &Arc<Self>, key: String, obj: Bytes) {
+        let units = (obj.len() as u64)
+            .div_ceil(PENDING_UNIT)
+            .clamp(1, PENDING_MAX / PENDING_UNIT);
+        let Ok(permit) = self.pending.clone().acquire_many_owned(units as u32).await else {
             return;
-        }
-        let c = self.clone();
-        let job = move || {
-            c.put(&key, &obj);
-            c.pending.fetch_sub(len, Relaxed);
         };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => drop(rt.spawn_blocking(job)),
-            Err(_) => job(),
-        }
+        let c = self.clone();
+        tokio::task::spawn_blocking(move || {
+            c.put(&key, &obj);
+            drop(permit);
+        });
     }
 
     /// Caches the object `obj` of `key` (`block::encode` of its data), now.
