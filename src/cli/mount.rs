@@ -104,6 +104,12 @@ pub struct Args {
     /// Memory for cached blocks (the first level, before the disk cache), e.g. 256M.
     #[arg(long, default_value = "256M", env = "UNKAI_MEMORY_CACHE_SIZE")]
     memory_cache_size: String,
+    /// Memory the mount keeps within, e.g. 2G: a quarter at most for the memory cache, a
+    /// quarter for write buffers, a quarter for blocks in flight (uploads, fetches, read-ahead:
+    /// beyond it they wait, and read-ahead holds back); the rest is the metadata engine's
+    /// caches and the threads.
+    #[arg(long, default_value = "1G", env = "UNKAI_MEMORY_LIMIT")]
+    memory_limit: String,
     /// Memory for buffered writes before writers flush themselves, e.g. 256M.
     #[arg(long, default_value = "256M")]
     buffer_size: String,
@@ -240,6 +246,13 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         );
     }
     let buffer_bytes = volume::parse_size(&a.buffer_size)? as usize;
+    let memory_limit = volume::parse_size(&a.memory_limit)?;
+    if memory_limit < 64 << 20 {
+        bail!(
+            "invalid --memory-limit {}: give at least 64M, e.g. 1G",
+            a.memory_limit
+        );
+    }
     if a.threads == 0 || a.threads > 256 {
         bail!("invalid --threads {}: use 1 to 256", a.threads);
     }
@@ -294,6 +307,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         disk_cache,
         free_space_ratio: a.free_space_ratio,
         buffer_bytes,
+        memory_limit,
         io_timeout,
         io_deadline,
         foreground: daemon.is_none(),

@@ -74,8 +74,13 @@ impl DataStore {
         if running.contains_key(&key) {
             return;
         }
+        // Only room free now: a reader holding room may be waiting for this very fetch.
+        let Some(room) = shared.budget.try_take(blen) else {
+            return;
+        };
         let (sh, k, permits) = (shared.clone(), key.clone(), shared.ahead.permits.clone());
         let fut: Fetching = async move {
+            let _room = room;
             let _permit = permits.acquire_owned().await.ok()?;
             if let Some(b) = sh.cache.get(&k) {
                 return Some(b);

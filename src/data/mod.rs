@@ -11,6 +11,7 @@
 
 mod ahead;
 pub mod block;
+mod budget;
 pub mod cache;
 pub mod layout;
 pub mod pack;
@@ -77,6 +78,8 @@ pub async fn list_blocks(obj: &ObjectStorage, layout: &Layout) -> object::Result
 pub struct Config {
     /// Bytes of blocks kept in memory.
     pub cache_bytes: usize,
+    /// Bytes of blocks in flight at most (uploading, fetched for a reader, fetched ahead).
+    pub in_flight_bytes: usize,
     /// Threads of the I/O runtime.
     pub io_threads: usize,
     /// Write-back: blocks are staged on local disk and uploaded behind the application
@@ -101,6 +104,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             cache_bytes: 256 << 20,
+            in_flight_bytes: 256 << 20,
             io_threads: 4,
             stage: None,
             disk: None,
@@ -126,6 +130,8 @@ pub(crate) struct Shared {
     pub(crate) packer: Option<pack::Packer>,
     /// Blocks being fetched ahead of their readers.
     pub(crate) ahead: ahead::Ahead,
+    /// Room for block bytes in flight.
+    pub(crate) budget: budget::Budget,
 }
 
 impl Shared {
@@ -216,6 +222,7 @@ impl DataStore {
                 .map(|_| writeback::Uploader::start(&rt, weak.clone())),
             packer: stage.as_ref().map(|_| pack::Packer::default()),
             ahead: Default::default(),
+            budget: budget::Budget::new(cfg.in_flight_bytes),
             stage,
             stage_wait,
         });
@@ -271,6 +278,11 @@ impl DataStore {
     /// Why uploads of staged blocks fail, while they do.
     pub fn upload_trouble(&self) -> Option<String> {
         self.shared.uploader.as_ref().and_then(|u| u.trouble())
+    }
+
+    /// Bytes of blocks in flight now (see [`Config::in_flight_bytes`]).
+    pub fn in_flight_bytes(&self) -> usize {
+        self.shared.budget.used()
     }
 
     /// Blocks uploaded from the staging area since the start.
@@ -395,15 +407,29 @@ impl DataStore {
             }
         }
         let shared = self.shared.clone();
-        let fetched: Vec<Result<Bytes>> = self.rt.block_on(
+        // Room for what is fetched, until it is copied out (whole blocks are fetched for a
+        // sequential read).
+        let need: usize = blocks
+            .iter()
+            .map(|(_, blen, span)| {
+                if whole_blocks {
+                    *blen as usize
+                } else {
+                    span.len()
+                }
+            })
+            .sum();
+        let fetched: Vec<Result<Bytes>> = self.rt.block_on(async {
+            let _room = shared.budget.take(need).await;
             futures::stream::iter(blocks.iter().map(|(key, blen, span)| {
                 let shared = shared.clone();
                 let (key, blen, span) = (key.clone(), *blen as usize, span.clone());
                 async move { fetch(&shared, &key, blen, span, whole_blocks).await }
             }))
             .buffered(FETCHES_AT_ONCE)
-            .collect(),
-        );
+            .collect()
+            .await
+        });
         let fetched = fetched.into_iter().collect::<Result<Vec<Bytes>>>()?;
         for (bi, pi, range, dst) in copies {
             let from = range.start - blocks[bi].2.start;
@@ -829,6 +855,55 @@ mod tests {
         // A slice deleted leaves the cache too.
         ds.delete_slice(40, 2500).unwrap();
         assert_eq!(ds.disk_cache().unwrap().usage(), (0, 0));
+    }
+
+    /// With room for one unit of blocks in flight, uploads and reads larger than that still
+    /// go (each takes the whole room, in turn), the room is all given back after, and while
+    /// a reader holds it nothing is fetched ahead.
+    #[test]
+    fn blocks_in_flight_stay_within_their_room() {
+        let fmt = store(1000).format().clone();
+        let cfg = Config {
+            in_flight_bytes: 1,
+            ..Config::default()
+        };
+        let ds =
+            DataStore::new(ObjectStorage::open("memory://", false).unwrap(), fmt, cfg).unwrap();
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 233) as u8).collect();
+        let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(50)).unwrap();
+        for (i, part) in data.chunks(1000).enumerate() {
+            up.put_block(i as u32, Bytes::copy_from_slice(part));
+        }
+        up.wait().unwrap();
+        drop(up);
+        assert_eq!(ds.in_flight_bytes(), 0);
+        let whole = SliceRange {
+            id: 50,
+            size: 200_000,
+            start: 0,
+            len: 200_000,
+        };
+        let mut buf = vec![0u8; 200_000];
+        ds.read(&mut [(whole, &mut buf[..])], true).unwrap();
+        assert_eq!(buf, data);
+        assert_eq!(ds.in_flight_bytes(), 0);
+        let room = ds.block_on(ds.shared.budget.take(1));
+        for i in 0..200 {
+            ds.shared.cache.remove(&ds.layout().block_key(50, i, 1000));
+        }
+        let first = ds.layout().block_key(50, 0, 1000);
+        ds.fetch_ahead(&[whole]);
+        assert!(
+            ds.shared.ahead.running(&first).is_none(),
+            "fetched ahead without room"
+        );
+        drop(room);
+        ds.fetch_ahead(&[whole]);
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !ds.shared.cache.contains(&first) {
+            assert!(std::time::Instant::now() < deadline, "never fetched ahead");
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 
     /// A block unstaged while its upload is in flight (its slice deleted): the upload deletes

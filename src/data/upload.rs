@@ -59,6 +59,8 @@ impl SliceUpload {
         let key = shared.layout.block_key(id, index, block.len() as u32);
         // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
+            // The block and its encoded copy are in flight until stored.
+            let _room = shared.budget.take(block.len() * 2).await;
             let body = if shared.format.checksums {
                 super::block::encode(&block, shared.layout.seal(&key))
             } else {

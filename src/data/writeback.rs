@@ -94,7 +94,12 @@ async fn upload(shared: &Shared, key: &str) {
         return;
     };
     let mut backoff = Duration::from_millis(200);
+    let len = super::layout::parse_block_key(key).map_or(0, |(_, _, l)| l as usize);
     loop {
+        // The block read back from the stage (and, for a pack, its encoded copy) is in
+        // flight during each attempt; not while waiting to try again (a store down for
+        // minutes must not starve readers of room).
+        let room = shared.budget.take(len * 2).await;
         let raw = stage.is_raw(key);
         let read = {
             let (stage, key) = (stage.clone(), key.to_string());
@@ -146,6 +151,7 @@ async fn upload(shared: &Shared, key: &str) {
                          staging area"
                     );
                 }
+                drop(room);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(Duration::from_secs(10));
             }

@@ -80,11 +80,28 @@ pub struct MountConfig {
     pub free_space_ratio: f64,
     /// Memory for buffered writes.
     pub buffer_bytes: usize,
+    /// Memory the mount keeps within (see [`MountConfig::budgets`]).
+    pub memory_limit: u64,
     /// Time limit of one request to the object store, and of a request with its retries.
     pub io_timeout: Duration,
     pub io_deadline: Duration,
     /// Served in the foreground of a terminal (not as a daemon): say so on stderr when ready.
     pub foreground: bool,
+}
+
+impl MountConfig {
+    /// The memory limit's shares: the memory cache, the write buffers (each as asked for,
+    /// at most a quarter of the limit) and the blocks in flight (a quarter). The last
+    /// quarter is left to the metadata engine's caches, the threads and the kernel's
+    /// requests.
+    pub fn budgets(&self) -> (usize, usize, usize) {
+        let quarter = (self.memory_limit / 4) as usize;
+        (
+            self.cache_bytes.min(quarter),
+            self.buffer_bytes.min(quarter),
+            quarter,
+        )
+    }
 }
 
 /// Checks a TTL given in seconds; `what` names its flag.
@@ -373,7 +390,8 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         obj,
         fmt.clone(),
         data::Config {
-            cache_bytes: cfg.cache_bytes,
+            cache_bytes: cfg.budgets().0,
+            in_flight_bytes: cfg.budgets().2,
             stage,
             disk,
             ..data::Config::default()
@@ -400,6 +418,12 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         ),
         None => tracing::info!("disk cache off: blocks are cached in memory only"),
     }
+    let (cached, buffered, in_flight) = cfg.budgets();
+    tracing::info!(
+        "memory limit {} bytes: up to {cached} of blocks cached, {buffered} of writes \
+         buffered, {in_flight} of blocks in flight",
+        cfg.memory_limit
+    );
     if store.writes_back() {
         let (blocks, bytes) = store.staged();
         tracing::info!(
@@ -442,7 +466,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         meta.clone(),
         store,
         vfs::Config {
-            buffer_limit: cfg.buffer_bytes,
+            buffer_limit: cfg.budgets().1,
             background: true,
             append_at_end: !cache.writeback,
             atime: cfg.flags.atime,
@@ -534,6 +558,7 @@ mod tests {
             disk_cache: None,
             free_space_ratio: 0.1,
             buffer_bytes: 0,
+            memory_limit: 1 << 30,
             io_timeout: Duration::from_secs(20),
             io_deadline: Duration::from_secs(60),
             foreground: true,
