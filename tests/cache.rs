@@ -85,6 +85,12 @@ fn the_cache_survives_a_remount_and_damage_is_refetched() {
         write_all(m, &files)
     });
     assert!(!cache_files(&cache).is_empty(), "nothing cached on upload");
+    // Cached and staged blocks are file data: readable by the mount's owner alone.
+    for vdir in fs::read_dir(&cache).unwrap().flatten() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = vdir.metadata().unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "{}", vdir.path().display());
+    }
     let log = mounted(&vol, &on, |m| check_all(m, &files));
     assert_eq!(gets(&log), 0, "read after a remount:\n{}", tail(&log, 20));
 

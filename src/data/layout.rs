@@ -117,6 +117,15 @@ pub fn parse_block_key(key: &str) -> Option<(u64, u32, u32)> {
     Some((id, index, len))
 }
 
+/// Makes `dir`, a volume's directory under a cache directory (`CACHE/UUID`, holding its
+/// staging area and its disk cache), readable by its owner alone: the blocks there are file
+/// data that the mount's permissions guard, and must not be readable around them.
+pub fn private_dir(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(dir)?;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+}
+
 /// The name of a local file holding the object of `key` (the staging area's and the disk
 /// cache's): keys hold '/', names cannot.
 pub fn local_name(key: &str) -> String {

@@ -94,7 +94,7 @@ impl Stage {
         let mut index = Index::default();
         for root in roots {
             let vdir = volume_dir(root, uuid);
-            fs::create_dir_all(&vdir).map_err(|e| {
+            super::layout::private_dir(&vdir).map_err(|e| {
                 io::Error::new(e.kind(), format!("cache directory {}: {e}", vdir.display()))
             })?;
             let (dir, lock) = new_dir(&vdir)?;

@@ -588,6 +588,9 @@ impl DiskCache {
 impl Dir {
     /// Makes and locks a volume's cache directory; `None` if another live mount holds it.
     fn open(path: &Path) -> io::Result<Option<Dir>> {
+        if let Some(vdir) = path.parent() {
+            crate::data::layout::private_dir(vdir)?;
+        }
         fs::create_dir_all(path)?;
         let lock = File::options()
             .write(true)
