@@ -205,7 +205,7 @@ impl DiskCache {
     /// The directory (by root) that holds `key`, and its file there.
     fn place(&self, key: &str) -> Option<(usize, PathBuf)> {
         let h = crc(key.as_bytes());
-        let d = self.dir_of(key);
+        let d = h as usize % self.dirs.len();
         let dir = self.dirs[d].as_ref()?;
         let sub = format!("{:02x}", (h >> 8) & 0xff);
         Some((d, dir.path.join(sub).join(local_name(key))))
@@ -467,11 +467,7 @@ impl DiskCache {
         };
         for (k, len) in victims {
             ix.blocks.remove(&k);
-            ix.bytes -= len;
-            if let Some((_, p)) = self.place(&k) {
-                let _ = fs::remove_file(p);
-            }
-            self.stats.evicted.fetch_add(1, Relaxed);
+            self.evicted(&mut ix, &k, len);
         }
     }
 
@@ -516,6 +512,25 @@ impl DiskCache {
         self.trim(&mut ix);
     }
 
+    /// Accounts for `key` (`len` bytes), taken out of the index, and removes its file.
+    fn evicted(&self, ix: &mut Index, key: &str, len: u64) {
+        ix.bytes -= len;
+        if let Some((_, p)) = self.place(key) {
+            let _ = fs::remove_file(p);
+        }
+        self.stats.evicted.fetch_add(1, Relaxed);
+    }
+
+    /// Whether the cache may hold `key` (its index does, or is not rebuilt yet): a read
+    /// that it cannot is a miss without going to the disk. Counts that miss.
+    pub fn may_have(&self, key: &str) -> bool {
+        let may = !self.scanned.load(Relaxed) || self.index.lock().blocks.contains_key(key);
+        if !may {
+            self.stats.misses.fetch_add(1, Relaxed);
+        }
+        may
+    }
+
     /// Evicts the least recently used blocks past the capacity.
     fn trim(&self, ix: &mut Index) {
         let cap = self.capacity();
@@ -523,11 +538,7 @@ impl DiskCache {
             let Some((k, len)) = ix.blocks.pop_front() else {
                 break;
             };
-            ix.bytes -= len;
-            if let Some((_, p)) = self.place(&k) {
-                let _ = fs::remove_file(p);
-            }
-            self.stats.evicted.fetch_add(1, Relaxed);
+            self.evicted(ix, &k, len);
         }
     }
 
