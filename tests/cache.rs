@@ -1,7 +1,8 @@
 //! The block cache on local disk, through real mounts: it survives a remount (no GET the
 //! second time, by the mount's own traffic counters), a damaged cache file is refetched and
 //! never returned, it stays under its size, and a cache directory that fills up or
-//! disappears under a mount leaves applications working.
+//! disappears under a mount leaves applications working, and random reads fetch little more
+//! than they read.
 
 mod common;
 
@@ -9,17 +10,30 @@ use common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The GETs (objects) of the last mount's traffic summary in `log`.
-fn gets(log: &str) -> u64 {
+/// The bytes and GETs (objects) of the last mount's traffic summary in `log`
+/// ("... N bytes got in M objects").
+fn got(log: &str) -> (u64, u64) {
     let line = log
         .lines()
         .rfind(|l| l.contains("this mount: applications wrote"))
         .unwrap_or_else(|| panic!("no traffic summary in the log:\n{}", tail(log, 30)));
-    line.rsplit(" bytes got in ")
-        .next()
-        .and_then(|s| s.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("{line}"))
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words
+        .len()
+        .checked_sub(6)
+        .unwrap_or_else(|| panic!("{line}"));
+    match &words[at..] {
+        [bytes, "bytes", "got", "in", objects, "objects"] => (
+            bytes.parse().unwrap_or_else(|_| panic!("{line}")),
+            objects.parse().unwrap_or_else(|_| panic!("{line}")),
+        ),
+        _ => panic!("unexpected traffic summary: {line}"),
+    }
+}
+
+/// The GETs of the last mount's traffic summary in `log`.
+fn gets(log: &str) -> u64 {
+    got(log).1
 }
 
 /// The log of `vol`'s mounts since `from` bytes of it.
@@ -258,4 +272,37 @@ fn warmup_fills_the_cache_for_a_later_mount() {
     let (ok, _, err) = run(&["warmup", elsewhere.path().to_str().unwrap()]);
     assert!(!ok && err.contains("is not on an unkai mount"), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
+}
+
+/// Random 4 KiB reads of a cold file fetch about what they read: read-ahead starts no stream
+/// for them and a part of a block is fetched with its checksums alone (bytes got / bytes read
+/// at most 1.5, by the mount's own counters). Every byte read is checked.
+#[test]
+fn random_reads_fetch_little_more_than_they_read() {
+    use rand::{Rng, SeedableRng};
+    use std::os::unix::fs::FileExt;
+    let vol = Volume::new();
+    let len = 48 << 20;
+    let data = pattern(len, 9);
+    let off = ["--writeback", "off", "--cache-size", "0"];
+    mounted(&vol, &off, |m| fs::write(m.p("f"), &data).unwrap());
+    let (reads, bs) = (2000, 4096);
+    let log = mounted(&vol, &off, |m| {
+        let f = fs::File::open(m.p("f")).unwrap();
+        let mut rng = rand::rngs::StdRng::seed_from_u64(14);
+        let mut buf = vec![0u8; bs];
+        for _ in 0..reads {
+            let at = rng.random_range(0..len / bs) * bs;
+            f.read_exact_at(&mut buf, at as u64).unwrap();
+            assert!(buf == data[at..at + bs], "bytes at {at} differ");
+        }
+    });
+    let (bytes, objects) = got(&log);
+    let read = (reads * bs) as u64;
+    assert!(
+        bytes as f64 <= 1.5 * read as f64,
+        "{bytes} bytes got in {objects} objects for {read} bytes read:\n{}",
+        tail(&log, 20)
+    );
+    assert!(objects > 0, "the reads reached the bucket");
 }

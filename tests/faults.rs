@@ -446,7 +446,7 @@ fn reads_never_return_wrong_bytes() {
     let mut vol = s3_volume(&server, "256K");
     let log = vol.dir.path().join("mount.log");
     show_log_on_panic(&log, || {
-        // Files of several blocks (256 KiB, checksummed per 64 KiB), written on a healthy store.
+        // Files of several blocks (256 KiB, checksummed per 4 KiB), written on a healthy store.
         let files: Vec<(String, Vec<u8>)> = [
             ("a", 1_048_576 + 5),
             ("b", 700_000),
@@ -550,7 +550,7 @@ fn reads_never_return_wrong_bytes() {
             .expect("block 1 of 'victim'")
             .clone();
         let block_name = damaged.file_name().unwrap().to_string_lossy().into_owned();
-        let flip_at = 100_000u64; // in the second 64 KiB segment of the block
+        let flip_at = 100_000u64; // in the 25th 4 KiB segment of the block
         {
             let f = OpenOptions::new()
                 .read(true)

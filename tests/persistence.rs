@@ -43,7 +43,7 @@ fn data_is_objects_and_deletion_removes_them() {
     let objs = vol.objects();
     // 10 MiB in 4 MiB blocks: at least 3 objects (more if a close of a descriptor a
     // parallel test's child inherited committed part of the file early, making 2 slices).
-    // Each holds its block's bytes (the length its key names), then one CRC32C per 64 KiB.
+    // Each holds its block's bytes (the length its key names), then one CRC32C per 4 KiB.
     assert!(objs.len() >= 3, "{objs:?}");
     // Key file names: <slice id>_<block index>_<length>.
     let block = |p: &std::path::PathBuf| -> (u64, u32, usize) {
@@ -62,7 +62,7 @@ fn data_is_objects_and_deletion_removes_them() {
     for p in &sorted {
         let (_, _, len) = block(p);
         let obj = std::fs::read(p).unwrap();
-        assert_eq!(obj.len(), len + len.div_ceil(64 << 10) * 4, "{p:?}");
+        assert_eq!(obj.len(), len + len.div_ceil(4 << 10) * 4, "{p:?}");
         concat.extend_from_slice(&obj[..len]);
     }
     assert_eq!(concat, data);

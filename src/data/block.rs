@@ -1,20 +1,27 @@
-//! The format of a block object: the data, then one CRC32C per 64 KiB segment (little endian)
-//! when the volume has checksums. A whole block or any segment-aligned range can be verified,
-//! so random reads check what they read without fetching whole blocks.
+//! The format of a block object: the data, then one CRC32C per segment (little endian) when
+//! the volume has checksums. A whole block or any segment-aligned range can be verified, so
+//! random reads check what they read without fetching whole blocks.
+//!
+//! Segments are 4 KiB on volumes of layout 2 and later, so that a random 4 KiB read fetches
+//! 4 KiB (and 4 bytes of checksum), not 16 times that; they were 64 KiB before (layouts 0
+//! and 1), and those volumes keep them. The trailer costs 0.1% of the data.
 //!
 //! Each checksum is sealed with the block's identity (`seal`, from its key: the volume's
 //! uuid, the slice id, the block index, its length; 0 on volumes of layout 0, whose sums are
 //! plain) and its segment number, so that a block read under another block's key — swapped,
 //! misdirected, a stale copy of another volume's — fails verification like a damaged one.
 //!
-//! Not for: where blocks live (keys are `data::layout`).
+//! Not for: where blocks live or which sums a volume uses (`data::layout`).
 
 use std::ops::Range;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-/// Bytes covered by one checksum.
-pub const SEGMENT: usize = 64 << 10;
+/// Bytes covered by one checksum on volumes of layout 2 and later.
+pub const SEGMENT: usize = 4 << 10;
+
+/// Bytes covered by one checksum on volumes of layouts 0 and 1.
+pub const OLD_SEGMENT: usize = 64 << 10;
 
 fn crc(data: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
@@ -25,68 +32,80 @@ pub fn seal_of(key: &str) -> u32 {
     crc(key.as_bytes())
 }
 
-/// The checksum of segment number `i` of a block sealed with `seal`.
-fn sum(seg: &[u8], seal: u32, i: usize) -> u32 {
-    let ident = if seal == 0 {
-        0
-    } else {
-        seal ^ (i as u32).wrapping_mul(0x9E37_79B9)
-    };
-    crc(seg) ^ ident
+/// How the checksums of one block object are made: the seal of its key (see [`seal_of`]; 0
+/// for plain sums) and the bytes each one covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sums {
+    pub seal: u32,
+    pub segment: usize,
 }
 
-/// Bytes of checksums after `len` bytes of data.
-pub fn trailer_len(len: usize) -> usize {
-    len.div_ceil(SEGMENT) * 4
-}
-
-/// The object for a block of data, sealed with `seal` (see [`seal_of`]).
-pub fn encode(data: &[u8], seal: u32) -> Bytes {
-    let mut out = BytesMut::with_capacity(data.len() + trailer_len(data.len()));
-    out.put_slice(data);
-    for (i, seg) in data.chunks(SEGMENT).enumerate() {
-        out.put_u32_le(sum(seg, seal, i));
+impl Sums {
+    /// The checksum of segment number `i`.
+    fn sum(&self, seg: &[u8], i: usize) -> u32 {
+        let ident = if self.seal == 0 {
+            0
+        } else {
+            self.seal ^ (i as u32).wrapping_mul(0x9E37_79B9)
+        };
+        crc(seg) ^ ident
     }
-    out.freeze()
-}
 
-/// The data of a whole block object holding `len` bytes, if its size and checksums (sealed
-/// with `seal`) match.
-pub fn decode(obj: Bytes, len: usize, seal: u32) -> Option<Bytes> {
-    if obj.len() != len + trailer_len(len) {
-        return None;
+    /// Bytes of checksums after `len` bytes of data.
+    pub fn trailer_len(&self, len: usize) -> usize {
+        len.div_ceil(self.segment) * 4
     }
-    let (data, sums) = (obj.slice(..len), &obj[len..]);
-    verify(&data, sums, seal, 0).then_some(data)
-}
 
-/// The segment-aligned range covering `range` in a block of `len` bytes.
-pub fn aligned(range: Range<usize>, len: usize) -> Range<usize> {
-    let start = range.start / SEGMENT * SEGMENT;
-    let end = (range.end.div_ceil(SEGMENT) * SEGMENT).min(len);
-    start..end
-}
+    /// The object for a block of data.
+    pub fn encode(&self, data: &[u8]) -> Bytes {
+        let mut out = BytesMut::with_capacity(data.len() + self.trailer_len(data.len()));
+        out.put_slice(data);
+        for (i, seg) in data.chunks(self.segment).enumerate() {
+            out.put_u32_le(self.sum(seg, i));
+        }
+        out.freeze()
+    }
 
-/// Where the checksums of the segments of `aligned` are, in the object of a `len`-byte block.
-pub fn sums_range(aligned: &Range<usize>, len: usize) -> Range<usize> {
-    let first = aligned.start / SEGMENT;
-    let last = aligned.end.div_ceil(SEGMENT);
-    len + first * 4..len + last * 4
-}
+    /// The data of a whole block object holding `len` bytes, if its size and checksums match.
+    pub fn decode(&self, obj: Bytes, len: usize) -> Option<Bytes> {
+        if obj.len() != len + self.trailer_len(len) {
+            return None;
+        }
+        let (data, sums) = (obj.slice(..len), &obj[len..]);
+        self.verify(&data, sums, 0).then_some(data)
+    }
 
-/// Whether `data` (segment-aligned, whole segments except perhaps a block's last, starting
-/// at segment number `first`) matches the checksums `sums` (one per segment) of a block
-/// sealed with `seal`.
-pub fn verify(data: &[u8], sums: &[u8], seal: u32, first: usize) -> bool {
-    let n = data.len().div_ceil(SEGMENT);
-    sums.len() == n * 4
-        && data
-            .chunks(SEGMENT)
-            .zip(sums.chunks_exact(4))
-            .enumerate()
-            .all(|(i, (seg, s))| {
-                sum(seg, seal, first + i) == u32::from_le_bytes(s.try_into().unwrap())
-            })
+    /// The segment-aligned range covering `range` in a block of `len` bytes.
+    pub fn aligned(&self, range: Range<usize>, len: usize) -> Range<usize> {
+        let seg = self.segment;
+        let start = range.start / seg * seg;
+        let end = (range.end.div_ceil(seg) * seg).min(len);
+        start..end
+    }
+
+    /// Where the checksums of the segments of `aligned` are, in the object of a `len`-byte
+    /// block.
+    pub fn sums_range(&self, aligned: &Range<usize>, len: usize) -> Range<usize> {
+        let first = aligned.start / self.segment;
+        let last = aligned.end.div_ceil(self.segment);
+        len + first * 4..len + last * 4
+    }
+
+    /// Whether `data` (whole segments from byte `at` of the block, which is segment-aligned,
+    /// except perhaps the block's last segment) matches the checksums `sums` (one per
+    /// segment).
+    pub fn verify(&self, data: &[u8], sums: &[u8], at: usize) -> bool {
+        let (n, first) = (data.len().div_ceil(self.segment), at / self.segment);
+        at % self.segment == 0
+            && sums.len() == n * 4
+            && data
+                .chunks(self.segment)
+                .zip(sums.chunks_exact(4))
+                .enumerate()
+                .all(|(i, (seg, s))| {
+                    self.sum(seg, first + i) == u32::from_le_bytes(s.try_into().unwrap())
+                })
+    }
 }
 
 #[cfg(test)]
@@ -97,68 +116,88 @@ mod tests {
         (0..n).map(|i| (i * 31 % 251) as u8).collect()
     }
 
+    fn sums(seal: u32, segment: usize) -> Sums {
+        Sums { seal, segment }
+    }
+
     #[test]
     fn whole_blocks_roundtrip_and_corruption_is_caught() {
-        for n in [0, 1, SEGMENT - 1, SEGMENT, SEGMENT + 1, 4 << 20] {
-            let d = data(n);
-            let obj = encode(&d, 0);
-            assert_eq!(obj.len(), n + trailer_len(n));
-            assert_eq!(decode(obj.clone(), n, 0).unwrap(), Bytes::from(d.clone()));
-            if n > 0 {
+        for segment in [SEGMENT, OLD_SEGMENT] {
+            for n in [0, 1, segment - 1, segment, segment + 1, 4 << 20] {
+                let (d, plain) = (data(n), sums(0, segment));
+                let obj = plain.encode(&d);
+                assert_eq!(obj.len(), n + plain.trailer_len(n));
+                assert_eq!(
+                    plain.decode(obj.clone(), n).unwrap(),
+                    Bytes::from(d.clone())
+                );
+                if n == 0 {
+                    continue;
+                }
                 let mut bad = obj.to_vec();
                 bad[n / 2] ^= 1;
-                assert!(decode(Bytes::from(bad), n, 0).is_none(), "flip in {n}");
+                assert!(plain.decode(Bytes::from(bad), n).is_none(), "flip in {n}");
                 assert!(
-                    decode(obj.slice(..obj.len() - 1), n, 0).is_none(),
+                    plain.decode(obj.slice(..obj.len() - 1), n).is_none(),
                     "truncated {n}"
                 );
                 // Sealed: read back under its own key only.
-                let (mine, other) = (
-                    seal_of("v/u/chunks/0/0/1_0_9"),
-                    seal_of("v/u/chunks/0/0/2_0_9"),
-                );
-                let obj = encode(&d, mine);
-                assert_eq!(
-                    decode(obj.clone(), n, mine).unwrap(),
-                    Bytes::from(d.clone())
-                );
+                let mine = sums(seal_of("v/u/chunks/0/0/1_0_9"), segment);
+                let other = sums(seal_of("v/u/chunks/0/0/2_0_9"), segment);
+                let obj = mine.encode(&d);
+                assert_eq!(mine.decode(obj.clone(), n).unwrap(), Bytes::from(d.clone()));
                 assert!(
-                    decode(obj.clone(), n, other).is_none(),
+                    other.decode(obj.clone(), n).is_none(),
                     "another key's block"
                 );
-                assert!(decode(obj, n, 0).is_none(), "sealed read as plain");
+                assert!(
+                    plain.decode(obj.clone(), n).is_none(),
+                    "sealed read as plain"
+                );
+                if n > SEGMENT {
+                    let wrong = sums(mine.seal, SEGMENT + OLD_SEGMENT - segment);
+                    assert!(wrong.decode(obj, n).is_none(), "read with other segments");
+                }
             }
         }
     }
 
     #[test]
     fn ranges_verify_by_segment() {
-        let n = 3 * SEGMENT + 100;
-        let d = data(n);
-        let seal = seal_of("k");
-        let obj = encode(&d, seal);
-        for r in [
-            0..1,
-            10..SEGMENT + 5,
-            SEGMENT..2 * SEGMENT,
-            3 * SEGMENT + 50..n,
-            5..n,
-        ] {
-            let a = aligned(r.clone(), n);
-            assert!(a.start <= r.start && a.end >= r.end && a.start % SEGMENT == 0);
-            let s = sums_range(&a, n);
-            let first = a.start / SEGMENT;
-            assert!(
-                verify(&obj[a.clone()], &obj[s.clone()], seal, first),
-                "{r:?}"
-            );
-            let mut bad = obj[a.clone()].to_vec();
-            bad[r.start - a.start] ^= 0x80;
-            assert!(!verify(&bad, &obj[s.clone()], seal, first), "{r:?}");
-            if a.len() >= SEGMENT {
-                // A segment read as another segment of the same block fails too.
-                assert!(!verify(&obj[a.clone()], &obj[s], seal, first + 1), "{r:?}");
+        for segment in [SEGMENT, OLD_SEGMENT] {
+            let n = 3 * segment + 100;
+            let d = data(n);
+            let s = sums(seal_of("k"), segment);
+            let obj = s.encode(&d);
+            for r in [
+                0..1,
+                10..segment + 5,
+                segment..2 * segment,
+                3 * segment + 50..n,
+                5..n,
+            ] {
+                let a = s.aligned(r.clone(), n);
+                assert!(a.start <= r.start && a.end >= r.end && a.start % segment == 0);
+                assert!(a.len() < r.len() + 2 * segment, "{r:?} fetches too much");
+                let t = s.sums_range(&a, n);
+                assert!(s.verify(&obj[a.clone()], &obj[t.clone()], a.start), "{r:?}");
+                let mut bad = obj[a.clone()].to_vec();
+                bad[r.start - a.start] ^= 0x80;
+                assert!(!s.verify(&bad, &obj[t.clone()], a.start), "{r:?}");
+                if a.len() >= segment {
+                    // A segment read as another segment of the same block fails too.
+                    let next = a.start + segment;
+                    assert!(!s.verify(&obj[a.clone()], &obj[t], next), "{r:?}");
+                }
             }
         }
+    }
+
+    #[test]
+    fn a_small_read_fetches_one_small_segment() {
+        let s = sums(1, SEGMENT);
+        let a = s.aligned(8192 + 100..8192 + 4000, 4 << 20);
+        assert_eq!(a, 8192..12288);
+        assert_eq!(s.sums_range(&a, 4 << 20), (4 << 20) + 8..(4 << 20) + 12);
     }
 }

@@ -7,6 +7,7 @@
 //! Not for: the volume's settings themselves (`meta::Format`, read here), the bytes inside a
 //! block object (`data::block`), or talking to the bucket (`object`).
 
+use super::block::Sums;
 use crate::meta::Format;
 
 /// The block layout of one volume, taken from its [`Format`].
@@ -22,6 +23,8 @@ pub struct Layout {
     hash_prefix: bool,
     /// Checksums are sealed with each block's key (layout 1 and later: `data::block`).
     sealed: bool,
+    /// Bytes covered by one checksum (`data::block`): 4 KiB from layout 2, 64 KiB before.
+    segment: usize,
 }
 
 impl Layout {
@@ -36,15 +39,23 @@ impl Layout {
             checksums: fmt.checksums,
             hash_prefix: fmt.hash_prefix,
             sealed: fmt.layout >= 1,
+            segment: if fmt.layout >= 2 {
+                super::block::SEGMENT
+            } else {
+                super::block::OLD_SEGMENT
+            },
         }
     }
 
-    /// The seal of the checksums of the block stored under `key` (0: plain sums).
-    pub fn seal(&self, key: &str) -> u32 {
-        if self.sealed {
-            super::block::seal_of(key)
-        } else {
-            0
+    /// How the checksums of the block stored under `key` are made.
+    pub fn sums(&self, key: &str) -> Sums {
+        Sums {
+            seal: if self.sealed {
+                super::block::seal_of(key)
+            } else {
+                0
+            },
+            segment: self.segment,
         }
     }
 
@@ -85,7 +96,7 @@ impl Layout {
     pub fn object_size(&self, len: u32) -> u64 {
         len as u64
             + if self.checksums {
-                super::block::trailer_len(len as usize) as u64
+                self.sums("").trailer_len(len as usize) as u64
             } else {
                 0
             }
@@ -195,5 +206,17 @@ mod tests {
         let l = Layout::new(&v1);
         assert_eq!(l.block_key(7, 0, 10), "53/vol/u/chunks/0/0/7_0_10");
         assert_eq!(l.chunks_prefixes()[255], "ff/vol/u/chunks/");
+        assert_eq!(
+            l.object_size(1 << 20),
+            (1 << 20) + 16 * 4,
+            "64 KiB segments"
+        );
+        // Layout 2: the same keys, a checksum per 4 KiB.
+        let mut v2 = format(false);
+        v2.layout = 2;
+        let l = Layout::new(&v2);
+        assert_eq!(l.block_key(7, 0, 10), "vol/u/chunks/0/0/7_0_10");
+        assert_eq!(l.object_size(1 << 20), (1 << 20) + 256 * 4);
+        assert_eq!(l.object_size(4097), 4097 + 8);
     }
 }

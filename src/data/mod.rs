@@ -167,7 +167,7 @@ impl Shared {
         };
         let obj = match obj.filter(|_| self.format.checksums) {
             Some(o) => o,
-            None => block::encode(data, self.layout.seal(key)),
+            None => self.layout.sums(key).encode(data),
         };
         disk.put_behind(key.to_string(), obj).await;
     }
@@ -514,7 +514,7 @@ async fn fetch_uncached(
     whole: bool,
 ) -> Result<Bytes> {
     let checksums = shared.format.checksums;
-    let seal = shared.layout.seal(key);
+    let sums = shared.layout.sums(key);
     if let Some(st) = shared.stage.as_ref().filter(|st| st.is_raw(key)) {
         // A pack still staged: its bytes as appended (local, never sent: no checksums yet).
         match st.read_raw(key, range.clone()) {
@@ -530,7 +530,7 @@ async fn fetch_uncached(
             Ok(None) => {}
             Ok(Some(obj)) => {
                 let data = if checksums {
-                    block::decode(obj, blen, seal)
+                    sums.decode(obj, blen)
                 } else {
                     (obj.len() == blen).then_some(obj)
                 };
@@ -566,7 +566,7 @@ async fn fetch_uncached(
             let obj = shared.obj.get(key).await?;
             let got = obj.len();
             let data = if checksums {
-                block::decode(obj.clone(), blen, seal)
+                sums.decode(obj.clone(), blen)
             } else {
                 (got == blen).then_some(obj.clone())
             };
@@ -586,13 +586,13 @@ async fn fetch_uncached(
             continue;
         }
         if checksums {
-            let a = block::aligned(range.clone(), blen);
-            let s = block::sums_range(&a, blen);
-            let (d, sums) = futures::try_join!(
+            let a = sums.aligned(range.clone(), blen);
+            let s = sums.sums_range(&a, blen);
+            let (d, trailer) = futures::try_join!(
                 shared.obj.get_range(key, a.start as u64..a.end as u64),
                 shared.obj.get_range(key, s.start as u64..s.end as u64),
             )?;
-            if d.len() == a.len() && block::verify(&d, &sums, seal, a.start / block::SEGMENT) {
+            if d.len() == a.len() && sums.verify(&d, &trailer, a.start) {
                 return Ok(d.slice(range.start - a.start..range.end - a.start));
             }
             problem = format!("range {a:?}: {} bytes, checksum mismatch or short", d.len());
@@ -623,12 +623,12 @@ async fn from_disk(
     whole: bool,
 ) -> Option<Bytes> {
     let disk = shared.disk.clone().filter(|d| d.may_have(key))?;
-    let seal = shared.layout.seal(key);
+    let sums = shared.layout.sums(key);
     let whole = whole || range.len() * 2 >= blen;
     let (k, r) = (key.to_string(), range.clone());
     let got = tokio::task::spawn_blocking(move || match whole {
-        true => disk.get_block(&k, blen, seal),
-        false => disk.get_range(&k, blen, r, seal),
+        true => disk.get_block(&k, blen, sums),
+        false => disk.get_range(&k, blen, r, sums),
     })
     .await
     .ok()??;

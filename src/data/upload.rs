@@ -62,7 +62,7 @@ impl SliceUpload {
             // The block and its encoded copy are in flight until stored.
             let _room = shared.budget.take(block.len() * 2).await;
             let body = if shared.format.checksums {
-                super::block::encode(&block, shared.layout.seal(&key))
+                shared.layout.sums(&key).encode(&block)
             } else {
                 block.clone()
             };

@@ -186,7 +186,7 @@ fn encode_raw(shared: &Shared, key: &str, raw: bytes::Bytes) -> bytes::Bytes {
     let mut data = raw.to_vec();
     data.resize(len, 0);
     if shared.format.checksums {
-        super::block::encode(&data, shared.layout.seal(key))
+        shared.layout.sums(key).encode(&data)
     } else {
         data.into()
     }

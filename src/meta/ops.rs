@@ -170,6 +170,14 @@ pub(crate) fn parse_format(json: &str, url: &str) -> Result<Format> {
             format::SCHEMA_VERSION
         )));
     }
+    if format.layout > format::LAYOUT_VERSION {
+        return Err(Error::Refused(format!(
+            "volume at {url} stores its blocks in layout {} but this unkai understands up to \
+             {}; upgrade unkai",
+            format.layout,
+            format::LAYOUT_VERSION
+        )));
+    }
     Ok(format)
 }
 
@@ -1628,5 +1636,30 @@ impl<E: Engine> Meta for EngineMeta<E> {
             }
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Settings from a newer unkai (a schema or a block layout this binary does not know) are
+    /// refused in one line that says to upgrade, never read with the wrong meaning.
+    #[test]
+    fn newer_volumes_are_refused() {
+        let mut f = Format::for_tests("v", "file:///b", 4 << 20);
+        f.layout = format::LAYOUT_VERSION;
+        let json = serde_json::to_string(&f).unwrap();
+        assert_eq!(parse_format(&json, "u").unwrap(), f);
+        for (schema, layout) in [
+            (format::SCHEMA_VERSION + 1, format::LAYOUT_VERSION),
+            (format::SCHEMA_VERSION, format::LAYOUT_VERSION + 1),
+        ] {
+            let mut g = f.clone();
+            (g.schema, g.layout) = (schema, layout);
+            let json = serde_json::to_string(&g).unwrap();
+            let e = parse_format(&json, "u").unwrap_err().to_string();
+            assert!(e.contains("upgrade unkai") && !e.contains('\n'), "{e}");
+        }
     }
 }

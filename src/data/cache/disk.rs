@@ -2,7 +2,7 @@
 //! in files under each cache directory (`CACHE/UUID/blocks/XX/<key>`), so that a block read
 //! once is read from local disk after, across remounts.
 //!
-//! - Every file holds `block::encode(data, seal)` (data, then its checksums), whatever the
+//! - Every file holds a block object (`block::Sums::encode`: data, then its checksums),
 //!   volume's checksum setting, so every read is verified: a damaged, partial or misplaced
 //!   file is dropped (the caller fetches the block again), never returned. Files appear
 //!   whole: each is written under a temporary name, then renamed.
@@ -33,7 +33,7 @@ use hashlink::LinkedHashMap;
 use nix::fcntl::{Flock, FlockArg};
 use parking_lot::Mutex;
 
-use crate::data::block;
+use crate::data::block::Sums;
 use crate::data::layout::{local_key, local_name, parse_block_key};
 
 /// The automatic capacity: at most this, and at most `AUTO_SHARE` of the free space (the
@@ -221,9 +221,9 @@ impl DiskCache {
         (!self.scanned.load(Relaxed) && path.is_file()).then_some(path)
     }
 
-    /// The data of the whole block `key` (`len` bytes, sealed with `seal`), if cached and
+    /// The data of the whole block `key` (`len` bytes, checked with `sums`), if cached and
     /// intact. A damaged file is dropped.
-    pub fn get_block(&self, key: &str, len: usize, seal: u32) -> Option<Bytes> {
+    pub fn get_block(&self, key: &str, len: usize, sums: Sums) -> Option<Bytes> {
         let Some(path) = self.find(key) else {
             self.stats.misses.fetch_add(1, Relaxed);
             return None;
@@ -232,7 +232,7 @@ impl DiskCache {
             Ok(obj) => Bytes::from(obj),
             Err(e) => return self.unreadable(key, &path, e),
         };
-        match block::decode(obj, len, seal) {
+        match sums.decode(obj, len) {
             Some(data) => {
                 self.hit(data.len());
                 Some(data)
@@ -241,14 +241,14 @@ impl DiskCache {
         }
     }
 
-    /// Bytes `range` of block `key` (`len` bytes, sealed with `seal`), if cached and intact:
+    /// Bytes `range` of block `key` (`len` bytes, checked with `sums`), if cached and intact:
     /// only the checksum segments they fall in are read and verified.
     pub fn get_range(
         &self,
         key: &str,
         len: usize,
         range: Range<usize>,
-        seal: u32,
+        sums: Sums,
     ) -> Option<Bytes> {
         let Some(path) = self.find(key) else {
             self.stats.misses.fetch_add(1, Relaxed);
@@ -258,21 +258,21 @@ impl DiskCache {
             Ok(f) => f,
             Err(e) => return self.unreadable(key, &path, e),
         };
-        let a = block::aligned(range.clone(), len);
-        let s = block::sums_range(&a, len);
-        let (mut data, mut sums) = (vec![0u8; a.len()], vec![0u8; s.len()]);
+        let a = sums.aligned(range.clone(), len);
+        let s = sums.sums_range(&a, len);
+        let (mut data, mut trailer) = (vec![0u8; a.len()], vec![0u8; s.len()]);
         let read = f.metadata().and_then(|m| {
-            if m.len() != (len + block::trailer_len(len)) as u64 {
+            if m.len() != (len + sums.trailer_len(len)) as u64 {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
                     format!("{} bytes", m.len()),
                 ));
             }
             f.read_exact_at(&mut data, a.start as u64)?;
-            f.read_exact_at(&mut sums, s.start as u64)
+            f.read_exact_at(&mut trailer, s.start as u64)
         });
         match read {
-            Ok(()) if block::verify(&data, &sums, seal, a.start / block::SEGMENT) => {
+            Ok(()) if sums.verify(&data, &trailer, a.start) => {
                 self.hit(range.len());
                 Some(Bytes::from(data).slice(range.start - a.start..range.end - a.start))
             }
@@ -328,7 +328,7 @@ impl DiskCache {
         let _ = fs::remove_file(path);
     }
 
-    /// Caches the object `obj` of `key` (`block::encode` of its data) in the background (on
+    /// Caches the object `obj` of `key` (its data encoded with its `Sums`) in the background (on
     /// the blocking pool of the current runtime); waits first while too many bytes wait to
     /// be written already, so that the bytes held for the cache stay bounded and what is
     /// read is cached even when the disk is slower than the store.
@@ -346,7 +346,7 @@ impl DiskCache {
         });
     }
 
-    /// Caches the object `obj` of `key` (`block::encode` of its data), now.
+    /// Caches the object `obj` of `key` (its data encoded with its `Sums`), now.
     pub fn put(&self, key: &str, obj: &[u8]) {
         let len = obj.len() as u64;
         let Some((d, path)) = self.room_for(key, len) else {
@@ -372,7 +372,7 @@ impl DiskCache {
         self.written(d, key, len, written);
     }
 
-    /// Moves the file `from` (holding `block::encode` of `key`'s data, on the same disk, as
+    /// Moves the file `from` (holding `key`'s data encoded with its `Sums`, on the same disk, as
     /// a staged block is) into the cache. False if it was not taken (the caller removes it).
     pub fn adopt(&self, key: &str, from: &Path) -> bool {
         let Ok(len) = fs::metadata(from).map(|m| m.len()) else {
@@ -655,9 +655,17 @@ mod tests {
         (0..len).map(|i| (i as u64 * 31 + id) as u8).collect()
     }
 
+    /// How block `id`'s checksums are made.
+    fn sums(id: u64, len: usize) -> Sums {
+        Sums {
+            seal: crate::data::block::seal_of(&key(id, len)),
+            segment: crate::data::block::SEGMENT,
+        }
+    }
+
     /// The object of block `id` as the cache keeps it.
     fn obj(id: u64, len: usize) -> Bytes {
-        block::encode(&block(id, len), block::seal_of(&key(id, len)))
+        sums(id, len).encode(&block(id, len))
     }
 
     fn wait_scanned(c: &DiskCache) {
@@ -684,11 +692,11 @@ mod tests {
             c.put(&key(id, len), &obj(id, len));
         }
         assert_eq!(c.usage(), (3, 3 * obj(1, len).len() as u64));
-        let (k, seal) = (key(2, len), block::seal_of(&key(2, len)));
+        let (k, seal) = (key(2, len), sums(2, len));
         assert_eq!(c.get_block(&k, len, seal).unwrap(), block(2, len));
         let r = c.get_range(&k, len, 70_000..70_010, seal).unwrap();
         assert_eq!(r, block(2, len)[70_000..70_010]);
-        assert!(c.get_block(&key(9, len), len, 0).is_none());
+        assert!(c.get_block(&key(9, len), len, sums(9, len)).is_none());
         assert!(DiskCache::open(&cfg(t.path(), 1 << 20), "u").is_none());
         drop(c);
         let c = DiskCache::open(&cfg(t.path(), 1 << 20), "u").unwrap();
@@ -697,8 +705,7 @@ mod tests {
         wait_scanned(&c);
         assert_eq!(c.usage().0, 3);
         assert_eq!(
-            c.get_block(&key(3, len), len, block::seal_of(&key(3, len)))
-                .unwrap(),
+            c.get_block(&key(3, len), len, sums(3, len)).unwrap(),
             block(3, len)
         );
         assert_eq!(c.stats.hits.load(Relaxed), 2);
@@ -711,7 +718,7 @@ mod tests {
         let len = 200_000;
         let c = DiskCache::open(&cfg(t.path(), 1 << 20), "u").unwrap();
         wait_scanned(&c);
-        let (k, seal) = (key(1, len), block::seal_of(&key(1, len)));
+        let (k, seal) = (key(1, len), sums(1, len));
         c.put(&k, &obj(1, len));
         let path = file_of(&c, &k);
         let mut bytes = fs::read(&path).unwrap();
@@ -745,7 +752,7 @@ mod tests {
         for id in 0..3 {
             c.put(&key(id, len), &obj(id, len));
         }
-        let seal = |id| block::seal_of(&key(id, len));
+        let seal = |id| sums(id, len);
         assert!(c.get_block(&key(0, len), len, seal(0)).is_some()); // 1 is now the oldest
         c.put(&key(3, len), &obj(3, len));
         assert_eq!(c.usage(), (3, 3 * size));
@@ -775,16 +782,10 @@ mod tests {
         fs::remove_dir_all(t.path().join("a")).unwrap();
         fs::remove_dir_all(t.path().join("b")).unwrap();
         for id in 0..8 {
-            assert!(
-                c.get_block(&key(id, len), len, block::seal_of(&key(id, len)))
-                    .is_none()
-            );
+            assert!(c.get_block(&key(id, len), len, sums(id, len)).is_none());
         }
         assert_eq!(c.usage(), (0, 0));
         c.put(&key(1, len), &obj(1, len));
-        assert!(
-            c.get_block(&key(1, len), len, block::seal_of(&key(1, len)))
-                .is_some()
-        );
+        assert!(c.get_block(&key(1, len), len, sums(1, len)).is_some());
     }
 }
