@@ -56,14 +56,28 @@ impl Sums {
         len.div_ceil(self.segment) * 4
     }
 
-    /// The object for a block of data.
-    pub fn encode(&self, data: &[u8]) -> Bytes {
-        let mut out = BytesMut::with_capacity(data.len() + self.trailer_len(data.len()));
-        out.put_slice(data);
+    /// The checksums that follow `data` in its object.
+    pub fn trailer(&self, data: &[u8]) -> Bytes {
+        let mut out = BytesMut::with_capacity(self.trailer_len(data.len()));
         for (i, seg) in data.chunks(self.segment).enumerate() {
             out.put_u32_le(self.sum(seg, i));
         }
         out.freeze()
+    }
+
+    /// The object for a block of data, in one buffer.
+    pub fn encode(&self, data: &[u8]) -> Bytes {
+        let mut out = BytesMut::with_capacity(data.len() + self.trailer_len(data.len()));
+        out.put_slice(data);
+        out.put_slice(&self.trailer(data));
+        out.freeze()
+    }
+
+    /// The object for a block of data as its two parts, the data (not copied) and its
+    /// checksums: what a put sends and a staged file is written from.
+    pub fn parts(&self, data: Bytes) -> [Bytes; 2] {
+        let trailer = self.trailer(&data);
+        [data, trailer]
     }
 
     /// The data of a whole block object holding `len` bytes, if its size and checksums match.
@@ -126,6 +140,8 @@ mod tests {
             for n in [0, 1, segment - 1, segment, segment + 1, 4 << 20] {
                 let (d, plain) = (data(n), sums(0, segment));
                 let obj = plain.encode(&d);
+                let parts = plain.parts(Bytes::from(d.clone()));
+                assert_eq!(parts.concat(), obj.to_vec(), "parts make the object");
                 assert_eq!(obj.len(), n + plain.trailer_len(n));
                 assert_eq!(
                     plain.decode(obj.clone(), n).unwrap(),

@@ -722,7 +722,12 @@ mod tests {
             .stage
             .as_ref()
             .unwrap()
-            .put(&key, 22, b"0123456789", Duration::ZERO)
+            .put(
+                &key,
+                22,
+                &[Bytes::from_static(b"0123456789")],
+                Duration::ZERO,
+            )
             .unwrap();
         ds.delete_block(&key).unwrap();
         assert_eq!(ds.staged(), (0, 0));

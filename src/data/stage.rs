@@ -237,10 +237,16 @@ impl Stage {
         Ok(Some(Bytes::from(buf)))
     }
 
-    /// Stages `body` as the object of `key` (a block of slice `id`). Waits up to `wait` for
-    /// room when the stage is full.
-    pub fn put(&self, key: &str, id: u64, body: &[u8], wait: Duration) -> Result<(), StageError> {
-        let len = body.len() as u64;
+    /// Stages `body` (the parts of its object, written one after the other) as the object of
+    /// `key` (a block of slice `id`). Waits up to `wait` for room when the stage is full.
+    pub fn put(
+        &self,
+        key: &str,
+        id: u64,
+        body: &[Bytes],
+        wait: Duration,
+    ) -> Result<(), StageError> {
+        let len = body.iter().map(|b| b.len() as u64).sum();
         // Room is taken now (the key is not visible until its file is complete).
         self.take_room(len, wait)?;
         let dir = self.dir_of(key);
@@ -252,7 +258,9 @@ impl Stage {
         let tmp = dir.join(format!(".tmp.{}.{}", file_name(key), rand::random::<u32>()));
         let written = (|| {
             let mut f = File::create(&tmp)?;
-            f.write_all(body)?;
+            for part in body {
+                f.write_all(part)?;
+            }
             fs::rename(&tmp, dir.join(file_name(key)))
         })();
         let mut ix = self.index.lock();
@@ -500,7 +508,9 @@ mod tests {
         assert!(keys.is_empty());
         let keys: Vec<String> = (0..6).map(|i| format!("v/u1/chunks/0/0/{i}_0_5")).collect();
         for (i, k) in keys.iter().enumerate() {
-            s.put(k, i as u64, &[i as u8; 5], Duration::ZERO).unwrap();
+            // In two parts (data, then checksums), written as one file.
+            let parts = [vec![i as u8; 3].into(), vec![i as u8; 2].into()];
+            s.put(k, i as u64, &parts, Duration::ZERO).unwrap();
         }
         assert_eq!(s.usage(), (6, 30));
         assert_eq!(s.read(&keys[2]).unwrap().unwrap(), vec![2u8; 5]);
@@ -539,15 +549,22 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let (s, _) = Stage::open(&roots(&t)[..1], "u2", 10).unwrap();
         let s = std::sync::Arc::new(s);
-        s.put("v/1_0_8", 1, &[1; 8], Duration::ZERO).unwrap();
-        let err = s.put("v/2_0_8", 2, &[2; 8], Duration::from_millis(10));
+        s.put("v/1_0_8", 1, &[vec![1; 8].into()], Duration::ZERO)
+            .unwrap();
+        let err = s.put(
+            "v/2_0_8",
+            2,
+            &[vec![2; 8].into()],
+            Duration::from_millis(10),
+        );
         assert!(
             matches!(err, Err(StageError::Full { used: 8, limit: 10 })),
             "{err:?}"
         );
         let s2 = s.clone();
-        let waiter =
-            std::thread::spawn(move || s2.put("v/2_0_8", 2, &[2; 8], Duration::from_secs(60)));
+        let waiter = std::thread::spawn(move || {
+            s2.put("v/2_0_8", 2, &[vec![2; 8].into()], Duration::from_secs(60))
+        });
         // The waiter can only finish after the removal below.
         assert!(s.contains("v/1_0_8"));
         assert_eq!(s.remove("v/1_0_8"), Some(1));

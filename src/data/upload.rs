@@ -11,6 +11,7 @@ use bytes::Bytes;
 use tokio::task::JoinHandle;
 
 use super::{DataStore, Error, Result};
+use crate::object::Payload;
 
 pub struct SliceUpload {
     store: DataStore,
@@ -59,12 +60,17 @@ impl SliceUpload {
         let key = shared.layout.block_key(id, index, block.len() as u32);
         // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
-            // The block and its encoded copy are in flight until stored.
-            let _room = shared.budget.take(block.len() * 2).await;
-            let body = if shared.format.checksums {
-                shared.layout.sums(&key).encode(&block)
+            // The block (which the object's parts share, not copy) and its checksums are in
+            // flight until stored.
+            let sums = shared.layout.sums(&key);
+            let _room = shared
+                .budget
+                .take(block.len() + sums.trailer_len(block.len()))
+                .await;
+            let body: Payload = if shared.format.checksums {
+                sums.parts(block.clone()).into_iter().collect()
             } else {
-                block.clone()
+                block.clone().into()
             };
             let staged = match shared.stage.clone() {
                 Some(st) => {
@@ -75,7 +81,7 @@ impl SliceUpload {
                     let (sh, k, b, wait) =
                         (shared.clone(), key.clone(), body.clone(), shared.stage_wait);
                     let res = tokio::task::spawn_blocking(move || {
-                        if let Err(e) = st.put(&k, id, &b, wait) {
+                        if let Err(e) = st.put(&k, id, b.as_ref(), wait) {
                             sh.release(id);
                             return Err(e);
                         }

@@ -32,7 +32,8 @@ pub type StoreResult<T> = std::result::Result<T, object_store::Error>;
 /// The requests unkai makes of a bucket, by key.
 #[async_trait::async_trait]
 pub trait Bucket: Send + Sync {
-    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()>;
+    /// `data` may come in parts (a block, then its checksums), sent as one object.
+    async fn put(&self, key: &str, data: PutPayload) -> StoreResult<()>;
     /// The whole object.
     async fn get(&self, key: &str) -> StoreResult<Bytes>;
     async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes>;
@@ -46,10 +47,8 @@ pub struct Native(pub Arc<dyn ObjectStore>);
 
 #[async_trait::async_trait]
 impl Bucket for Native {
-    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
-        self.0
-            .put(&ObjPath::from(key), PutPayload::from(data))
-            .await?;
+    async fn put(&self, key: &str, data: PutPayload) -> StoreResult<()> {
+        self.0.put(&ObjPath::from(key), data).await?;
         Ok(())
     }
 

@@ -18,8 +18,8 @@ use bytes::Bytes;
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 
-use super::ObjectInfo;
 use super::bucket::{Bucket, StoreResult};
+use super::{ObjectInfo, Payload};
 
 /// What a request is, for fault decisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,7 +170,7 @@ impl<B: Bucket> Faulty<B> {
 
 #[async_trait::async_trait]
 impl<B: Bucket> Bucket for Faulty<B> {
-    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
+    async fn put(&self, key: &str, data: Payload) -> StoreResult<()> {
         self.faults.before(Op::Put).await?;
         self.inner.put(key, data).await
     }

@@ -8,8 +8,8 @@ use std::ops::Range;
 use bytes::Bytes;
 use tokio::sync::Semaphore;
 
-use super::ObjectInfo;
 use super::bucket::{Bucket, StoreResult};
+use super::{ObjectInfo, Payload};
 
 /// At most `max` requests of `inner` at a time; the others wait for a permit.
 pub struct Limited<B> {
@@ -35,7 +35,7 @@ impl<B: Bucket> Limited<B> {
 
 #[async_trait::async_trait]
 impl<B: Bucket> Bucket for Limited<B> {
-    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
+    async fn put(&self, key: &str, data: Payload) -> StoreResult<()> {
         let _permit = self.permit().await;
         self.inner.put(key, data).await
     }
@@ -76,7 +76,7 @@ mod tests {
 
     #[async_trait::async_trait]
     impl Bucket for Slow {
-        async fn put(&self, _: &str, _: Bytes) -> StoreResult<()> {
+        async fn put(&self, _: &str, _: Payload) -> StoreResult<()> {
             unimplemented!()
         }
         async fn get(&self, _: &str) -> StoreResult<Bytes> {

@@ -34,6 +34,8 @@ use limit::Limited;
 use retry::Retried;
 use traffic::Counted;
 
+/// What a put sends: one buffer or several, stored as one object (object_store's type).
+pub use object_store::PutPayload as Payload;
 pub use retry::Policy;
 pub use traffic::Traffic;
 pub use url::StorageUrl;
@@ -257,8 +259,10 @@ impl ObjectStorage {
         self.local_root.as_deref()
     }
 
-    pub async fn put(&self, key: &str, data: Bytes) -> Result<()> {
-        Ok(self.bucket.put(key, data).await?)
+    /// Stores `data` (one buffer, or parts sent as one object without being copied
+    /// together) under `key`.
+    pub async fn put(&self, key: &str, data: impl Into<Payload>) -> Result<()> {
+        Ok(self.bucket.put(key, data.into()).await?)
     }
 
     /// What this storage put and got so far (write amplification: `put_bytes` against the
@@ -568,7 +572,11 @@ mod tests {
             let faults = Arc::new(Faults::parse("error=1.0").unwrap());
             let traffic = Arc::<Traffic>::default();
             let b = stack(mem(), &policy, Some(faults.clone()), traffic.clone());
-            assert!(b.put("k", Bytes::from_static(b"abcdef")).await.is_err());
+            assert!(
+                b.put("k", Bytes::from_static(b"abcdef").into())
+                    .await
+                    .is_err()
+            );
             let injected = faults.injected.load(std::sync::atomic::Ordering::Relaxed);
             assert_eq!(injected, 3, "one fault per attempt");
             assert_eq!(traffic.puts.load(std::sync::atomic::Ordering::Relaxed), 0);
@@ -576,7 +584,9 @@ mod tests {
             let faults = Arc::new(Faults::parse("truncate=1.0").unwrap());
             let traffic = Arc::<Traffic>::default();
             let b = stack(mem(), &policy, Some(faults), traffic.clone());
-            b.put("k", Bytes::from_static(b"abcdef")).await.unwrap();
+            b.put("k", Bytes::from_static(b"abcdef").into())
+                .await
+                .unwrap();
             assert_eq!(b.get("k").await.unwrap().len(), 3);
             let t = &traffic;
             let load =

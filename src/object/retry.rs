@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use bytes::Bytes;
 use rand::Rng;
 
-use super::ObjectInfo;
 use super::bucket::{Bucket, StoreResult};
+use super::{ObjectInfo, Payload};
 
 /// How requests are run.
 #[derive(Clone, Debug)]
@@ -227,7 +227,7 @@ impl<B: Bucket> Retried<B> {
 
 #[async_trait::async_trait]
 impl<B: Bucket> Bucket for Retried<B> {
-    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
+    async fn put(&self, key: &str, data: Payload) -> StoreResult<()> {
         run(&self.policy, &self.stall, &format!("put {key}"), || {
             self.inner.put(key, data.clone())
         })

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::ObjectInfo;
 use super::bucket::{Bucket, StoreResult};
+use super::{ObjectInfo, Payload};
 
 /// Objects and bytes put and got through one `ObjectStorage` since it opened.
 #[derive(Debug, Default)]
@@ -55,8 +55,8 @@ impl<B: Bucket> Counted<B> {
 
 #[async_trait::async_trait]
 impl<B: Bucket> Bucket for Counted<B> {
-    async fn put(&self, key: &str, data: Bytes) -> StoreResult<()> {
-        let len = data.len() as u64;
+    async fn put(&self, key: &str, data: Payload) -> StoreResult<()> {
+        let len = data.content_length() as u64;
         self.inner.put(key, data).await?;
         self.traffic.puts.fetch_add(1, Ordering::Relaxed);
         self.traffic.put_bytes.fetch_add(len, Ordering::Relaxed);
