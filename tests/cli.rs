@@ -896,3 +896,56 @@ fn a_damaged_metadata_database_is_refused_at_mount_and_named_by_fsck() {
     assert!(!ok, "fsck passed a damaged database: {out}{err}");
     assert!(out.contains("damaged database"), "{out}{err}");
 }
+
+/// The log of an unmount counts the FUSE requests served, by kind: a scripted sequence
+/// moves each count by what it asked of the kernel.
+#[test]
+fn unmount_logs_the_fuse_requests_served() {
+    let vol = Volume::new();
+    let m = vol.mount();
+    let log = m.log.clone();
+    fs::create_dir(m.p("d")).unwrap();
+    for i in 0..20 {
+        fs::write(m.p(&format!("d/f{i}")), b"x").unwrap();
+    }
+    for i in 0..20 {
+        fs::remove_file(m.p(&format!("d/f{i}"))).unwrap();
+    }
+    fs::remove_dir(m.p("d")).unwrap();
+    m.unmount();
+    let text = fs::read_to_string(&log).unwrap();
+    let line = text
+        .lines()
+        .rfind(|l| l.contains("FUSE requests: "))
+        .unwrap_or_else(|| panic!("no request summary:\n{}", tail(&text, 20)));
+    // "... FUSE requests: N (kind n, kind n, ...)"
+    let inner = line.rsplit_once('(').unwrap().1.trim_end_matches(')');
+    let count = |kind: &str| -> u64 {
+        inner
+            .split(", ")
+            .find_map(|kv| kv.strip_prefix(&format!("{kind} ")))
+            .map_or(0, |n| n.parse().unwrap())
+    };
+    assert_eq!(
+        (
+            count("mkdir"),
+            count("create"),
+            count("unlink"),
+            count("rmdir")
+        ),
+        (1, 20, 20, 1),
+        "{line}"
+    );
+    assert!(count("write") >= 20 && count("release") >= 20, "{line}");
+    let total: u64 = line
+        .split("FUSE requests: ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let sum: u64 = inner
+        .split(", ")
+        .map(|kv| kv.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(total, sum, "{line}");
+}

@@ -1,6 +1,7 @@
 //! The fuser adapter: each FUSE request becomes one `vfs` call and one reply.
 //!
-//! This is where errors become errnos, where attributes get their kernel cache TTLs, and where
+//! This is where errors become errnos, where attributes get their kernel cache TTLs, where
+//! requests are counted by kind (`fuse::requests`, logged at unmount), and where
 //! the kernel connection is configured (request sizes, READDIRPLUS, parallel directory ops).
 //!
 //! Not for: any file-system logic; if a method here does more than translate, it belongs in vfs.
@@ -20,6 +21,7 @@ use fuser::{
 };
 
 use super::Coherence;
+use super::requests::{Req, Requests};
 use crate::meta::{
     Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
 };
@@ -74,6 +76,8 @@ pub struct Adapter {
     /// Whether the kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`); without it, setting one is
     /// refused rather than kept and ignored.
     acl: bool,
+    /// The requests served, by kind (logged at unmount).
+    requests: Requests,
 }
 
 impl Adapter {
@@ -83,6 +87,7 @@ impl Adapter {
             cache,
             coherence,
             acl: false,
+            requests: Requests::default(),
         }
     }
 
@@ -325,6 +330,10 @@ impl Adapter {
 }
 
 impl Filesystem for Adapter {
+    fn destroy(&mut self) {
+        tracing::info!("{}", self.requests.summary());
+    }
+
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         if let Err(max) = config.set_max_write(MAX_REQUEST) {
             let _ = config.set_max_write(max);
@@ -376,6 +385,7 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        self.requests.count(Req::Lookup);
         match self.vfs.lookup(&ctx(req), parent.0, name.as_bytes()) {
             Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent.0).is_zero() => {
                 // A negative entry: the kernel remembers the name is absent.
@@ -408,6 +418,7 @@ impl Filesystem for Adapter {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        self.requests.count(Req::Getattr);
         match self.vfs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -432,6 +443,7 @@ impl Filesystem for Adapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        self.requests.count(Req::Setattr);
         // A SETATTR that sets nothing (or the ctime alone) is chown(-1, -1), or the kernel
         // asking to drop privileges it found (under FUSE_HANDLE_KILLPRIV_V2 it strips the
         // mode it would have set): both drop setuid, setgid and capabilities, as a chown.
@@ -453,6 +465,7 @@ impl Filesystem for Adapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        self.requests.count(Req::Readlink);
         match self.vfs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
@@ -469,6 +482,7 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
+        self.requests.count(Req::Mknod);
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -492,6 +506,7 @@ impl Filesystem for Adapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        self.requests.count(Req::Mkdir);
         let res = self.vfs.mknod(
             &creator(req, umask),
             parent.0,
@@ -504,6 +519,7 @@ impl Filesystem for Adapter {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.count(Req::Unlink);
         match self.vfs.unlink(&ctx(req), parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -511,6 +527,7 @@ impl Filesystem for Adapter {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.count(Req::Rmdir);
         match self.vfs.rmdir(&ctx(req), parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -525,6 +542,7 @@ impl Filesystem for Adapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        self.requests.count(Req::Symlink);
         let res = self.vfs.symlink(
             &ctx(req),
             parent.0,
@@ -544,6 +562,7 @@ impl Filesystem for Adapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Rename);
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
@@ -570,6 +589,7 @@ impl Filesystem for Adapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        self.requests.count(Req::Link);
         let res = self
             .vfs
             .link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
@@ -577,6 +597,7 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.requests.count(Req::Open);
         match self.vfs.open(ino.0, flags.0) {
             Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep)),
             Err(e) => reply.error(errno(&e)),
@@ -594,6 +615,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        self.requests.count(Req::Read);
         match self.vfs.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
@@ -612,6 +634,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        self.requests.count(Req::Write);
         // Under FUSE_HANDLE_KILLPRIV_V2: the writer lacks CAP_FSETID.
         let kill = write_flags
             .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
@@ -641,6 +664,7 @@ impl Filesystem for Adapter {
         _pid: u32,
         reply: ReplyLock,
     ) {
+        self.requests.count(Req::Getlk);
         let Some(kind) = lock_kind(typ) else {
             return reply.error(Errno::EINVAL);
         };
@@ -664,6 +688,7 @@ impl Filesystem for Adapter {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Setlk);
         let kind = match typ {
             libc::F_UNLCK => None,
             t => match lock_kind(t) {
@@ -714,6 +739,7 @@ impl Filesystem for Adapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Flush);
         // A close by a process drops its fcntl locks on the file (the kernel leaves that to
         // a file system that keeps the locks).
         let res = self
@@ -738,6 +764,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Release);
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
         if let Err(e) = self.vfs.locks_released(ino.0, fh.0) {
@@ -757,6 +784,7 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Fsync);
         match self.vfs.fsync(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -764,6 +792,7 @@ impl Filesystem for Adapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        self.requests.count(Req::Opendir);
         match self.vfs.opendir(ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
@@ -778,6 +807,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        self.requests.count(Req::Readdir);
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(ino.0, cookie, 256, false) {
@@ -810,6 +840,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
+        self.requests.count(Req::Readdirplus);
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(ino.0, cookie, 128, true) {
@@ -845,6 +876,7 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Releasedir);
         match self.vfs.releasedir(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -859,6 +891,7 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Fsyncdir);
         match self.vfs.fsyncdir() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -866,6 +899,7 @@ impl Filesystem for Adapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        self.requests.count(Req::Statfs);
         match self.vfs.statfs() {
             Ok(s) => {
                 let bs = 4096u64;
@@ -894,6 +928,7 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Setxattr);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(Errno::EOPNOTSUPP);
         }
@@ -907,6 +942,7 @@ impl Filesystem for Adapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        self.requests.count(Req::Getxattr);
         match self.vfs.get_xattr(ino.0, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
@@ -916,6 +952,7 @@ impl Filesystem for Adapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.requests.count(Req::Listxattr);
         match self.vfs.list_xattr(ino.0) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
@@ -925,6 +962,7 @@ impl Filesystem for Adapter {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.requests.count(Req::Removexattr);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(Errno::EOPNOTSUPP);
         }
@@ -935,6 +973,7 @@ impl Filesystem for Adapter {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
+        self.requests.count(Req::Access);
         // Only called without default_permissions; check the mode bits like the kernel would.
         let a = match self.vfs.getattr(ino.0) {
             Ok(a) => a,
@@ -957,6 +996,7 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        self.requests.count(Req::Create);
         match self.vfs.create(
             &creator(req, umask),
             parent.0,
@@ -997,6 +1037,7 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
+        self.requests.count(Req::Ioctl);
         const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
         const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
         const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
@@ -1058,6 +1099,7 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
+        self.requests.count(Req::Fallocate);
         match self.vfs.fallocate(&ctx(req), fh.0, offset, length, mode) {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -1073,6 +1115,7 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
+        self.requests.count(Req::Lseek);
         if self.cache.writeback {
             // Dirty pages the kernel has not handed over yet are invisible here, so holes
             // cannot be told apart from unwritten data: the kernel's fallback (the whole
@@ -1101,6 +1144,7 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
+        self.requests.count(Req::CopyFileRange);
         let len = len.min(u32::MAX as u64 & !0xfff);
         match self
             .vfs

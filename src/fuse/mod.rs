@@ -6,6 +6,7 @@
 pub mod adapter;
 pub mod coherence;
 pub mod mounts;
+pub mod requests;
 
 use std::io;
 use std::path::Path;
