@@ -109,6 +109,9 @@ impl From<rusqlite::Error> for TxError {
     }
 }
 
+/// Prepared statements kept per connection.
+const STATEMENT_CACHE: usize = 256;
+
 fn open_conn(path: &Path, create: bool) -> rusqlite::Result<Connection> {
     let mut flags = OpenFlags::SQLITE_OPEN_READ_WRITE
         | OpenFlags::SQLITE_OPEN_NO_MUTEX
@@ -118,6 +121,9 @@ fn open_conn(path: &Path, create: bool) -> rusqlite::Result<Connection> {
     }
     let c = Connection::open_with_flags(path, flags)?;
     c.busy_timeout(Duration::from_secs(60))?;
+    // Every statement the engine runs stays prepared (rusqlite keeps 16 by default, fewer
+    // than the engine's statements, so a busy mount parsed SQL over and over).
+    c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
     c.execute_batch(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=MEMORY;
          PRAGMA cache_size=-32768;",
