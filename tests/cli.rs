@@ -948,4 +948,13 @@ fn unmount_logs_the_fuse_requests_served() {
         .map(|kv| kv.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum();
     assert_eq!(total, sum, "{line}");
+    // And the daemon's time answering them, by kind.
+    let time = text
+        .lines()
+        .rfind(|l| l.contains("FUSE request time: "))
+        .unwrap_or_else(|| panic!("no request time summary:\n{}", tail(&text, 20)));
+    assert!(
+        time.contains("create ") && time.contains(" µs each"),
+        "{time}"
+    );
 }

@@ -332,6 +332,7 @@ impl Adapter {
 impl Filesystem for Adapter {
     fn destroy(&mut self) {
         tracing::info!("{}", self.requests.summary());
+        tracing::info!("{}", self.requests.time_summary());
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -385,7 +386,7 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.requests.count(Req::Lookup);
+        let _answering = self.requests.start(Req::Lookup);
         match self.vfs.lookup(&ctx(req), parent.0, name.as_bytes()) {
             Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent.0).is_zero() => {
                 // A negative entry: the kernel remembers the name is absent.
@@ -418,7 +419,7 @@ impl Filesystem for Adapter {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        self.requests.count(Req::Getattr);
+        let _answering = self.requests.start(Req::Getattr);
         match self.vfs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
             Err(e) => reply.error(errno(&e)),
@@ -443,7 +444,7 @@ impl Filesystem for Adapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        self.requests.count(Req::Setattr);
+        let _answering = self.requests.start(Req::Setattr);
         // A SETATTR that sets nothing (or the ctime alone) is chown(-1, -1), or the kernel
         // asking to drop privileges it found (under FUSE_HANDLE_KILLPRIV_V2 it strips the
         // mode it would have set): both drop setuid, setgid and capabilities, as a chown.
@@ -465,7 +466,7 @@ impl Filesystem for Adapter {
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        self.requests.count(Req::Readlink);
+        let _answering = self.requests.start(Req::Readlink);
         match self.vfs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
@@ -482,7 +483,7 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        self.requests.count(Req::Mknod);
+        let _answering = self.requests.start(Req::Mknod);
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
@@ -506,7 +507,7 @@ impl Filesystem for Adapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        self.requests.count(Req::Mkdir);
+        let _answering = self.requests.start(Req::Mkdir);
         let res = self.vfs.mknod(
             &creator(req, umask),
             parent.0,
@@ -519,7 +520,7 @@ impl Filesystem for Adapter {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.count(Req::Unlink);
+        let _answering = self.requests.start(Req::Unlink);
         match self.vfs.unlink(&ctx(req), parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -527,7 +528,7 @@ impl Filesystem for Adapter {
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.count(Req::Rmdir);
+        let _answering = self.requests.start(Req::Rmdir);
         match self.vfs.rmdir(&ctx(req), parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -542,7 +543,7 @@ impl Filesystem for Adapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        self.requests.count(Req::Symlink);
+        let _answering = self.requests.start(Req::Symlink);
         let res = self.vfs.symlink(
             &ctx(req),
             parent.0,
@@ -562,7 +563,7 @@ impl Filesystem for Adapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Rename);
+        let _answering = self.requests.start(Req::Rename);
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
@@ -589,7 +590,7 @@ impl Filesystem for Adapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        self.requests.count(Req::Link);
+        let _answering = self.requests.start(Req::Link);
         let res = self
             .vfs
             .link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
@@ -597,7 +598,7 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.requests.count(Req::Open);
+        let _answering = self.requests.start(Req::Open);
         match self.vfs.open(ino.0, flags.0) {
             Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep)),
             Err(e) => reply.error(errno(&e)),
@@ -615,7 +616,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.requests.count(Req::Read);
+        let _answering = self.requests.start(Req::Read);
         match self.vfs.read(fh.0, offset, size) {
             Ok(d) => reply.data(&d),
             Err(e) => reply.error(errno(&e)),
@@ -634,7 +635,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        self.requests.count(Req::Write);
+        let _answering = self.requests.start(Req::Write);
         // Under FUSE_HANDLE_KILLPRIV_V2: the writer lacks CAP_FSETID.
         let kill = write_flags
             .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
@@ -664,7 +665,7 @@ impl Filesystem for Adapter {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        self.requests.count(Req::Getlk);
+        let _answering = self.requests.start(Req::Getlk);
         let Some(kind) = lock_kind(typ) else {
             return reply.error(Errno::EINVAL);
         };
@@ -688,7 +689,7 @@ impl Filesystem for Adapter {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Setlk);
+        let _answering = self.requests.start(Req::Setlk);
         let kind = match typ {
             libc::F_UNLCK => None,
             t => match lock_kind(t) {
@@ -739,7 +740,7 @@ impl Filesystem for Adapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Flush);
+        let _answering = self.requests.start(Req::Flush);
         // A close by a process drops its fcntl locks on the file (the kernel leaves that to
         // a file system that keeps the locks).
         let res = self
@@ -764,7 +765,7 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Release);
+        let _answering = self.requests.start(Req::Release);
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
         if let Err(e) = self.vfs.locks_released(ino.0, fh.0) {
@@ -784,7 +785,7 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Fsync);
+        let _answering = self.requests.start(Req::Fsync);
         match self.vfs.fsync(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -792,7 +793,7 @@ impl Filesystem for Adapter {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        self.requests.count(Req::Opendir);
+        let _answering = self.requests.start(Req::Opendir);
         match self.vfs.opendir(ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
@@ -807,7 +808,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        self.requests.count(Req::Readdir);
+        let _answering = self.requests.start(Req::Readdir);
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(ino.0, cookie, 256, false) {
@@ -840,7 +841,7 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        self.requests.count(Req::Readdirplus);
+        let _answering = self.requests.start(Req::Readdirplus);
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(ino.0, cookie, 128, true) {
@@ -876,7 +877,7 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Releasedir);
+        let _answering = self.requests.start(Req::Releasedir);
         match self.vfs.releasedir(fh.0) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -891,7 +892,7 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Fsyncdir);
+        let _answering = self.requests.start(Req::Fsyncdir);
         match self.vfs.fsyncdir() {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -899,7 +900,7 @@ impl Filesystem for Adapter {
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        self.requests.count(Req::Statfs);
+        let _answering = self.requests.start(Req::Statfs);
         match self.vfs.statfs() {
             Ok(s) => {
                 let bs = 4096u64;
@@ -928,7 +929,7 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Setxattr);
+        let _answering = self.requests.start(Req::Setxattr);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(Errno::EOPNOTSUPP);
         }
@@ -942,7 +943,7 @@ impl Filesystem for Adapter {
     }
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        self.requests.count(Req::Getxattr);
+        let _answering = self.requests.start(Req::Getxattr);
         match self.vfs.get_xattr(ino.0, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
@@ -952,7 +953,7 @@ impl Filesystem for Adapter {
     }
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        self.requests.count(Req::Listxattr);
+        let _answering = self.requests.start(Req::Listxattr);
         match self.vfs.list_xattr(ino.0) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
@@ -962,7 +963,7 @@ impl Filesystem for Adapter {
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.requests.count(Req::Removexattr);
+        let _answering = self.requests.start(Req::Removexattr);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(Errno::EOPNOTSUPP);
         }
@@ -973,7 +974,7 @@ impl Filesystem for Adapter {
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        self.requests.count(Req::Access);
+        let _answering = self.requests.start(Req::Access);
         // Only called without default_permissions; check the mode bits like the kernel would.
         let a = match self.vfs.getattr(ino.0) {
             Ok(a) => a,
@@ -996,7 +997,7 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        self.requests.count(Req::Create);
+        let _answering = self.requests.start(Req::Create);
         match self.vfs.create(
             &creator(req, umask),
             parent.0,
@@ -1037,7 +1038,7 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        self.requests.count(Req::Ioctl);
+        let _answering = self.requests.start(Req::Ioctl);
         const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
         const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
         const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
@@ -1099,7 +1100,7 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        self.requests.count(Req::Fallocate);
+        let _answering = self.requests.start(Req::Fallocate);
         match self.vfs.fallocate(&ctx(req), fh.0, offset, length, mode) {
             Ok(_) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -1115,7 +1116,7 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        self.requests.count(Req::Lseek);
+        let _answering = self.requests.start(Req::Lseek);
         if self.cache.writeback {
             // Dirty pages the kernel has not handed over yet are invisible here, so holes
             // cannot be told apart from unwritten data: the kernel's fallback (the whole
@@ -1144,7 +1145,7 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        self.requests.count(Req::CopyFileRange);
+        let _answering = self.requests.start(Req::CopyFileRange);
         let len = len.min(u32::MAX as u64 & !0xfff);
         match self
             .vfs
