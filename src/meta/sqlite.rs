@@ -18,6 +18,7 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use parking_lot::Mutex;
+use rusqlite::config::DbConfig;
 use rusqlite::types::{ToSqlOutput, ValueRef};
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, TransactionBehavior, params, params_from_iter,
@@ -124,6 +125,11 @@ fn open_conn(path: &Path, create: bool) -> rusqlite::Result<Connection> {
     // Every statement the engine runs stays prepared (rusqlite keeps 16 by default, fewer
     // than the engine's statements, so a busy mount parsed SQL over and over).
     c.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
+    // A prepared statement keeps its plan whatever values are bound to it (the query
+    // planner stability guarantee). Without it, SQLite (built with STAT4) marks statements
+    // whose plan might depend on a bound value and re-prepares them, parsing the SQL again,
+    // at every new binding: most of a lookup's time went to that.
+    c.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     c.execute_batch(
         "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA temp_store=MEMORY;
          PRAGMA cache_size=-32768;",
