@@ -55,6 +55,14 @@ impl Layout {
             } else {
                 0
             },
+            ..self.plain_sums()
+        }
+    }
+
+    /// The volume's checksums without a block's seal: what sizes depend on.
+    fn plain_sums(&self) -> Sums {
+        Sums {
+            seal: 0,
             segment: self.segment,
         }
     }
@@ -96,7 +104,7 @@ impl Layout {
     pub fn object_size(&self, len: u32) -> u64 {
         len as u64
             + if self.checksums {
-                self.sums("").trailer_len(len as usize) as u64
+                self.plain_sums().trailer_len(len as usize) as u64
             } else {
                 0
             }

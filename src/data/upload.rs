@@ -60,18 +60,15 @@ impl SliceUpload {
         let key = shared.layout.block_key(id, index, block.len() as u32);
         // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
-            // The block (which the object's parts share, not copy) and its checksums are in
-            // flight until stored.
-            let sums = shared.layout.sums(&key);
-            let _room = shared
-                .budget
-                .take(block.len() + sums.trailer_len(block.len()))
-                .await;
             let body: Payload = if shared.format.checksums {
-                sums.parts(block.clone()).into_iter().collect()
+                let parts = shared.layout.sums(&key).parts(block.clone());
+                parts.into_iter().collect()
             } else {
                 block.clone().into()
             };
+            // The object (the block, which its parts share, not copy, and its checksums) is
+            // in flight until stored.
+            let _room = shared.budget.take(body.content_length()).await;
             let staged = match shared.stage.clone() {
                 Some(st) => {
                     // Held before the block is visible, so its upload cannot release first;

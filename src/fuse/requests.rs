@@ -88,18 +88,25 @@ impl Requests {
         self.counts.iter().map(|c| c.load(Relaxed)).sum()
     }
 
+    /// Each kind served at least once, with its count and nanoseconds, the largest `key`
+    /// first (by name among equals).
+    fn served(&self, key: impl Fn(&(Req, u64, u64)) -> u64) -> Vec<(Req, u64, u64)> {
+        let mut seen: Vec<(Req, u64, u64)> = Req::ALL
+            .iter()
+            .map(|&r| (r, self.get(r), self.nanos[r as usize].load(Relaxed)))
+            .filter(|&(_, n, _)| n > 0)
+            .collect();
+        seen.sort_by(|a, b| key(b).cmp(&key(a)).then(a.0.name().cmp(b.0.name())));
+        seen
+    }
+
     /// One line: the total, then each kind served, most frequent first:
     /// `FUSE requests: 12 (lookup 5, getattr 4, create 3)`.
     pub fn summary(&self) -> String {
-        let mut seen: Vec<(Req, u64)> = Req::ALL
+        let each: Vec<String> = self
+            .served(|s| s.1)
             .iter()
-            .map(|&r| (r, self.get(r)))
-            .filter(|&(_, n)| n > 0)
-            .collect();
-        seen.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.name().cmp(b.0.name())));
-        let each: Vec<String> = seen
-            .iter()
-            .map(|(r, n)| format!("{} {n}", r.name()))
+            .map(|(r, n, _)| format!("{} {n}", r.name()))
             .collect();
         format!("FUSE requests: {} ({})", self.total(), each.join(", "))
     }
@@ -107,12 +114,7 @@ impl Requests {
     /// One line: the daemon's time answering requests, by kind, most first:
     /// `FUSE request time: 1.2 s (create 800 ms, 181 µs each; getattr 400 ms, 22 µs each)`.
     pub fn time_summary(&self) -> String {
-        let mut seen: Vec<(Req, u64, u64)> = Req::ALL
-            .iter()
-            .map(|&r| (r, self.get(r), self.nanos[r as usize].load(Relaxed)))
-            .filter(|&(_, n, _)| n > 0)
-            .collect();
-        seen.sort_by(|a, b| b.2.cmp(&a.2).then(a.0.name().cmp(b.0.name())));
+        let seen = self.served(|s| s.2);
         let total: u64 = seen.iter().map(|s| s.2).sum();
         let each: Vec<String> = seen
             .iter()
