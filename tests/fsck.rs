@@ -259,8 +259,9 @@ fn two_volumes_of_one_name_in_one_bucket_never_touch_each_other() {
 fn swapped_objects_read_as_eio_and_fsck_verify_names_them() {
     let vol = Volume::new();
     let m = vol.mount();
-    std::fs::write(m.p("one"), pattern(100_000, 51)).unwrap();
-    std::fs::write(m.p("two"), pattern(100_000, 52)).unwrap();
+    // Larger than an eighth of a block, so that neither is packed with the other.
+    std::fs::write(m.p("one"), pattern(600_000, 51)).unwrap();
+    std::fs::write(m.p("two"), pattern(600_000, 52)).unwrap();
     m.unmount();
     let objects = vol.objects();
     assert_eq!(objects.len(), 2, "{objects:?}");

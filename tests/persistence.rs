@@ -78,3 +78,78 @@ fn data_is_objects_and_deletion_removes_them() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Names in the mount's root.
+fn names(dir: &std::path::Path) -> std::collections::BTreeSet<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Namespace changes of a mount alone on its SQLite volume share commits (grouped commits):
+/// an operation that fails undoes only itself, not the others of its group; what an fsync of
+/// the directory covered survives a kill -9; a clean unmount keeps everything.
+#[test]
+fn grouped_changes_keep_every_success_and_survive_as_promised() {
+    let vol = Volume::new();
+    let mut want = std::collections::BTreeSet::new();
+    let work = |m: &Mount, from: usize, want: &mut std::collections::BTreeSet<String>| {
+        for i in from..from + 250 {
+            let name = format!("n{i}");
+            let errno = |r: std::io::Result<()>| r.unwrap_err().raw_os_error();
+            match i % 5 {
+                0 => {
+                    std::fs::create_dir(m.p(&name)).unwrap();
+                    assert_eq!(errno(std::fs::create_dir(m.p(&name))), Some(libc::EEXIST));
+                    want.insert(name);
+                }
+                1 => {
+                    std::fs::write(m.p(&name), b"x").unwrap();
+                    assert_eq!(errno(std::fs::remove_file(m.p("none"))), Some(libc::ENOENT));
+                    want.insert(name);
+                }
+                2 => {
+                    std::os::unix::fs::symlink("target", m.p(&name)).unwrap();
+                    let moved = format!("m{i}");
+                    std::fs::rename(m.p(&name), m.p(&moved)).unwrap();
+                    assert_eq!(
+                        errno(std::fs::rename(m.p(&name), m.p("other"))),
+                        Some(libc::ENOENT)
+                    );
+                    want.insert(moved);
+                }
+                3 => {
+                    std::fs::write(m.p(&name), b"y").unwrap();
+                    std::fs::remove_file(m.p(&name)).unwrap();
+                }
+                _ => {
+                    std::fs::File::create(m.p(&name)).unwrap();
+                    let linked = format!("l{i}");
+                    std::fs::hard_link(m.p(&name), m.p(&linked)).unwrap();
+                    assert_eq!(
+                        errno(std::fs::hard_link(m.p(&name), m.p(&linked))),
+                        Some(libc::EEXIST)
+                    );
+                    want.insert(name);
+                    want.insert(linked);
+                }
+            }
+        }
+        assert_eq!(names(&m.path), *want);
+    };
+    let m = vol.mount();
+    work(&m, 0, &mut want);
+    // fsync of the directory: everything before it is durable, kill -9 or not.
+    std::fs::File::open(&m.path).unwrap().sync_all().unwrap();
+    m.kill9();
+    let m = vol.mount();
+    assert_eq!(names(&m.path), want);
+    work(&m, 250, &mut want);
+    m.unmount();
+    let m = vol.mount();
+    assert_eq!(names(&m.path), want);
+    m.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok, "{out}{err}");
+}

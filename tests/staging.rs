@@ -1,5 +1,5 @@
 //! Write-back staging (`mount --writeback`, on by default for an SQLite volume whose store is
-//! not a plain local directory): close and fsync wait for local disk only, blocks go up behind
+//! not a plain local directory, and for small files only where it is one): close and fsync wait for local disk only, blocks go up behind
 //! the application, and nothing acknowledged is lost — not to a store that is down, not to a
 //! full staging area, not to a client killed with -9. Unmounting uploads everything staged.
 //! On a PostgreSQL volume close still waits for the store, so another client that opens a
@@ -360,6 +360,66 @@ fn small_files_make_few_puts() {
     fsck_clean(&vol);
     let (ok, out, err) = vol.cmd("gc", &[]);
     assert!(ok && out.contains("0 leaked objects"), "{out}{err}");
+}
+
+/// On the default local-directory bucket, small files are staged and packed (one object for
+/// many, instead of an object file created per file at each close), while whole blocks go
+/// straight to the bucket; a client killed with -9 loses nothing closed, and the next mount
+/// uploads the packs it left.
+#[test]
+fn on_a_local_bucket_only_small_files_are_staged_and_packed() {
+    let vol = Volume::with_args(&[]);
+    let m = vol.mount();
+    let mut rng = common::rng::SplitMix(29);
+    let mut want = Vec::new();
+    for i in 0..300 {
+        let name = format!("f{i}");
+        let len = rng.between(1, 8_000) as usize;
+        let data = rng.fill(len);
+        fs::write(m.p(&name), &data).unwrap();
+        want.push((name, data));
+    }
+    // Two whole blocks and a tail (4 MiB blocks by default).
+    let big = pattern(9 << 20, 5);
+    fs::write(m.p("big"), &big).unwrap();
+    want.push(("big".to_string(), big));
+    let log = fs::read_to_string(&m.log).unwrap();
+    assert!(log.contains("small files, packed together"), "{log}");
+    // The big file's whole blocks are in the bucket already, and nothing of them is staged:
+    // what is staged is packs (raw files while they fill, or sealed ones waiting to go up).
+    let blocks = vol
+        .objects()
+        .iter()
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .ends_with("_4194304")
+        })
+        .count();
+    assert!(blocks >= 2, "{:?}", vol.objects());
+    assert!(
+        staged_files(&vol)
+            .iter()
+            .all(|p| !p.to_string_lossy().ends_with("_4194304")),
+        "{:?}",
+        staged_files(&vol)
+    );
+    m.kill9();
+    let m = vol.mount();
+    for (name, data) in &want {
+        assert_eq!(&fs::read(m.p(name)).unwrap(), data, "{name}");
+    }
+    m.unmount();
+    assert!(staged_files(&vol).is_empty(), "{:?}", staged_files(&vol));
+    // 300 small files went up in a few packs, not one object each.
+    assert!(
+        vol.objects().len() < 300 / 10,
+        "{} objects: {:?}",
+        vol.objects().len(),
+        vol.objects()
+    );
+    fsck_clean(&vol);
 }
 
 /// Blocks a killed client left staged are found by `fsck` (not missing) and uploaded by

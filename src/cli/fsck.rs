@@ -20,6 +20,7 @@ fn upload_staged(fmt: &Format, dirs: &[PathBuf], blocks: usize, quiet: bool) -> 
                 dirs: dirs.to_vec(),
                 limit: u64::MAX,
                 wait: std::time::Duration::ZERO,
+                blocks: true,
             }),
             ..data::Config::default()
         },

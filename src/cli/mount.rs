@@ -73,7 +73,9 @@ pub struct Args {
     /// Write-back: a file's new blocks are staged on local disk (--cache-dir) and uploaded
     /// behind the application; close and fsync wait for local disk only, and nothing staged
     /// is lost to a crash (the next mount uploads it). `auto`: on for a volume this client has
-    /// to itself (SQLite) whose store is not a plain local directory. On a PostgreSQL volume,
+    /// to itself (SQLite) whose store is not a plain local directory; on a plain local
+    /// directory, only small files are staged (packed together, one object for many). On a
+    /// PostgreSQL volume,
     /// `on` weakens close-to-open: another client may read EIO until the upload lands (see
     /// the README's durability contract).
     #[arg(long, value_enum, default_value_t = Toggle::Auto, env = "UNKAI_WRITEBACK")]

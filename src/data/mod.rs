@@ -98,6 +98,10 @@ pub struct StageConfig {
     pub limit: u64,
     /// How long a writer waits for room before storing its block directly in the bucket.
     pub wait: Duration,
+    /// Whether whole blocks are staged too (false: only small files' packs, `data::pack`;
+    /// blocks go straight to the bucket, as for a local-directory bucket, where staging them
+    /// would only write their bytes twice on the same disks).
+    pub blocks: bool,
 }
 
 impl Default for Config {
@@ -126,6 +130,8 @@ pub(crate) struct Shared {
     pub(crate) stage: Option<Arc<stage::Stage>>,
     pub(crate) uploader: Option<writeback::Uploader>,
     pub(crate) stage_wait: Duration,
+    /// Whether whole blocks are staged (else only packs are).
+    pub(crate) stages_blocks: bool,
     /// Write-back: small files packed together (`pack`).
     pub(crate) packer: Option<pack::Packer>,
     /// Blocks being fetched ahead of their readers.
@@ -199,12 +205,12 @@ impl DataStore {
             .thread_name("unkai-io")
             .enable_all()
             .build()?;
-        let (stage, adopted, stage_wait) = match &cfg.stage {
+        let (stage, adopted, stage_wait, stages_blocks) = match &cfg.stage {
             Some(sc) => {
                 let (st, keys) = stage::Stage::open(&sc.dirs, &format.uuid, sc.limit)?;
-                (Some(Arc::new(st)), keys, sc.wait)
+                (Some(Arc::new(st)), keys, sc.wait, sc.blocks)
             }
-            None => (None, Vec::new(), Duration::ZERO),
+            None => (None, Vec::new(), Duration::ZERO, false),
         };
         let disk = cfg
             .disk
@@ -225,6 +231,7 @@ impl DataStore {
             budget: budget::Budget::new(cfg.in_flight_bytes),
             stage,
             stage_wait,
+            stages_blocks,
         });
         if shared.packer.is_some() {
             // Seals a pack that has gone quiet; ends with the data store.
@@ -258,6 +265,11 @@ impl DataStore {
     /// Whether blocks are staged on local disk and uploaded behind the application.
     pub fn writes_back(&self) -> bool {
         self.shared.stage.is_some()
+    }
+
+    /// Whether whole blocks are staged too, not only small files' packs.
+    pub fn stages_blocks(&self) -> bool {
+        self.shared.stages_blocks
     }
 
     /// Whether small files are packed together (with write-back: see [`pack`]).
@@ -563,7 +575,14 @@ async fn fetch_uncached(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if whole || range.len() * 2 >= blen {
-            let obj = shared.obj.get(key).await?;
+            let obj = match shared.obj.get(key).await {
+                // Staged by another mount, or uploaded by it since (its file then gone).
+                Err(object::Error::NotFound(_)) => match from_peers(shared, key, blen, &range) {
+                    Some(b) => return Ok(b),
+                    None => shared.obj.get(key).await?,
+                },
+                other => other?,
+            };
             let got = obj.len();
             let data = if checksums {
                 sums.decode(obj.clone(), blen)
@@ -588,10 +607,19 @@ async fn fetch_uncached(
         if checksums {
             let a = sums.aligned(range.clone(), blen);
             let s = sums.sums_range(&a, blen);
-            let (d, trailer) = futures::try_join!(
-                shared.obj.get_range(key, a.start as u64..a.end as u64),
-                shared.obj.get_range(key, s.start as u64..s.end as u64),
-            )?;
+            let get = || async {
+                futures::try_join!(
+                    shared.obj.get_range(key, a.start as u64..a.end as u64),
+                    shared.obj.get_range(key, s.start as u64..s.end as u64),
+                )
+            };
+            let (d, trailer) = match get().await {
+                Err(object::Error::NotFound(_)) => match from_peers(shared, key, blen, &range) {
+                    Some(b) => return Ok(b),
+                    None => get().await?,
+                },
+                other => other?,
+            };
             if d.len() == a.len() && sums.verify(&d, &trailer, a.start) {
                 return Ok(d.slice(range.start - a.start..range.end - a.start));
             }
@@ -611,6 +639,29 @@ async fn fetch_uncached(
         key: key.into(),
         problem,
     })
+}
+
+/// Bytes `range` of block `key` (`blen` bytes) as another mount of this machine staged it
+/// (see [`stage::Stage::read_peer`]), verified as any staged block; for a block missing from
+/// the bucket.
+fn from_peers(
+    shared: &Shared,
+    key: &str,
+    blen: usize,
+    range: &std::ops::Range<usize>,
+) -> Option<Bytes> {
+    let (obj, raw) = shared.stage.as_ref()?.read_peer(key, range.clone())?;
+    if raw {
+        return Some(obj);
+    }
+    let data = match shared.format.checksums {
+        true => shared.layout.sums(key).decode(obj, blen),
+        false => (obj.len() == blen).then_some(obj),
+    };
+    if data.is_none() {
+        tracing::error!("block {key} staged by another mount is damaged on local disk");
+    }
+    Some(data?.slice(range.clone()))
 }
 
 /// Bytes `range` of block `key` (`blen` bytes) from the disk cache, if it has them intact;
@@ -783,6 +834,7 @@ mod tests {
                 dirs: roots.clone(),
                 limit: 1 << 20,
                 wait: Duration::from_secs(5),
+                blocks: true,
             }),
             disk: Some(DiskConfig {
                 roots,
@@ -926,6 +978,7 @@ mod tests {
                 dirs: vec![dir.path().join("stage")],
                 limit: 1 << 20,
                 wait: Duration::from_secs(5),
+                blocks: true,
             }),
             ..Config::default()
         };
@@ -978,6 +1031,7 @@ mod tests {
                 dirs: vec![dir.to_path_buf()],
                 limit: 1 << 20,
                 wait: Duration::from_secs(5),
+                blocks: true,
             }),
             ..Config::default()
         };

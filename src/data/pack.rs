@@ -249,6 +249,7 @@ mod tests {
                 dirs: vec![cache.to_path_buf()],
                 limit: 1 << 30,
                 wait: Duration::from_secs(5),
+                blocks: true,
             }),
             ..Config::default()
         };

@@ -294,6 +294,42 @@ impl Stage {
         fs::read(path).map(|b| Some(Bytes::from(b)))
     }
 
+    /// The object of `key` as another mount of this machine staged it (a raw pack: bytes
+    /// `range` as appended, else the whole object with its checksums), looked for in the
+    /// volume's staging directories beside this one. Two mounts of one SQLite volume stage
+    /// apart: a block one staged and committed is read by the other from there until it is
+    /// uploaded. `None`: no other mount has it staged.
+    pub fn read_peer(&self, key: &str, range: std::ops::Range<usize>) -> Option<(Bytes, bool)> {
+        let name = file_name(key);
+        for vdir in self.dirs.iter().filter_map(|d| d.parent()) {
+            let Ok(rd) = fs::read_dir(vdir) else {
+                continue;
+            };
+            for d in rd.flatten().map(|e| e.path()) {
+                if self.dirs.contains(&d) || !is_stage_dir(&d) {
+                    continue;
+                }
+                if let Ok(f) = File::open(d.join(name.clone() + RAW)) {
+                    let mut buf = vec![0u8; range.len()];
+                    let mut done = 0;
+                    while done < buf.len() {
+                        use std::os::unix::fs::FileExt;
+                        match f.read_at(&mut buf[done..], (range.start + done) as u64) {
+                            Ok(0) => break,
+                            Ok(n) => done += n,
+                            Err(_) => return None,
+                        }
+                    }
+                    return Some((Bytes::from(buf), true));
+                }
+                if let Ok(b) = fs::read(d.join(&name)) {
+                    return Some((Bytes::from(b), false));
+                }
+            }
+        }
+        None
+    }
+
     pub fn contains(&self, key: &str) -> bool {
         self.index.lock().blocks.contains_key(key)
     }

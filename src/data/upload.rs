@@ -69,7 +69,7 @@ impl SliceUpload {
             // The object (the block, which its parts share, not copy, and its checksums) is
             // in flight until stored.
             let _room = shared.budget.take(body.content_length()).await;
-            let staged = match shared.stage.clone() {
+            let staged = match shared.stage.clone().filter(|_| shared.stages_blocks) {
                 Some(st) => {
                     // Held before the block is visible, so its upload cannot release first;
                     // staged and queued in one step, so that a task aborted meanwhile (a
@@ -207,7 +207,7 @@ impl SliceUpload {
         // on): its block would stay staged and go up with nothing to delete it. Staging is
         // local and quick, so with write-back the tasks are waited for instead, and every
         // block they stored is returned.
-        if !self.store.writes_back() {
+        if !self.store.stages_blocks() {
             for h in &running {
                 h.abort();
             }

@@ -103,6 +103,31 @@ pub trait Engine: Send + Sync + 'static {
     /// an explicit transaction where the engine allows that, else in a write transaction.
     fn single<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T>;
 
+    /// As [`Engine::write`], for a change that need not be committed before its reply
+    /// (namespace and attributes): an engine may group it with others into one commit, made
+    /// before any operation that promises more returns ([`Engine::write`], [`Engine::sync`],
+    /// [`Engine::commit_group`]). Reads of this process see it at once.
+    fn write_grouped<T>(
+        &self,
+        lock: &[Ino],
+        rename_lock: bool,
+        f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        self.write(lock, rename_lock, f)
+    }
+
+    /// Lets [`Engine::write_grouped`] group changes (only while this client has the volume
+    /// to itself), or stops it.
+    fn group_writes(&self, on: bool) {
+        let _ = on;
+    }
+
+    /// Commits the changes grouped so far (before deciding from committed state what to
+    /// delete from the bucket).
+    fn commit_group(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// Runs `f`, which only reads; statements need not see one snapshot.
     fn read<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T>;
 

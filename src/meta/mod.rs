@@ -563,6 +563,12 @@ pub trait Meta: Send + Sync {
     // ---- durability & reclaiming ----
     /// Makes everything committed so far durable on stable storage.
     fn sync(&self) -> Result<()>;
+
+    /// Lets namespace and attribute changes share commits (SQLite, while this client has the
+    /// volume to itself: see `sqlite::group`), or stops it and commits what is grouped.
+    fn group_writes(&self, on: bool) {
+        let _ = on;
+    }
     /// Slices no longer referenced whose trash period is over (their objects may be deleted).
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>>;
     /// Forgets dead slices once their objects are deleted.

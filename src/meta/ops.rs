@@ -746,7 +746,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         let now = now_nanos();
         let res = if set.mode.is_some() {
             // chmod rewrites the access ACL's owner, mask and other entries.
-            self.engine.write(&[ino], false, |tx| {
+            self.engine.write_grouped(&[ino], false, |tx| {
                 let a = tx.set_attr(ino, set, now)?;
                 if let Some(b) = tx.xattr(ino, acl::ACCESS)? {
                     let mut acl = Self::stored_acl(ino, &b)?;
@@ -756,7 +756,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Ok(a)
             })
         } else {
-            self.engine.single(|tx| tx.set_attr(ino, set, now))
+            self.engine
+                .write_grouped(&[ino], false, |tx| tx.set_attr(ino, set, now))
         };
         res.inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
     }
@@ -766,7 +767,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             return sys(libc::EOPNOTSUPP);
         }
         self.engine
-            .write(&[ino], false, |tx| {
+            .write_grouped(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
                 // The owner may; immutable and append-only take privilege (the kernel has
                 // checked both already; a client of another kind may not have).
@@ -822,7 +823,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         let ino = self.alloc(&self.inos, "nextInode")?;
         self.engine
-            .write(&[parent], false, |tx| {
+            .write_grouped(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
                 check_dir_change(&p, false)?;
                 let now = now_nanos();
@@ -887,7 +888,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
     fn link(&self, _ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_name(name)?;
         self.engine
-            .write(&[ino, parent], false, |tx| {
+            .write_grouped(&[ino, parent], false, |tx| {
                 let (mut a, mut p) = tx.lock_two(ino, parent)?;
                 if a.kind == Kind::Dir {
                     return fail(libc::EPERM);
@@ -928,7 +929,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
     fn unlink(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_len(name)?;
         self.engine
-            .write(&[parent], false, |tx| {
+            .write_grouped(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
                 let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
                     return fail(libc::ENOENT);
@@ -966,7 +967,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             return sys(libc::ENOTEMPTY);
         }
         self.engine
-            .write(&[parent], false, |tx| {
+            .write_grouped(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
                 let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
                     return fail(libc::ENOENT);
@@ -1016,7 +1017,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         // Moves between directories take the rename lock: one at a time (check_not_below).
         let cross = parent != new_parent;
         self.engine
-            .write(&[parent, new_parent], cross, |tx| {
+            .write_grouped(&[parent, new_parent], cross, |tx| {
                 let now = now_nanos();
                 let (p1, p2) = tx.lock_two(parent, new_parent)?;
                 for p in [&p1, &p2] {
@@ -1207,7 +1208,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
         // The last close here. Most are of linked files: one statement forgets the open and
         // reads the link count (after any unlink holding the inode has committed).
         let sid = self.sid();
-        let nlink = self.engine.single(|tx| tx.close_node(ino, sid, recorded))?;
+        // Not recorded (an engine that counts opens in memory): a read, after the writes in
+        // flight, and among the changes grouped with them.
+        let nlink = match recorded {
+            true => self.engine.single(|tx| tx.close_node(ino, sid, recorded))?,
+            false => self
+                .engine
+                .write_grouped(&[ino], false, |tx| tx.close_node(ino, sid, recorded))?,
+        };
         if nlink.is_none_or(|n| n > 0) {
             return Ok(());
         }
@@ -1484,7 +1492,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             false => None,
         };
         self.engine
-            .write(&[ino], false, |tx| {
+            .write_grouped(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
                 check_protected(&a)?;
                 let exists = tx.xattr(ino, name)?.is_some();
@@ -1529,7 +1537,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         let is_acl = acl::is_acl(name);
         self.engine
-            .write(&[ino], false, |tx| {
+            .write_grouped(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
                 check_protected(&a)?;
                 if is_acl {
@@ -1549,7 +1557,13 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine.sync()
     }
 
+    fn group_writes(&self, on: bool) {
+        self.engine.group_writes(on)
+    }
+
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>> {
+        // What is deleted from the bucket is decided from committed changes only.
+        self.engine.commit_group()?;
         let cutoff = now_nanos() - self.format.trash_days as i64 * 86_400 * 1_000_000_000;
         self.engine.read(|tx| tx.dead_slices(Some(cutoff), limit))
     }
@@ -1559,6 +1573,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn all_slices(&self) -> Result<Vec<(u64, u32, u32)>> {
+        // What is deleted from the bucket is decided from committed changes only.
+        self.engine.commit_group()?;
         self.engine.read(|tx| tx.slice_refs())
     }
 
@@ -1575,10 +1591,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn all_dead_slices(&self) -> Result<Vec<DeadSlice>> {
+        // What is deleted from the bucket is decided from committed changes only.
+        self.engine.commit_group()?;
         self.engine.read(|tx| tx.dead_slices(None, usize::MAX))
     }
 
     fn sustained(&self) -> Result<Vec<(u64, Ino)>> {
+        // What is deleted from the bucket is decided from committed changes only.
+        self.engine.commit_group()?;
         self.engine.read(|tx| tx.open_records())
     }
 

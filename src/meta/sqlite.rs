@@ -9,11 +9,14 @@
 //! Durability: `synchronous=NORMAL` in WAL mode, so a commit is safe from a crash of this
 //! process at once, and safe from power loss after [`Meta::sync`] (which fsyncs the WAL);
 //! `fsync(2)` on a file calls it. That keeps metadata-heavy work free of per-operation fsyncs.
+//! Checkpoints of the WAL run behind the writer (`checkpoint`), and a mount that has the
+//! volume to itself groups namespace changes into shared commits (`group`).
 //!
 //! Not for: what operations mean (`ops`), caching (the kernel and `vfs`), object storage.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
@@ -28,6 +31,9 @@ use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, decode_ch
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
 use super::*;
+
+mod checkpoint;
+mod group;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS setting (name TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -166,7 +172,14 @@ pub type SqliteMeta = EngineMeta<Sqlite>;
 /// The SQLite engine: its connections, and the group fsync of its WAL.
 pub struct Sqlite {
     path: PathBuf,
-    writer: Mutex<Connection>,
+    /// Copies the WAL into the database behind the writer (None: the writer does, as SQLite
+    /// does by default). Dropped first: it stops before the connections close.
+    _checkpointer: Option<checkpoint::Checkpointer>,
+    /// Counts commits for the checkpointer.
+    commits: Option<checkpoint::Commits>,
+    /// Grouped commits (see `group`); stops before the connections close.
+    group: group::Group,
+    writer: Arc<Mutex<Connection>>,
     readers: Mutex<Vec<Connection>>,
     /// Group fsync (see [`Engine::sync`]): tickets handed out, and the last ticket covered by
     /// a finished fsync (under this lock, which also makes fsyncs take turns).
@@ -255,14 +268,115 @@ impl EngineMeta<Sqlite> {
             tx.execute("UPDATE setting SET value=?1 WHERE name='format'", [json])?;
             tx.commit()?;
         }
+        let writer = Arc::new(Mutex::new(c));
+        let checkpointer = open_conn(path, false)
+            .ok()
+            .map(|conn| checkpoint::Checkpointer::start(conn, writer.clone(), path))
+            .filter(|c| c.running());
+        if checkpointer.is_some() {
+            writer.lock().execute_batch("PRAGMA wal_autocheckpoint=0")?;
+        }
+        let commits = checkpointer.as_ref().map(|c| c.commits());
+        let counter = commits.clone();
+        let group = group::Group::start(writer.clone(), move |conn| {
+            let _ = commit_open(conn, counter.as_ref());
+        });
         let engine = Sqlite {
             path: path.to_path_buf(),
-            writer: Mutex::new(c),
+            writer,
             readers: Mutex::new(Vec::new()),
+            _checkpointer: checkpointer,
+            commits,
+            group,
             sync_tickets: AtomicU64::new(0),
             synced: Mutex::new(0),
         };
         Ok(EngineMeta::new(engine, format))
+    }
+}
+
+/// Starts a background thread of the engine that leaves the process's signals alone: the
+/// engine opens before a mount blocks SIGINT, SIGTERM and SIGHUP for its signal thread, and a
+/// thread that does not block them would take SIGTERM and end the process at once.
+fn spawn_background(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> Option<std::thread::JoinHandle<()>> {
+    use nix::sys::signal::{SigSet, Signal};
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let mut sigs = SigSet::empty();
+            for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+                sigs.add(s);
+            }
+            let _ = sigs.thread_block();
+            f()
+        })
+        .ok()
+}
+
+/// Runs `f` in a savepoint of the transaction open on `c` (a failure undoes only what `f`
+/// did).
+fn in_savepoint<T>(
+    c: &mut Connection,
+    f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
+) -> TxResult<T> {
+    let sp = c.savepoint()?;
+    let v = f(&mut SqlTx(&sp))?;
+    sp.commit()?;
+    Ok(v)
+}
+
+/// The outcome of an operation that ran in a group and then committed it: its own failure
+/// first, else the commit's.
+fn settle<T>(res: TxResult<T>, committed: rusqlite::Result<()>) -> Result<T> {
+    match (res, committed) {
+        (Err(e), _) => Err(e.into_meta()),
+        (Ok(_), Err(e)) => Err(TxError::from(e).into_meta()),
+        (Ok(v), Ok(())) => Ok(v),
+    }
+}
+
+/// Commits the transaction open on `c` (a group), counting the commit for the checkpointer.
+/// A failure (the disk is full or failing) rolls the group back: said in the log, since the
+/// operations in it were answered already.
+fn commit_open(c: &Connection, commits: Option<&checkpoint::Commits>) -> rusqlite::Result<()> {
+    match c.execute_batch("COMMIT") {
+        Ok(()) => {
+            if let Some(n) = commits {
+                n.committed();
+            }
+            Ok(())
+        }
+        Err(e) => {
+            tracing::error!(
+                "metadata changes of the last {:?} could not be committed and are lost: {e}",
+                group::MAX_AGE
+            );
+            let _ = c.execute_batch("ROLLBACK");
+            Err(e)
+        }
+    }
+}
+
+impl Sqlite {
+    /// Commits the open group, if any (`conn`: the writer, locked).
+    fn end_group(&self, conn: &Connection) -> rusqlite::Result<()> {
+        if conn.is_autocommit() {
+            return Ok(());
+        }
+        let r = commit_open(conn, self.commits.as_ref());
+        self.group.ended();
+        r
+    }
+}
+
+impl Drop for Sqlite {
+    fn drop(&mut self) {
+        // The group's thread stops with the engine: what is open commits now.
+        self.group.enable(false, || None);
+        let _ = self.commit_group();
     }
 }
 
@@ -290,7 +404,8 @@ impl Engine for Sqlite {
     }
 
     /// Runs `f` in a write transaction of the one writer, retrying while the database is
-    /// busy. Nothing to lock: writes take turns.
+    /// busy. Nothing to lock: writes take turns. An open group (see `group`) takes `f` and
+    /// commits with it.
     fn write<T>(
         &self,
         _lock: &[Ino],
@@ -298,12 +413,20 @@ impl Engine for Sqlite {
         mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
         let mut conn = self.writer.lock();
+        if !conn.is_autocommit() {
+            let res = in_savepoint(&mut conn, &mut f);
+            let committed = self.end_group(&conn);
+            return settle(res, committed);
+        }
         let mut delay = Duration::from_millis(1);
         loop {
             let attempt = (|| -> TxResult<T> {
                 let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
                 let v = f(&mut SqlTx(&tx))?;
                 tx.commit()?;
+                if let Some(c) = &self.commits {
+                    c.committed();
+                }
                 Ok(v)
             })();
             match attempt {
@@ -316,6 +439,50 @@ impl Engine for Sqlite {
         }
     }
 
+    /// As [`Engine::write`], but while grouping is on `f` joins the open group (or opens
+    /// one) and is committed with it later (see `group`).
+    fn write_grouped<T>(
+        &self,
+        lock: &[Ino],
+        rename_lock: bool,
+        mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        if !self.group.enabled() {
+            return self.write(lock, rename_lock, f);
+        }
+        let mut conn = self.writer.lock();
+        let mut delay = Duration::from_millis(1);
+        while conn.is_autocommit() {
+            match conn.execute_batch("BEGIN IMMEDIATE") {
+                Ok(()) => {
+                    self.group.began();
+                    let version = conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
+                    if !version.is_ok_and(|v| self.group.alone_since(v)) {
+                        // Another process wrote: no grouping until sessions say alone again.
+                        self.group.enable(false, || None);
+                        let res = in_savepoint(&mut conn, &mut f);
+                        let committed = self.end_group(&conn);
+                        return settle(res, committed);
+                    }
+                }
+                Err(e) => match TxError::from(e) {
+                    TxError::Conflict(e) => {
+                        tracing::debug!("metadata database busy, retrying: {e}");
+                        backoff(&mut delay);
+                    }
+                    other => return Err(other.into_meta()),
+                },
+            }
+        }
+        let res = in_savepoint(&mut conn, &mut f);
+        if self.group.joined() {
+            if let Err(e) = self.end_group(&conn) {
+                return Err(TxError::from(e).into_meta());
+            }
+        }
+        res.map_err(TxError::into_meta)
+    }
+
     fn single<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         self.write(&[], false, f)
     }
@@ -324,8 +491,17 @@ impl Engine for Sqlite {
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         // SQLite drops a connection's page cache whenever another connection changed the
         // database, so a reader between two writes reads every page again; the writer's
-        // cache survives its own commits. An idle writer answers reads itself.
-        if let Some(mut w) = self.writer.try_lock() {
+        // cache survives its own commits. An idle writer answers reads itself. While a group
+        // is open only the writer sees it: a read then waits for the writer.
+        let writer = match self.writer.try_lock() {
+            Some(w) => Some(w),
+            None if self.group.is_open() => Some(self.writer.lock()),
+            None => None,
+        };
+        if let Some(mut w) = writer {
+            if !w.is_autocommit() {
+                return f(&mut SqlTx(&w)).map_err(TxError::into_meta);
+            }
             match read_once(&mut w, &mut f) {
                 // Another process holds the database: wait on a reader instead of the writer.
                 Err(TxError::Conflict(_)) => {}
@@ -351,6 +527,22 @@ impl Engine for Sqlite {
         out.map_err(TxError::into_meta)
     }
 
+    fn group_writes(&self, on: bool) {
+        self.group.enable(on, || {
+            let c = self.writer.lock();
+            c.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
+        });
+        if !on {
+            let _ = self.commit_group();
+        }
+    }
+
+    fn commit_group(&self) -> Result<()> {
+        let conn = self.writer.lock();
+        self.end_group(&conn)
+            .map_err(|e| TxError::from(e).into_meta())
+    }
+
     fn settle_writes(&self) {
         drop(self.writer.lock());
     }
@@ -369,6 +561,7 @@ impl Engine for Sqlite {
     }
 
     fn sync(&self) -> Result<()> {
+        self.commit_group()?;
         let mine = self.sync_tickets.fetch_add(1, SeqCst) + 1;
         let mut synced = self.synced.lock();
         if *synced >= mine {

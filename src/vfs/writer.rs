@@ -486,6 +486,7 @@ mod tests {
                 dirs: vec![cache],
                 limit: 1 << 30,
                 wait: std::time::Duration::from_secs(5),
+                blocks: true,
             }),
             ..Config::default()
         };

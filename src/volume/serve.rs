@@ -186,14 +186,18 @@ fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Re
     })
 }
 
-/// Whether blocks are staged on local disk (write-back): `auto` stages on a volume of one
-/// machine (SQLite: no other client must read what this one closed) whose store is not a plain
-/// local directory (there, staging would only write every byte twice).
-fn stages(cfg: &MountConfig, engine: EngineKind, obj: &ObjectStorage) -> bool {
+/// What is staged on local disk (write-back): None, nothing; `Some(true)`, every block;
+/// `Some(false)`, only small files, packed together (`data::pack`). `auto` stages on a volume of
+/// one machine (SQLite: no other client must read what this one closed): every block when the
+/// store is remote or answers late, only packs when it is a plain local directory (staging
+/// whole blocks there would only write their bytes twice, while packing saves a file created
+/// per small file).
+fn stages(cfg: &MountConfig, engine: EngineKind, obj: &ObjectStorage) -> Option<bool> {
     match cfg.writeback {
-        Writeback::On => true,
-        Writeback::Off => false,
-        Writeback::Auto => engine.one_machine() && (obj.is_remote() || obj.answers_late()),
+        Writeback::On => Some(true),
+        Writeback::Off => None,
+        Writeback::Auto if !engine.one_machine() => None,
+        Writeback::Auto => Some(obj.is_remote() || obj.answers_late()),
     }
 }
 
@@ -261,16 +265,22 @@ impl Drop for Ticker {
     }
 }
 
-/// Keeps `coherence` told whether this mount is alone on the volume: a dead client cleaned
-/// up later, or another mount that comes or goes, moves the TTLs. Drop it before the volume
-/// closes, so that the volume's last reference goes with the unmount (SQLite checkpoints its
-/// WAL when its connections close).
-fn follow_sessions(meta: Arc<dyn Meta>, coherence: Arc<fuse::Coherence>) -> Ticker {
+/// Keeps `coherence` told whether this mount is alone on the volume (with `ttls`: a dead
+/// client cleaned up later, or another mount that comes or goes, moves the TTLs), and the
+/// volume whether it may group commits. Drop it before the volume closes, so that the
+/// volume's last reference goes with the unmount (SQLite checkpoints its WAL when its
+/// connections close).
+fn follow_sessions(meta: Arc<dyn Meta>, coherence: Arc<fuse::Coherence>, ttls: bool) -> Ticker {
     Ticker::start(
         "unkai-sessions",
         ALONE_CHECK,
         move || match other_sessions(&*meta) {
-            Ok(n) => coherence.set_alone(n == 0),
+            Ok(n) => {
+                meta.group_writes(n == 0);
+                if ttls {
+                    coherence.set_alone(n == 0);
+                }
+            }
             Err(e) => tracing::debug!("counting other sessions: {e}"),
         },
     )
@@ -372,37 +382,51 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     // Signals are handled by one thread: block them before any thread starts so every thread
     // inherits the mask.
     let sigs = block_signals()?;
-    let obj = super::open_storage_with(
-        &fmt,
-        Policy {
-            timeout: cfg.io_timeout,
-            deadline: cfg.io_deadline,
-            ..Policy::default()
-        },
-    )?;
-    let stage = stages(cfg, meta.engine(), &obj).then(|| data::StageConfig {
+    let open_obj = || {
+        super::open_storage_with(
+            &fmt,
+            Policy {
+                timeout: cfg.io_timeout,
+                deadline: cfg.io_deadline,
+                ..Policy::default()
+            },
+        )
+    };
+    let obj = open_obj()?;
+    let stage = stages(cfg, meta.engine(), &obj).map(|blocks| data::StageConfig {
         dirs: cfg.cache_dirs.clone(),
         limit: cfg.stage_bytes,
         wait: cfg.io_deadline,
+        blocks,
     });
     let disk = disk_cache(cfg, &obj);
-    let store = DataStore::new(
-        obj,
-        fmt.clone(),
-        data::Config {
-            cache_bytes: cfg.budgets().0,
-            in_flight_bytes: cfg.budgets().2,
-            stage,
-            disk,
-            ..data::Config::default()
-        },
-    )
-    .with_context(|| {
-        format!(
-            "cannot open the staging area under {}: give another --cache-dir, or --writeback off",
-            cfg.cache_dirs[0].display()
-        )
-    })?;
+    let config = |stage| data::Config {
+        cache_bytes: cfg.budgets().0,
+        in_flight_bytes: cfg.budgets().2,
+        stage,
+        disk: disk.clone(),
+        ..data::Config::default()
+    };
+    let packs_only = stage.as_ref().is_some_and(|s| !s.blocks);
+    let store = match DataStore::new(obj, fmt.clone(), config(stage)) {
+        Ok(store) => store,
+        // Packing is only a saving: without a staging area, small files go up one by one.
+        Err(e) if packs_only && cfg.writeback == Writeback::Auto => {
+            tracing::warn!(
+                "cannot open the staging area under {} ({e}): small files are not packed; \
+                 give another --cache-dir, or --writeback off to silence this",
+                cfg.cache_dirs[0].display()
+            );
+            DataStore::new(open_obj()?, fmt.clone(), config(None))?
+        }
+        Err(e) => {
+            return Err(anyhow::Error::new(e).context(format!(
+                "cannot open the staging area under {}: give another --cache-dir, or \
+                 --writeback off",
+                cfg.cache_dirs[0].display()
+            )));
+        }
+    };
     match store.disk_cache() {
         Some(d) => tracing::info!(
             "disk cache on: blocks read or uploaded are kept under {} (up to {} bytes{}, \
@@ -427,8 +451,13 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     if store.writes_back() {
         let (blocks, bytes) = store.staged();
         tracing::info!(
-            "write-back on: blocks staged under {} (up to {} bytes), uploaded behind the \
+            "write-back on: {} staged under {} (up to {} bytes), uploaded behind the \
              application{}",
+            if store.stages_blocks() {
+                "blocks"
+            } else {
+                "small files, packed together,"
+            },
             dirs_text(&cfg.cache_dirs),
             cfg.stage_bytes,
             if blocks > 0 {
@@ -445,6 +474,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     let sharing = sharing(&*meta, &coherence)?;
     let follow = ttls_follow(cfg, meta.engine());
     coherence.start_alone(sharing == Sharing::Exclusive);
+    meta.group_writes(sharing == Sharing::Exclusive);
     let cache = cache_config(cfg, sharing, follow)?;
     let now = |t: Duration| match cache.alone_ttl {
         Some(a) if sharing == Sharing::Exclusive => a,
@@ -506,8 +536,8 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     ready();
 
     spawn_signal_thread(sigs, session.unmount_callable(), mountpoint.clone())?;
-    let follower = match follow {
-        true => Some(follow_sessions(meta.clone(), coherence)),
+    let follower = match meta.engine().one_machine() {
+        true => Some(follow_sessions(meta.clone(), coherence, follow)),
         false => None,
     };
 
