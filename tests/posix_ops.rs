@@ -2411,6 +2411,9 @@ fn unlinked_open_file_is_reclaimed_after_a_crash() {
     assert!(!objs.is_empty());
     let f = File::open(m.p("f")).unwrap();
     fs::remove_file(m.p("f")).unwrap();
+    // The unlink made durable, as by any program that must not see the name again after a
+    // crash (an unlink alone may wait up to 10 ms in a group of commits).
+    File::open(&m.path).unwrap().sync_all().unwrap();
     // The server dies while the deleted file is open: the next mount reclaims it.
     m.kill9();
     drop(f);
