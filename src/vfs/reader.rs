@@ -17,8 +17,22 @@ pub fn read_committed(
     buf: &mut [u8],
     sequential: bool,
 ) -> Result<()> {
-    let wanted = plan(meta, ino, off, buf.len() as u64)?;
-    read_ranges(store, wanted, buf, sequential)
+    // A block missing from the bucket may be one a compaction replaced (and reclaiming
+    // deleted) between the plan and the fetch: the chunk is read again, and a block still
+    // missing then is an error.
+    let mut attempts = 0;
+    loop {
+        let wanted = plan(meta, ino, off, buf.len() as u64)?;
+        match read_ranges(store, wanted, buf, sequential) {
+            Err(super::Error::Data(crate::data::Error::Object(
+                crate::object::Error::NotFound(key),
+            ))) if attempts < 2 => {
+                attempts += 1;
+                tracing::debug!("block {key} gone while reading inode {ino}; reading again");
+            }
+            other => return other,
+        }
+    }
 }
 
 /// Where the committed bytes `[off, off + len)` of `ino` are: each `(offset from off, range
