@@ -68,6 +68,20 @@ fn key_of(name: &str) -> String {
     super::layout::local_key(name.strip_suffix(RAW).unwrap_or(name))
 }
 
+/// Bytes `range` of a raw entry's file (zeros past what was appended).
+fn read_range(f: &File, range: std::ops::Range<usize>) -> io::Result<Bytes> {
+    use std::os::unix::fs::FileExt;
+    let mut buf = vec![0u8; range.len()];
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], (range.start + done) as u64)? {
+            0 => break,
+            n => done += n,
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
 /// The suffix of a raw entry's file name.
 const RAW: &str = ".raw";
 
@@ -224,17 +238,7 @@ impl Stage {
         let Some((path, true)) = self.file_of(key) else {
             return Ok(None);
         };
-        let f = File::open(path)?;
-        let mut buf = vec![0u8; range.len()];
-        let mut done = 0;
-        while done < buf.len() {
-            use std::os::unix::fs::FileExt;
-            match f.read_at(&mut buf[done..], (range.start + done) as u64)? {
-                0 => break,
-                n => done += n,
-            }
-        }
-        Ok(Some(Bytes::from(buf)))
+        read_range(&File::open(path)?, range).map(Some)
     }
 
     /// Stages `body` (the parts of its object, written one after the other) as the object of
@@ -310,17 +314,7 @@ impl Stage {
                     continue;
                 }
                 if let Ok(f) = File::open(d.join(name.clone() + RAW)) {
-                    let mut buf = vec![0u8; range.len()];
-                    let mut done = 0;
-                    while done < buf.len() {
-                        use std::os::unix::fs::FileExt;
-                        match f.read_at(&mut buf[done..], (range.start + done) as u64) {
-                            Ok(0) => break,
-                            Ok(n) => done += n,
-                            Err(_) => return None,
-                        }
-                    }
-                    return Some((Bytes::from(buf), true));
+                    return read_range(&f, range).ok().map(|b| (b, true));
                 }
                 if let Ok(b) = fs::read(d.join(&name)) {
                     return Some((Bytes::from(b), false));
