@@ -35,8 +35,8 @@ const PUSHED_TTL: f64 = 5.0;
 /// Whether the kernel's writeback cache, or write-back staging, is used.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Writeback {
-    /// When this mount has the volume to itself (staging: an SQLite volume whose store is
-    /// not a plain local directory).
+    /// When this mount has the volume to itself (staging: an SQLite volume; every block
+    /// where the store is not a plain local directory, small files' packs only where it is).
     Auto,
     On,
     Off,
