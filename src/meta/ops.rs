@@ -239,6 +239,13 @@ impl<E: Engine> EngineMeta<E> {
         *self.session.lock()
     }
 
+    /// Runs `f`, which only reads, on committed changes only (grouped ones committed first):
+    /// what is deleted from the bucket is decided from them.
+    fn read_committed<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        self.engine.commit_group()?;
+        self.engine.read(f)
+    }
+
     fn alloc(&self, pool: &Mutex<IdPool>, counter: &'static str) -> Result<u64> {
         let mut p = pool.lock();
         if p.next >= p.end {
@@ -1562,10 +1569,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>> {
-        // What is deleted from the bucket is decided from committed changes only.
-        self.engine.commit_group()?;
         let cutoff = now_nanos() - self.format.trash_days as i64 * 86_400 * 1_000_000_000;
-        self.engine.read(|tx| tx.dead_slices(Some(cutoff), limit))
+        self.read_committed(|tx| tx.dead_slices(Some(cutoff), limit))
     }
 
     fn forget_dead_slices(&self, ids: &[u64]) -> Result<()> {
@@ -1573,9 +1578,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn all_slices(&self) -> Result<Vec<(u64, u32, u32)>> {
-        // What is deleted from the bucket is decided from committed changes only.
-        self.engine.commit_group()?;
-        self.engine.read(|tx| tx.slice_refs())
+        self.read_committed(|tx| tx.slice_refs())
     }
 
     fn scan_nodes(&self, f: &mut dyn FnMut(&Attr)) -> Result<()> {
@@ -1591,15 +1594,11 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn all_dead_slices(&self) -> Result<Vec<DeadSlice>> {
-        // What is deleted from the bucket is decided from committed changes only.
-        self.engine.commit_group()?;
-        self.engine.read(|tx| tx.dead_slices(None, usize::MAX))
+        self.read_committed(|tx| tx.dead_slices(None, usize::MAX))
     }
 
     fn sustained(&self) -> Result<Vec<(u64, Ino)>> {
-        // What is deleted from the bucket is decided from committed changes only.
-        self.engine.commit_group()?;
-        self.engine.read(|tx| tx.open_records())
+        self.read_committed(|tx| tx.open_records())
     }
 
     fn repair(&self, fix: &Fix) -> Result<()> {

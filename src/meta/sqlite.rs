@@ -316,6 +316,13 @@ fn spawn_background(
         .ok()
 }
 
+/// SQLite's `data_version` of `c`: it moves when another connection commits.
+fn data_version(c: &Connection) -> Option<i64> {
+    c.prepare_cached("PRAGMA data_version")
+        .and_then(|mut s| s.query_row([], |r| r.get(0)))
+        .ok()
+}
+
 /// Runs `f` in a savepoint of the transaction open on `c` (a failure undoes only what `f`
 /// did).
 fn in_savepoint<T>(
@@ -351,7 +358,9 @@ fn commit_open(c: &Connection, commits: Option<&checkpoint::Commits>) -> rusqlit
         }
         Err(e) => {
             tracing::error!(
-                "metadata changes of the last {:?} could not be committed and are lost: {e}",
+                "metadata changes of the last {:?} could not be committed and are lost: {e}; \
+                 free space on the disk of the metadata file, then check the volume with \
+                 `unkai fsck`",
                 group::MAX_AGE
             );
             let _ = c.execute_batch("ROLLBACK");
@@ -454,33 +463,30 @@ impl Engine for Sqlite {
         let mut delay = Duration::from_millis(1);
         while conn.is_autocommit() {
             match conn.execute_batch("BEGIN IMMEDIATE") {
-                Ok(()) => {
-                    self.group.began();
-                    let version = conn.query_row("PRAGMA data_version", [], |r| r.get::<_, i64>(0));
-                    if !version.is_ok_and(|v| self.group.alone_since(v)) {
-                        // Another process wrote: no grouping until sessions say alone again.
-                        self.group.enable(false, || None);
-                        let res = in_savepoint(&mut conn, &mut f);
-                        let committed = self.end_group(&conn);
-                        return settle(res, committed);
-                    }
-                }
+                Ok(()) => self.group.began(),
                 Err(e) => match TxError::from(e) {
                     TxError::Conflict(e) => {
                         tracing::debug!("metadata database busy, retrying: {e}");
                         backoff(&mut delay);
+                        continue;
                     }
                     other => return Err(other.into_meta()),
                 },
             }
-        }
-        let res = in_savepoint(&mut conn, &mut f);
-        if self.group.joined() {
-            if let Err(e) = self.end_group(&conn) {
-                return Err(TxError::from(e).into_meta());
+            if !data_version(&conn).is_some_and(|v| self.group.alone_since(v)) {
+                // Another process wrote: no grouping until sessions say alone again. The
+                // group just begun takes `f` and commits with it.
+                self.group.enable(false, || None);
+                drop(conn);
+                return self.write(lock, rename_lock, f);
             }
         }
-        res.map_err(TxError::into_meta)
+        let res = in_savepoint(&mut conn, &mut f);
+        let committed = match self.group.joined() {
+            true => self.end_group(&conn),
+            false => Ok(()),
+        };
+        settle(res, committed)
     }
 
     fn single<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
@@ -528,10 +534,7 @@ impl Engine for Sqlite {
     }
 
     fn group_writes(&self, on: bool) {
-        self.group.enable(on, || {
-            let c = self.writer.lock();
-            c.query_row("PRAGMA data_version", [], |r| r.get(0)).ok()
-        });
+        self.group.enable(on, || data_version(&self.writer.lock()));
         if !on {
             let _ = self.commit_group();
         }

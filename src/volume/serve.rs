@@ -411,7 +411,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     let store = match DataStore::new(obj, fmt.clone(), config(stage)) {
         Ok(store) => store,
         // Packing is only a saving: without a staging area, small files go up one by one.
-        Err(e) if packs_only && cfg.writeback == Writeback::Auto => {
+        Err(e) if packs_only => {
             tracing::warn!(
                 "cannot open the staging area under {} ({e}): small files are not packed; \
                  give another --cache-dir, or --writeback off to silence this",
