@@ -85,9 +85,11 @@ impl DataStore {
             if let Some(b) = sh.cache.get(&k) {
                 return Some(b);
             }
-            super::fetch_uncached(&sh, &k, blen, 0..blen, true)
-                .await
-                .ok()
+            // Only settled bytes are shared with the readers that come: see `fetch_uncached`.
+            match super::fetch_uncached(&sh, &k, blen, 0..blen, true).await {
+                Ok((b, true)) => Some(b),
+                _ => None,
+            }
         }
         .boxed()
         .shared();

@@ -514,23 +514,27 @@ async fn fetch(
     if let Some(b) = ahead::wait_ahead(shared, key).await {
         return Ok(b.slice(range));
     }
-    fetch_uncached(shared, key, blen, range, whole).await
+    Ok(fetch_uncached(shared, key, blen, range, whole).await?.0)
 }
 
-/// As [`fetch`], from the stage or the bucket.
+/// As [`fetch`], from the stage or the bucket; with whether the bytes are settled. A pack
+/// still open (staged raw, here or by another mount) is not: pieces are appended to it, and
+/// bytes read from it past its last piece are zeros that a later piece replaces, so what is
+/// read of it serves the read that asked and no other (a fetch ahead shared with later
+/// readers, or a cache, would hand them zeros for pieces appended since).
 async fn fetch_uncached(
     shared: &Shared,
     key: &str,
     blen: usize,
     range: std::ops::Range<usize>,
     whole: bool,
-) -> Result<Bytes> {
+) -> Result<(Bytes, bool)> {
     let checksums = shared.format.checksums;
     let sums = shared.layout.sums(key);
     if let Some(st) = shared.stage.as_ref().filter(|st| st.is_raw(key)) {
         // A pack still staged: its bytes as appended (local, never sent: no checksums yet).
         match st.read_raw(key, range.clone()) {
-            Ok(Some(b)) => return Ok(b),
+            Ok(Some(b)) => return Ok((b, false)),
             Ok(None) => {}
             Err(e) if st.contains(key) => {
                 tracing::error!("staged pack {key} cannot be read ({e}); trying the bucket")
@@ -549,7 +553,7 @@ async fn fetch_uncached(
                 match data {
                     Some(d) => {
                         shared.cache.put(key, d.clone());
-                        return Ok(d.slice(range));
+                        return Ok((d.slice(range), true));
                     }
                     None => tracing::error!(
                         "staged block {key} is damaged on local disk; trying the bucket"
@@ -565,7 +569,7 @@ async fn fetch_uncached(
         }
     }
     if let Some(b) = from_disk(shared, key, blen, range.clone(), whole).await {
-        return Ok(b);
+        return Ok((b, true));
     }
     let mut problem = String::new();
     // A block that fails verification is fetched once more before the read fails.
@@ -578,7 +582,7 @@ async fn fetch_uncached(
             let obj = match shared.obj.get(key).await {
                 // Staged by another mount, or uploaded by it since (its file then gone).
                 Err(object::Error::NotFound(_)) => match from_peers(shared, key, blen, &range) {
-                    Some(b) => return Ok(b),
+                    Some(got) => return Ok(got),
                     None => shared.obj.get(key).await?,
                 },
                 other => other?,
@@ -593,7 +597,7 @@ async fn fetch_uncached(
                 Some(d) => {
                     shared.cache.put(key, d.clone());
                     shared.cache_on_disk(key, &d, Some(obj)).await;
-                    return Ok(d.slice(range));
+                    return Ok((d.slice(range), true));
                 }
                 None => {
                     problem = format!(
@@ -615,13 +619,13 @@ async fn fetch_uncached(
             };
             let (d, trailer) = match get().await {
                 Err(object::Error::NotFound(_)) => match from_peers(shared, key, blen, &range) {
-                    Some(b) => return Ok(b),
+                    Some(got) => return Ok(got),
                     None => get().await?,
                 },
                 other => other?,
             };
             if d.len() == a.len() && sums.verify(&d, &trailer, a.start) {
-                return Ok(d.slice(range.start - a.start..range.end - a.start));
+                return Ok((d.slice(range.start - a.start..range.end - a.start), true));
             }
             problem = format!("range {a:?}: {} bytes, checksum mismatch or short", d.len());
             continue;
@@ -631,7 +635,7 @@ async fn fetch_uncached(
             .get_range(key, range.start as u64..range.end as u64)
             .await?;
         if b.len() == range.len() {
-            return Ok(b);
+            return Ok((b, true));
         }
         problem = format!("range {range:?}: {} bytes", b.len());
     }
@@ -643,16 +647,16 @@ async fn fetch_uncached(
 
 /// Bytes `range` of block `key` (`blen` bytes) as another mount of this machine staged it
 /// (see [`stage::Stage::read_peer`]), verified as any staged block; for a block missing from
-/// the bucket.
+/// the bucket. With whether they are settled (not read from a pack still open).
 fn from_peers(
     shared: &Shared,
     key: &str,
     blen: usize,
     range: &std::ops::Range<usize>,
-) -> Option<Bytes> {
+) -> Option<(Bytes, bool)> {
     let (obj, raw) = shared.stage.as_ref()?.read_peer(key, range.clone())?;
     if raw {
-        return Some(obj);
+        return Some((obj, false));
     }
     let data = match shared.format.checksums {
         true => shared.layout.sums(key).decode(obj, blen),
@@ -661,7 +665,7 @@ fn from_peers(
     if data.is_none() {
         tracing::error!("block {key} staged by another mount is damaged on local disk");
     }
-    Some(data?.slice(range.clone()))
+    Some((data?.slice(range.clone()), true))
 }
 
 /// Bytes `range` of block `key` (`blen` bytes) from the disk cache, if it has them intact;

@@ -314,6 +314,43 @@ mod tests {
         }
     }
 
+    /// A pack still open is read for the piece asked and never handed out whole: its bytes
+    /// past the last piece are zeros that later pieces replace, and a fetch ahead of it
+    /// shared with later readers gave them those zeros (fsx read zeros for small writes, and
+    /// compaction stored them).
+    #[test]
+    fn an_open_pack_is_never_shared_whole() {
+        let (bucket, cache) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let ds = store(bucket.path(), cache.path(), 64 << 10);
+        let mut ids = 100..;
+        let mut alloc = || Ok::<_, ()>(ids.next().unwrap());
+        let a = ds.pack(&[1u8; 2000], &mut alloc).unwrap().unwrap();
+        let blen = a.size as usize;
+        let (whole, settled) = ds
+            .rt
+            .block_on(super::super::fetch_uncached(
+                &ds.shared,
+                &a.key,
+                blen,
+                0..blen,
+                true,
+            ))
+            .unwrap();
+        assert!(!settled, "an open pack read whole must not be shared");
+        assert_eq!(&whole[..2000], &[1u8; 2000][..]);
+        assert!(whole[2000..].iter().all(|b| *b == 0));
+        // What a fetch ahead of it would have shared is not what is there now.
+        let b = ds.pack(&[2u8; 2000], &mut alloc).unwrap().unwrap();
+        assert_eq!((b.id, b.off), (a.id, 2000));
+        ds.fetch_ahead(&[crate::data::SliceRange {
+            id: a.id,
+            size: a.size,
+            start: 0,
+            len: 4000,
+        }]);
+        assert_eq!(read(&ds, b.id, b.size, b.off, 2000), vec![2u8; 2000]);
+    }
+
     /// A pack that gets too full for the next piece is sealed and the next one is larger; a
     /// quiet one is sealed and the next one starts small again. Large writes are not packed.
     #[test]
