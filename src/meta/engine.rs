@@ -122,6 +122,12 @@ pub trait Engine: Send + Sync + 'static {
         let _ = on;
     }
 
+    /// Whether changes are being grouped now: on as [`Engine::group_writes`] said, until the
+    /// engine sees another process write or a group fail to commit.
+    fn grouping(&self) -> bool {
+        false
+    }
+
     /// Commits the changes grouped so far (before deciding from committed state what to
     /// delete from the bucket).
     fn commit_group(&self) -> Result<()> {

@@ -10,6 +10,7 @@
 //! file data, talking to the bucket.
 
 pub mod acl;
+mod cache;
 mod engine;
 pub mod format;
 pub mod lock;
@@ -41,6 +42,8 @@ pub const MAX_NAME_LEN: usize = 255;
 /// Largest xattr value and name, as on Linux.
 pub const MAX_XATTR_VALUE: usize = 65536;
 pub const MAX_XATTR_NAME: usize = 255;
+/// The extended attribute holding a file's capabilities (dropped on write and chown).
+pub const CAPABILITY: &[u8] = b"security.capability";
 /// Longest symlink target (PATH_MAX).
 pub const MAX_SYMLINK_LEN: usize = 4096;
 
@@ -564,10 +567,12 @@ pub trait Meta: Send + Sync {
     /// Makes everything committed so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
-    /// Lets namespace and attribute changes share commits (SQLite, while this client has the
-    /// volume to itself: see `sqlite::group`), or stops it and commits what is grouped.
-    fn group_writes(&self, on: bool) {
-        let _ = on;
+    /// Whether this client has the volume to itself (no other session), as the mount last
+    /// found: while it has, namespace and attribute changes share commits (SQLite, see
+    /// `sqlite::group`) and inodes, names and xattrs are answered from memory (see
+    /// `meta::cache`); `false` stops both and commits what is grouped.
+    fn set_alone(&self, alone: bool) {
+        let _ = alone;
     }
     /// Slices no longer referenced whose trash period is over (their objects may be deleted).
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>>;

@@ -3,12 +3,19 @@
 //! the id pools (slice ids reserved by the session that takes them), this client's open
 //! counts, its session, and the chunks it saw fragment.
 //!
-//! Not for: SQL or how rows are locked (the engines), caching (the kernel and `vfs`).
+//! What is answered from memory is kept in [`cache`]: every read here may be answered from
+//! it, and every write tells it what the write made true.
+//!
+//! Not for: SQL or how rows are locked (the engines), file contents (`data`), the kernel's
+//! caches (`fuse`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use parking_lot::Mutex;
 
+use super::cache::{Cache, Fact};
 use super::engine::{Engine, TxResult, Txn, corrupt, fail, unless_gone};
 use super::lock::{self, LockOwner};
 use super::opens::OpenCounts;
@@ -220,6 +227,13 @@ pub struct EngineMeta<E: Engine> {
     opens: OpenCounts,
     session: Mutex<u64>,
     fragmented: Mutex<HashMap<(Ino, u32), usize>>,
+    /// Inodes, names and xattrs answered from memory (see [`Meta::set_alone`] and
+    /// [`Meta::watch`] for when).
+    cache: Arc<Cache>,
+    /// Whether this client has the volume to itself, as the mount last said.
+    alone: AtomicBool,
+    /// Whether other clients' changes are pushed to this one.
+    pushed: Arc<AtomicBool>,
 }
 
 impl<E: Engine> EngineMeta<E> {
@@ -232,7 +246,55 @@ impl<E: Engine> EngineMeta<E> {
             opens: OpenCounts::new(E::RECORDS_OPENS),
             session: Mutex::new(0),
             fragmented: Mutex::new(HashMap::new()),
+            cache: Arc::new(Cache::default()),
+            alone: AtomicBool::new(false),
+            pushed: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// The cache's epoch, taken before a read or a write (`None`: not answering from
+    /// memory). The cache answers while this client is alone and its engine has seen no
+    /// other writer since (SQLite stops grouping by itself when another process commits, or
+    /// when a group is lost), or while other clients' changes are pushed.
+    fn epoch(&self) -> Option<u64> {
+        let on = (self.alone.load(Ordering::Acquire) && self.engine.grouping())
+            || self.pushed.load(Ordering::Acquire);
+        self.cache.set_on(on);
+        self.cache.epoch()
+    }
+
+    /// After a namespace change failed: what the cache said of the names and directories
+    /// it touched may be what made the kernel ask (a name created elsewhere and not pushed
+    /// yet), so they are forgotten.
+    fn failed(&self, names: &[(Ino, &[u8])]) {
+        let mut facts = Vec::with_capacity(names.len() * 2);
+        for (p, n) in names {
+            facts.push(Fact::NameStale(*p, n.to_vec()));
+            facts.push(Fact::Stale(*p));
+        }
+        self.cache.learn(None, &facts);
+    }
+
+    /// An inode's attributes read from the engine, not from memory (and then kept).
+    fn fresh_attr(&self, ino: Ino) -> Result<Attr> {
+        let e = self.epoch();
+        let a = self.engine.read(|tx| tx.get_node(ino))?;
+        self.cache.fill(e, &[Fact::Attr(a.clone())]);
+        Ok(a)
+    }
+
+    /// After a change of a file's contents or size, now `a`.
+    fn stored(&self, epoch: Option<u64>, a: &Attr) {
+        self.cache.learn(epoch, &[Fact::Attr(a.clone())]);
+        self.engine.publish(|| vec![data_changed(a.ino)])
+    }
+
+    /// After an xattr of `ino` was set or removed (its attributes now `after`).
+    fn xattrs_changed(&self, epoch: Option<u64>, ino: Ino, after: Option<Attr>) {
+        let mut facts = vec![Fact::Stale(ino)];
+        facts.extend(after.map(Fact::Attr));
+        self.cache.learn(epoch, &facts);
+        self.engine.publish(|| vec![attr_changed(ino)])
     }
 
     fn sid(&self) -> u64 {
@@ -469,6 +531,8 @@ impl<E: Engine> EngineMeta<E> {
     /// any more are deleted.
     fn end_session(&self, sid: u64) -> Result<()> {
         let now = now_nanos();
+        // The inodes it deletes are not known here: everything is forgotten.
+        self.cache.clear();
         self.engine.write(&[], false, |tx| {
             tx.release_slices(sid, None)?;
             for ino in tx.take_session_opens(sid)? {
@@ -512,6 +576,43 @@ impl<E: Engine> EngineMeta<E> {
             session: self.sid(),
             owner,
         }
+    }
+
+    /// What a rename that succeeded made true: `moved`, the inodes found under the source
+    /// and the target names; `victim`, the inode it unlinked.
+    fn renamed(
+        moved: Option<(Ino, Option<Ino>)>,
+        flags: RenameFlags,
+        whiteout: Option<Ino>,
+        victim: &Option<Attr>,
+        (parent, name): (Ino, &[u8]),
+        (new_parent, new_name): (Ino, &[u8]),
+    ) -> Vec<Fact> {
+        let mut facts = vec![Fact::Stale(parent), Fact::Stale(new_parent)];
+        let Some((src, dst)) = moved else {
+            return facts;
+        };
+        if dst == Some(src) {
+            // Two names of one inode: nothing moved.
+            return facts;
+        }
+        facts.push(Fact::Stale(src));
+        let (old_now, new_now) = match (flags.exchange, dst) {
+            (true, Some(d)) => (Some(d), Some(src)),
+            _ => (whiteout, Some(src)),
+        };
+        if let Some(d) = dst {
+            facts.push(Fact::Stale(d));
+        }
+        if let Some(v) = victim {
+            facts.push(match v.nlink {
+                0 => Fact::Gone(v.ino),
+                _ => Fact::Stale(v.ino),
+            });
+        }
+        facts.push(Fact::Name(parent, name.to_vec(), old_now));
+        facts.push(Fact::Name(new_parent, new_name.to_vec(), new_now));
+        facts
     }
 
     /// The rename of an entry over another, or to a free name (not an exchange).
@@ -644,6 +745,20 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn watch(&self, sink: ChangeSink) -> Result<bool> {
+        // Pushed changes reach the cache first, then the caller: while they flow, the cache
+        // answers; when they stop, it is off (and forgets) until they flow again.
+        let (cache, pushed) = (self.cache.clone(), self.pushed.clone());
+        let sink: ChangeSink = Box::new(move |c| {
+            match &c {
+                Change::Up => pushed.store(true, Ordering::Release),
+                Change::Down => {
+                    pushed.store(false, Ordering::Release);
+                    cache.set_on(false);
+                }
+                _ => cache.changed(&c),
+            }
+            sink(c)
+        });
         self.engine.watch(self.sid(), sink)
     }
 
@@ -730,20 +845,51 @@ impl<E: Engine> Meta for EngineMeta<E> {
 
     fn lookup(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_len(name)?;
-        self.engine.read(|tx| {
-            if name == b"." {
-                return tx.get_node(parent);
-            }
-            if name == b".." {
+        if name == b"." {
+            return self.getattr(parent);
+        }
+        if name == b".." {
+            return self.engine.read(|tx| {
                 let p = tx.get_node(parent)?;
-                return tx.get_node(p.parent.max(ROOT_INO));
+                tx.get_node(p.parent.max(ROOT_INO))
+            });
+        }
+        let e = self.epoch();
+        if e.is_some() {
+            match self.cache.name(parent, name) {
+                Some(None) => return sys(libc::ENOENT),
+                Some(Some(ino)) => {
+                    if let Some(a) = self.cache.attr(ino) {
+                        return Ok(a);
+                    }
+                }
+                None => {}
             }
-            tx.find(parent, name)
-        })
+        }
+        let res = self.engine.read(|tx| tx.find(parent, name));
+        match &res {
+            Ok(a) => self.cache.fill(
+                e,
+                &[
+                    Fact::Name(parent, name.to_vec(), Some(a.ino)),
+                    Fact::Attr(a.clone()),
+                ],
+            ),
+            Err(err) if err.errno() == libc::ENOENT => self
+                .cache
+                .fill(e, &[Fact::Name(parent, name.to_vec(), None)]),
+            Err(_) => {}
+        }
+        res
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        self.engine.read(|tx| tx.get_node(ino))
+        if self.epoch().is_some() {
+            if let Some(a) = self.cache.attr(ino) {
+                return Ok(a);
+            }
+        }
+        self.fresh_attr(ino)
     }
 
     fn setattr(&self, _ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
@@ -751,6 +897,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             return self.getattr(ino);
         }
         let now = now_nanos();
+        let e = self.epoch();
         let res = if set.mode.is_some() {
             // chmod rewrites the access ACL's owner, mask and other entries.
             self.engine.write_grouped(&[ino], false, |tx| {
@@ -766,13 +913,22 @@ impl<E: Engine> Meta for EngineMeta<E> {
             self.engine
                 .write_grouped(&[ino], false, |tx| tx.set_attr(ino, set, now))
         };
-        res.inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+        res.inspect(|a| {
+            // A chmod may rewrite the access ACL: the xattrs known go.
+            let mut facts = vec![Fact::Attr(a.clone())];
+            if set.mode.is_some() {
+                facts.insert(0, Fact::Stale(ino));
+            }
+            self.cache.learn(e, &facts);
+            self.engine.publish(|| vec![attr_changed(ino)])
+        })
     }
 
     fn set_flags(&self, ctx: &Ctx, ino: Ino, new: u32) -> Result<Attr> {
         if new & !flags::KEPT != 0 {
             return sys(libc::EOPNOTSUPP);
         }
+        let e = self.epoch();
         self.engine
             .write_grouped(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
@@ -788,7 +944,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
                 Ok(a)
             })
-            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+            .inspect(|a| {
+                self.cache.learn(e, &[Fact::Attr(a.clone())]);
+                self.engine.publish(|| vec![attr_changed(ino)])
+            })
     }
 
     fn set_atimes(&self, times: &[(Ino, Nanos)]) -> Result<()> {
@@ -796,7 +955,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
             return Ok(());
         }
         let inos: Vec<Ino> = times.iter().map(|t| t.0).collect();
-        self.engine.write(&inos, false, |tx| {
+        let e = self.epoch();
+        let res = self.engine.write(&inos, false, |tx| {
             for &(ino, at) in times {
                 if let Some(mut a) = unless_gone(tx.lock_node(ino))? {
                     if at > a.atime {
@@ -806,7 +966,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
             }
             Ok(())
-        })
+        });
+        let facts: Vec<Fact> = inos.iter().map(|i| Fact::Stale(*i)).collect();
+        self.cache.learn(e, &facts);
+        res
     }
 
     fn mknod(
@@ -829,6 +992,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
             }
         }
         let ino = self.alloc(&self.inos, "nextInode")?;
+        let e = self.epoch();
+        let mut after = None;
         self.engine
             .write_grouped(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
@@ -884,16 +1049,31 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
                 tx.update_node(&p)?;
                 tx.add_usage(0, 1)?;
+                after = Some(p);
                 Ok(a)
             })
-            .inspect(|_| {
+            .inspect(|a| {
+                let mut facts = vec![
+                    Fact::Attr(a.clone()),
+                    // File capabilities are never inherited.
+                    Fact::NoXattr(a.ino, CAPABILITY),
+                    Fact::Name(parent, name.to_vec(), Some(a.ino)),
+                ];
+                facts.extend(after.take().map(Fact::Attr));
+                if a.kind == Kind::Dir {
+                    facts.push(Fact::NewDir(a.ino));
+                }
+                self.cache.learn(e, &facts);
                 self.engine
                     .publish(|| vec![entry_changed(parent, name), attr_changed(parent)])
             })
+            .inspect_err(|_| self.failed(&[(parent, name)]))
     }
 
     fn link(&self, _ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_name(name)?;
+        let e = self.epoch();
+        let mut after = None;
         self.engine
             .write_grouped(&[ino, parent], false, |tx| {
                 let (mut a, mut p) = tx.lock_two(ino, parent)?;
@@ -925,16 +1105,29 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 p.mtime = now;
                 p.ctime = now;
                 tx.update_node(&p)?;
+                after = Some(p);
                 Ok(a)
             })
             .inspect(|r| {
+                let mut facts = vec![
+                    Fact::Attr(r.clone()),
+                    Fact::Name(parent, name.to_vec(), Some(r.ino)),
+                ];
+                facts.extend(after.take().map(Fact::Attr));
+                self.cache.learn(e, &facts);
                 self.engine
                     .publish(|| named_inode_changed(parent, name, r.ino))
+            })
+            .inspect_err(|_| {
+                self.failed(&[(parent, name)]);
+                self.cache.learn(None, &[Fact::Stale(ino)]);
             })
     }
 
     fn unlink(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_len(name)?;
+        let e = self.epoch();
+        let mut after = None;
         self.engine
             .write_grouped(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
@@ -957,12 +1150,23 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 } else {
                     tx.update_node(&a)?;
                 }
+                after = Some(p.clone());
                 Ok(a)
             })
             .inspect(|r| {
+                let mut facts = vec![
+                    match r.nlink {
+                        0 => Fact::Gone(r.ino),
+                        _ => Fact::Attr(r.clone()),
+                    },
+                    Fact::Name(parent, name.to_vec(), None),
+                ];
+                facts.extend(after.take().map(Fact::Attr));
+                self.cache.learn(e, &facts);
                 self.engine
                     .publish(|| named_inode_changed(parent, name, r.ino))
             })
+            .inspect_err(|_| self.failed(&[(parent, name)]))
     }
 
     fn rmdir(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
@@ -973,6 +1177,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
         if name == b".." {
             return sys(libc::ENOTEMPTY);
         }
+        let e = self.epoch();
+        let mut after = None;
         self.engine
             .write_grouped(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
@@ -994,12 +1200,23 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 let open = tx.remove_entry(eid, &p, a.ino)?;
                 a.nlink = 0;
                 a.ctime = now;
-                self.release(tx, &a, open, now)
+                self.release(tx, &a, open, now)?;
+                after = Some((p.clone(), a.ino));
+                Ok(())
             })
             .inspect(|_| {
+                if let Some((p, gone)) = after.take() {
+                    let facts = [
+                        Fact::Gone(gone),
+                        Fact::Name(parent, name.to_vec(), None),
+                        Fact::Attr(p),
+                    ];
+                    self.cache.learn(e, &facts);
+                }
                 self.engine
                     .publish(|| vec![entry_changed(parent, name), attr_changed(parent)])
             })
+            .inspect_err(|_| self.failed(&[(parent, name)]))
     }
 
     fn rename(
@@ -1023,6 +1240,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
         };
         // Moves between directories take the rename lock: one at a time (check_not_below).
         let cross = parent != new_parent;
+        let e = self.epoch();
+        let mut moved = None;
         self.engine
             .write_grouped(&[parent, new_parent], cross, |tx| {
                 let now = now_nanos();
@@ -1039,6 +1258,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     return fail(libc::ENOENT);
                 };
                 let dst_edge = tx.get_edge(new_parent, new_name)?;
+                moved = Some((src_ino, dst_edge.map(|d| d.1)));
                 let (src, dst) = match dst_edge {
                     Some((dst_eid, dst_ino)) if dst_ino != src_ino => {
                         let (s, d) = tx.lock_two(src_ino, dst_ino)?;
@@ -1085,6 +1305,17 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Ok(victim)
             })
             .inspect(|r| {
+                self.cache.learn(
+                    e,
+                    &Self::renamed(
+                        moved,
+                        flags,
+                        whiteout,
+                        r,
+                        (parent, name),
+                        (new_parent, new_name),
+                    ),
+                );
                 self.engine.publish(|| {
                     let mut v = vec![
                         entry_changed(parent, name),
@@ -1096,6 +1327,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     v
                 })
             })
+            .inspect_err(|_| self.failed(&[(parent, name), (new_parent, new_name)]))
     }
 
     fn readdir(&self, ino: Ino, cookie: u64, limit: usize, plus: bool) -> Result<Vec<DirEntry>> {
@@ -1177,6 +1409,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
             |s| self.session_is_dead(s),
             || self.clean_dead_sessions(),
         )
+        .inspect(|_| {
+            // Programs that coordinate with locks read what the last holder wrote: a change
+            // another client made may not have been pushed here yet, so after a lock
+            // nothing is answered from what was known before it.
+            if self.pushed.load(Ordering::Acquire) {
+                self.cache.clear();
+            }
+        })
     }
 
     fn open_inode(&self, ino: Ino) -> Result<Attr> {
@@ -1191,7 +1431,13 @@ impl<E: Engine> Meta for EngineMeta<E> {
             // inode not open just before the count and be about to commit its deletion. Once
             // it has committed, the lookup below fails, or it saw the count and kept the inode.
             self.engine.settle_writes();
-            return self.getattr(ino).inspect_err(|_| {
+            // Close-to-open: an open elsewhere sees what the last close committed, even
+            // before its change is pushed here.
+            let a = match self.pushed.load(Ordering::Acquire) {
+                true => self.fresh_attr(ino),
+                false => self.getattr(ino),
+            };
+            return a.inspect_err(|_| {
                 let _ = self.close_inode(ino);
             });
         }
@@ -1228,7 +1474,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         // Unlinked: the last close anywhere deletes it. Another client closing at the same
         // time waits for this lock, and the one that finds no open left deletes.
-        self.engine.write(&[ino], false, |tx| {
+        let e = self.epoch();
+        let res = self.engine.write(&[ino], false, |tx| {
             let Some(a) = unless_gone(tx.lock_node(ino))? else {
                 return Ok(());
             };
@@ -1240,13 +1487,16 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
             }
             Ok(())
-        })
+        });
+        self.cache.learn(e, &[Fact::Gone(ino)]);
+        res
     }
 
     fn truncate(&self, _ctx: &Ctx, ino: Ino, length: u64) -> Result<Attr> {
         if length > MAX_FILE_SIZE {
             return sys(libc::EFBIG);
         }
+        let e = self.epoch();
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = Self::lock_file(tx, ino, libc::EINVAL)?;
@@ -1272,7 +1522,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Self::store_file(tx, &mut a, old, Some(now))?;
                 Ok(a)
             })
-            .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
+            .inspect(|a| self.stored(e, a))
     }
 
     fn fallocate(
@@ -1290,6 +1540,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         if len == 0 {
             return sys(libc::EINVAL);
         }
+        let e = self.epoch();
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = Self::lock_file(tx, ino, libc::ENODEV)?;
@@ -1315,7 +1566,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Self::store_file(tx, &mut a, old, touched.then_some(now))?;
                 Ok(a)
             })
-            .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
+            .inspect(|a| self.stored(e, a))
     }
 
     fn read_chunk(&self, ino: Ino, index: u32) -> Result<Vec<SliceRec>> {
@@ -1363,6 +1614,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr> {
+        let e = self.epoch();
         self.engine
             .write(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
@@ -1382,7 +1634,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Self::store_file(tx, &mut a, old, Some(mtime))?;
                 Ok(a)
             })
-            .inspect(|_| self.engine.publish(|| vec![data_changed(ino)]))
+            .inspect(|a| self.stored(e, a))
     }
 
     fn copy_range(
@@ -1394,6 +1646,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
         dst_off: u64,
         len: u64,
     ) -> Result<(u64, Attr)> {
+        let e = self.epoch();
         self.engine
             .write(&[src, dst], false, |tx| {
                 let (s, mut d) = tx.lock_two(src, dst)?;
@@ -1430,7 +1683,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Self::store_file(tx, &mut d, old, Some(now))?;
                 Ok((len, d))
             })
-            .inspect(|_| self.engine.publish(|| vec![data_changed(dst)]))
+            .inspect(|(_, d)| self.stored(e, d))
     }
 
     fn replace_slices(
@@ -1440,7 +1693,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
         old: &[SliceRec],
         new: &[SliceRec],
     ) -> Result<bool> {
-        self.engine.write(&[ino], false, |tx| {
+        let e = self.epoch();
+        let res = self.engine.write(&[ino], false, |tx| {
             // The inode's lock keeps writers of this chunk out until we are done.
             let Some(mut a) = unless_gone(tx.lock_node(ino))? else {
                 return Ok(false);
@@ -1460,7 +1714,9 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 tx.update_node(&a)?;
             }
             Ok(true)
-        })
+        });
+        self.cache.learn(e, &[Fact::Stale(ino)]);
+        res
     }
 
     fn fragmented_chunks(&self, min_records: usize, limit: usize) -> Result<Vec<(Ino, u32)>> {
@@ -1498,6 +1754,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
             true => Some(acl::Acl::parse(value).ok_or(Error::Sys(libc::EINVAL))?),
             false => None,
         };
+        let e = self.epoch();
+        let mut after = None;
         self.engine
             .write_grouped(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
@@ -1513,22 +1771,38 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     None => tx.put_xattr(ino, name, value)?,
                 }
                 a.ctime = now_nanos();
-                tx.update_node(&a)
+                tx.update_node(&a)?;
+                after = Some(a);
+                Ok(())
             })
-            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+            .inspect(|_| self.xattrs_changed(e, ino, after.take()))
     }
 
     fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
         if name.len() > MAX_XATTR_NAME {
             return sys(libc::ERANGE);
         }
-        self.engine.read(|tx| match tx.xattr(ino, name)? {
+        let e = self.epoch();
+        if e.is_some() {
+            match self.cache.xattr(ino, name) {
+                Some(Some(v)) => return Ok(v),
+                Some(None) => return sys(libc::ENODATA),
+                None => {}
+            }
+        }
+        let res = self.engine.read(|tx| match tx.xattr(ino, name)? {
             Some(v) => Ok(v),
             None => {
                 tx.get_node(ino)?;
                 fail(libc::ENODATA)
             }
-        })
+        });
+        match &res {
+            Ok(v) => self.cache.fill_xattr(e, ino, name, Some(v)),
+            Err(err) if err.errno() == libc::ENODATA => self.cache.fill_xattr(e, ino, name, None),
+            Err(_) => {}
+        }
+        res
     }
 
     fn list_xattr(&self, ino: Ino) -> Result<Vec<Vec<u8>>> {
@@ -1543,6 +1817,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
             return sys(libc::ERANGE);
         }
         let is_acl = acl::is_acl(name);
+        let e = self.epoch();
+        let mut after = None;
         self.engine
             .write_grouped(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
@@ -1555,17 +1831,21 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     return if is_acl { Ok(()) } else { fail(libc::ENODATA) };
                 }
                 a.ctime = now_nanos();
-                tx.update_node(&a)
+                tx.update_node(&a)?;
+                after = Some(a);
+                Ok(())
             })
-            .inspect(|_| self.engine.publish(|| vec![attr_changed(ino)]))
+            .inspect(|_| self.xattrs_changed(e, ino, after.take()))
     }
 
     fn sync(&self) -> Result<()> {
         self.engine.sync()
     }
 
-    fn group_writes(&self, on: bool) {
-        self.engine.group_writes(on)
+    fn set_alone(&self, alone: bool) {
+        self.engine.group_writes(alone);
+        self.alone.store(alone, Ordering::Release);
+        self.epoch();
     }
 
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>> {
@@ -1603,6 +1883,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
 
     fn repair(&self, fix: &Fix) -> Result<()> {
         let now = now_nanos();
+        self.cache.clear();
         self.engine.write(&[], false, |tx| {
             match fix {
                 Fix::RemoveEntry { parent, name } => tx.remove_edge_named(*parent, name)?,

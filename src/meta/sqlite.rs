@@ -377,6 +377,10 @@ impl Sqlite {
         }
         let r = commit_open(conn, self.commits.as_ref());
         self.group.ended();
+        if r.is_err() {
+            // What was answered from the lost changes must not be answered again.
+            self.group.enable(false, || None);
+        }
         r
     }
 }
@@ -538,6 +542,10 @@ impl Engine for Sqlite {
         if !on {
             let _ = self.commit_group();
         }
+    }
+
+    fn grouping(&self) -> bool {
+        self.group.enabled()
     }
 
     fn commit_group(&self) -> Result<()> {

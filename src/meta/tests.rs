@@ -116,21 +116,29 @@ fn pg_url(url: &str) -> PgUrl {
 }
 
 /// The engine, as a factory of a freshly formatted volume with a session registered.
+/// A fresh SQLite volume; `alone`: told it has the volume to itself (changes grouped,
+/// answers from memory).
+fn sqlite_volume(alone: bool) -> (Guard, Arc<dyn Meta>) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("meta.db");
+    let url = format!("sqlite://{}", path.display());
+    SqliteMeta::create(&path, &url, &test_format("vol"), false).expect("create");
+    let m = SqliteMeta::open(&path, &url).expect("open");
+    m.new_session(session_info("/mnt/test"))
+        .expect("new_session");
+    m.set_alone(alone);
+    (Box::new(dir) as Guard, Arc::new(m) as Arc<dyn Meta>)
+}
+
 fn engines(e: Engine) -> Vec<(&'static str, Factory)> {
     match e {
-        Engine::Sqlite => vec![(
-            "sqlite",
-            Box::new(|| {
-                let dir = tempfile::tempdir().expect("tempdir");
-                let path = dir.path().join("meta.db");
-                let url = format!("sqlite://{}", path.display());
-                SqliteMeta::create(&path, &url, &test_format("vol"), false).expect("create");
-                let m = SqliteMeta::open(&path, &url).expect("open");
-                m.new_session(session_info("/mnt/test"))
-                    .expect("new_session");
-                (Box::new(dir) as Guard, Arc::new(m) as Arc<dyn Meta>)
-            }),
-        )],
+        Engine::Sqlite => vec![
+            ("sqlite", Box::new(|| sqlite_volume(false))),
+            (
+                "sqlite, alone (grouped, answered from memory)",
+                Box::new(|| sqlite_volume(true)),
+            ),
+        ],
         Engine::Postgres => vec![(
             "postgres",
             Box::new(|| {

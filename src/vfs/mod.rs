@@ -904,9 +904,9 @@ impl Vfs {
         // Looked up first: a read, where a removal would be a write transaction (and is
         // refused on an append-only file).
         if caps {
-            match self.meta.get_xattr(ino, CAPS) {
+            match self.meta.get_xattr(ino, meta::CAPABILITY) {
                 Ok(_) => {
-                    self.meta.remove_xattr(&Ctx::ROOT, ino, CAPS)?;
+                    self.meta.remove_xattr(&Ctx::ROOT, ino, meta::CAPABILITY)?;
                     changed = Some(self.meta.getattr(ino)?);
                 }
                 Err(e) if e.errno() == libc::ENODATA => {}
@@ -1048,7 +1048,7 @@ impl Vfs {
             _ => return sys(libc::EINVAL),
         };
         self.meta.set_xattr(ctx, ino, name, value, how)?;
-        if name == CAPS {
+        if name == meta::CAPABILITY {
             self.recheck_privs(ino);
         }
         Ok(())
@@ -1213,9 +1213,6 @@ fn suidgid_to_drop(ctx: &Ctx, a: &Attr) -> u32 {
     }
     kill
 }
-
-/// File capabilities: dropped when a file's contents or owner change.
-const CAPS: &[u8] = b"security.capability";
 
 /// How far ahead of a sequential reader blocks are fetched at most.
 const AHEAD_MAX: u64 = 64 << 20;

@@ -276,7 +276,7 @@ fn follow_sessions(meta: Arc<dyn Meta>, coherence: Arc<fuse::Coherence>, ttls: b
         ALONE_CHECK,
         move || match other_sessions(&*meta) {
             Ok(n) => {
-                meta.group_writes(n == 0);
+                meta.set_alone(n == 0);
                 if ttls {
                     coherence.set_alone(n == 0);
                 }
@@ -474,7 +474,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     let sharing = sharing(&*meta, &coherence)?;
     let follow = ttls_follow(cfg, meta.engine());
     coherence.start_alone(sharing == Sharing::Exclusive);
-    meta.group_writes(sharing == Sharing::Exclusive);
+    meta.set_alone(sharing == Sharing::Exclusive);
     let cache = cache_config(cfg, sharing, follow)?;
     let now = |t: Duration| match cache.alone_ttl {
         Some(a) if sharing == Sharing::Exclusive => a,

@@ -1,0 +1,416 @@
+//! Inodes, names and extended attributes answered from memory while they cannot change
+//! behind this client's back: while it has the volume to itself (no other session), or while
+//! other clients' changes are pushed to it (PostgreSQL's notifications).
+//!
+//! Kept exact by this client's own writes: each write reports what it now knows (the
+//! inode it changed, the parent it stamped, the name it added or removed) as [`Fact`]s, and
+//! other clients' pushed changes make their inodes and names forgotten. A read that missed
+//! fills the cache only if nothing changed while it read (an epoch, moved by every write and
+//! every pushed change), so a value read before a change never outlives it; two writes that
+//! overlap forget what they touched instead of racing to record it. A directory made here
+//! starts *complete* (every name it holds is known), so the lookup of a name it lacks (the
+//! one before every create) is answered too.
+//!
+//! Bounded: an LRU of inodes, each with its known names and extended attributes; the
+//! least recently used inodes go when the count of entries passes the limit.
+//!
+//! Not for: file contents (`data`), the kernel's caches (`fuse`), or deciding when the
+//! volume is shared (the mount decides and calls [`Cache::set_on`]).
+
+use std::collections::HashMap;
+
+use lru::LruCache;
+use parking_lot::Mutex;
+
+use super::{Attr, Change, Ino};
+
+/// Entries (an inode, a name, an extended attribute) kept by default: about 20 MiB.
+pub const DEFAULT_ENTRIES: usize = 100_000;
+/// Extended attribute values longer than this are not kept.
+const MAX_XATTR_KEPT: usize = 512;
+
+/// What a write of this client made true.
+#[derive(Clone, Debug)]
+pub enum Fact {
+    /// The inode's attributes now.
+    Attr(Attr),
+    /// The inode's attributes and extended attributes changed, to values not known here.
+    Stale(Ino),
+    /// The inode is gone (deleted, or its link count fell to zero).
+    Gone(Ino),
+    /// A name in a directory now names this inode (`None`: nothing).
+    Name(Ino, Vec<u8>, Option<Ino>),
+    /// A name changed to something not known here.
+    NameStale(Ino, Vec<u8>),
+    /// A directory made here: it holds no name.
+    NewDir(Ino),
+    /// The inode has no extended attribute of this name.
+    NoXattr(Ino, &'static [u8]),
+}
+
+/// An extended attribute's name and value (`None`: absent).
+type Xattr = (Box<[u8]>, Option<Box<[u8]>>);
+
+#[derive(Default)]
+struct Node {
+    attr: Option<Attr>,
+    /// Names known in this directory: `Some(ino)` present, `None` absent.
+    names: HashMap<Box<[u8]>, Option<Ino>>,
+    /// Whether every present name of the directory is in `names`.
+    complete: bool,
+    /// Extended attributes known: `None`, absent.
+    xattrs: Vec<Xattr>,
+}
+
+impl Node {
+    fn weight(&self) -> usize {
+        1 + self.names.len() + self.xattrs.len()
+    }
+}
+
+struct Inner {
+    on: bool,
+    epoch: u64,
+    nodes: LruCache<Ino, Node>,
+    /// Sum of the nodes' weights.
+    weight: usize,
+    limit: usize,
+}
+
+pub struct Cache {
+    inner: Mutex<Inner>,
+}
+
+impl Default for Cache {
+    fn default() -> Self {
+        Cache::new(DEFAULT_ENTRIES)
+    }
+}
+
+impl Cache {
+    /// An empty cache, off, of up to `limit` entries.
+    pub fn new(limit: usize) -> Cache {
+        Cache {
+            inner: Mutex::new(Inner {
+                on: false,
+                epoch: 0,
+                nodes: LruCache::unbounded(),
+                weight: 0,
+                limit: limit.max(1),
+            }),
+        }
+    }
+
+    /// Turns answering from memory on or off; what was known is forgotten either way.
+    pub fn set_on(&self, on: bool) {
+        let mut c = self.inner.lock();
+        if c.on != on {
+            c.clear();
+            c.on = on;
+        }
+    }
+
+    /// Forgets everything (a change of unknown extent: a repair, a dead session cleaned up,
+    /// a lost group of writes).
+    pub fn clear(&self) {
+        self.inner.lock().clear();
+    }
+
+    /// The epoch to pass to [`Cache::fill`] or [`Cache::learn`], taken before reading or
+    /// writing (`None`: off).
+    pub fn epoch(&self) -> Option<u64> {
+        let c = self.inner.lock();
+        c.on.then_some(c.epoch)
+    }
+
+    /// An inode's attributes, if known.
+    pub fn attr(&self, ino: Ino) -> Option<Attr> {
+        let mut c = self.inner.lock();
+        if !c.on {
+            return None;
+        }
+        c.nodes.get(&ino)?.attr.clone()
+    }
+
+    /// What `name` in `parent` names, if known: `Some(None)`, nothing.
+    pub fn name(&self, parent: Ino, name: &[u8]) -> Option<Option<Ino>> {
+        let mut c = self.inner.lock();
+        if !c.on {
+            return None;
+        }
+        let n = c.nodes.get(&parent)?;
+        match n.names.get(name) {
+            Some(v) => Some(*v),
+            None if n.complete => Some(None),
+            None => None,
+        }
+    }
+
+    /// An extended attribute, if known: `Some(None)`, absent.
+    pub fn xattr(&self, ino: Ino, name: &[u8]) -> Option<Option<Vec<u8>>> {
+        let mut c = self.inner.lock();
+        if !c.on {
+            return None;
+        }
+        let n = c.nodes.get(&ino)?;
+        let (_, v) = n.xattrs.iter().find(|(k, _)| &**k == name)?;
+        Some(v.as_ref().map(|v| v.to_vec()))
+    }
+
+    /// Records what a read found, unless anything changed since `epoch` was taken.
+    pub fn fill(&self, epoch: Option<u64>, facts: &[Fact]) {
+        let mut c = self.inner.lock();
+        if c.on && epoch == Some(c.epoch) {
+            for f in facts {
+                c.apply(f);
+            }
+            c.shrink();
+        }
+    }
+
+    /// Records what a write of this client made true. If anything else changed since
+    /// `epoch` was taken (before the write), the order of the two is not known here: what
+    /// the write touched is forgotten instead.
+    pub fn learn(&self, epoch: Option<u64>, facts: &[Fact]) {
+        let mut c = self.inner.lock();
+        if !c.on {
+            return;
+        }
+        let exact = epoch == Some(c.epoch);
+        c.epoch += 1;
+        for f in facts {
+            if exact {
+                c.apply(f);
+            } else {
+                c.apply(&f.unknown());
+            }
+        }
+        c.shrink();
+    }
+
+    /// Another client's change, pushed: what it touched is forgotten.
+    pub fn changed(&self, change: &Change) {
+        let mut c = self.inner.lock();
+        c.epoch += 1;
+        match change {
+            Change::Inode { ino, .. } => c.apply(&Fact::Stale(*ino)),
+            Change::Entry { parent, name } => c.apply(&Fact::NameStale(*parent, name.clone())),
+            Change::Up | Change::Down => {}
+        }
+    }
+}
+
+impl Fact {
+    /// The same fact with its new value unknown.
+    fn unknown(&self) -> Fact {
+        match self {
+            Fact::Attr(a) => Fact::Stale(a.ino),
+            Fact::Name(p, n, _) => Fact::NameStale(*p, n.clone()),
+            Fact::NewDir(ino) | Fact::NoXattr(ino, _) => Fact::Stale(*ino),
+            other => other.clone(),
+        }
+    }
+}
+
+impl Inner {
+    fn clear(&mut self) {
+        self.nodes.clear();
+        self.weight = 0;
+        self.epoch += 1;
+    }
+
+    /// Changes the node of `ino` (made if missing and `make`), keeping the weight.
+    fn node(&mut self, ino: Ino, make: bool, f: impl FnOnce(&mut Node)) {
+        let before = match self.nodes.get_mut(&ino) {
+            Some(n) => n.weight(),
+            None if make => {
+                self.nodes.put(ino, Node::default());
+                0
+            }
+            None => return,
+        };
+        let n = self.nodes.get_mut(&ino).expect("just found or put");
+        f(n);
+        let after = n.weight();
+        self.weight = self.weight + after - before;
+    }
+
+    fn forget(&mut self, ino: Ino) {
+        if let Some(n) = self.nodes.pop(&ino) {
+            self.weight -= n.weight();
+        }
+    }
+
+    fn apply(&mut self, f: &Fact) {
+        match f {
+            Fact::Attr(a) => self.node(a.ino, true, |n| n.attr = Some(a.clone())),
+            Fact::Stale(ino) => self.node(*ino, false, |n| {
+                n.attr = None;
+                n.xattrs.clear();
+            }),
+            Fact::Gone(ino) => self.forget(*ino),
+            Fact::Name(p, name, ino) => {
+                let (name, ino) = (name.as_slice().into(), *ino);
+                self.node(*p, true, |n| {
+                    n.names.insert(name, ino);
+                })
+            }
+            Fact::NameStale(p, name) => self.node(*p, false, |n| {
+                n.names.remove(name.as_slice());
+                n.complete = false;
+            }),
+            Fact::NewDir(ino) => self.node(*ino, true, |n| n.complete = n.names.is_empty()),
+            Fact::NoXattr(ino, name) => self.node(*ino, false, |n| set_xattr(n, name, None)),
+        }
+    }
+
+    /// Drops the least recently used nodes while over the limit.
+    fn shrink(&mut self) {
+        while self.weight > self.limit {
+            match self.nodes.pop_lru() {
+                Some((_, n)) => self.weight -= n.weight(),
+                None => break,
+            }
+        }
+    }
+}
+
+fn set_xattr(n: &mut Node, name: &[u8], v: Option<&[u8]>) {
+    if v.is_some_and(|v| v.len() > MAX_XATTR_KEPT) {
+        n.xattrs.retain(|(k, _)| &**k != name);
+        return;
+    }
+    let v = v.map(Box::from);
+    match n.xattrs.iter_mut().find(|(k, _)| &**k == name) {
+        Some(slot) => slot.1 = v,
+        None => n.xattrs.push((name.into(), v)),
+    }
+}
+
+impl Cache {
+    /// Records an extended attribute read (`None`: absent), unless anything changed since
+    /// `epoch`.
+    pub fn fill_xattr(&self, epoch: Option<u64>, ino: Ino, name: &[u8], v: Option<&[u8]>) {
+        let mut c = self.inner.lock();
+        if c.on && epoch == Some(c.epoch) {
+            c.node(ino, true, |n| set_xattr(n, name, v));
+            c.shrink();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::Kind;
+
+    fn attr(ino: Ino, mtime: i64) -> Attr {
+        Attr {
+            ino,
+            kind: Kind::File,
+            mode: 0o644,
+            uid: 0,
+            gid: 0,
+            nlink: 1,
+            length: 0,
+            rdev: 0,
+            atime: 0,
+            mtime,
+            ctime: mtime,
+            parent: 1,
+            flags: 0,
+            stored: 0,
+        }
+    }
+
+    #[test]
+    fn off_answers_nothing_and_keeps_nothing() {
+        let c = Cache::new(100);
+        c.learn(c.epoch(), &[Fact::Attr(attr(5, 1))]);
+        assert!(c.attr(5).is_none());
+        c.set_on(true);
+        assert!(c.attr(5).is_none());
+        c.learn(c.epoch(), &[Fact::Attr(attr(5, 1))]);
+        assert_eq!(c.attr(5).unwrap().mtime, 1);
+        c.set_on(false);
+        c.set_on(true);
+        assert!(c.attr(5).is_none(), "turning off forgets");
+    }
+
+    #[test]
+    fn a_read_that_overlapped_a_change_is_not_kept() {
+        let c = Cache::new(100);
+        c.set_on(true);
+        let before = c.epoch();
+        c.learn(c.epoch(), &[Fact::Attr(attr(5, 2))]);
+        c.fill(before, &[Fact::Attr(attr(5, 1))]);
+        assert_eq!(c.attr(5).unwrap().mtime, 2);
+        c.changed(&Change::Inode {
+            ino: 5,
+            data: false,
+        });
+        c.fill(before, &[Fact::Attr(attr(5, 1))]);
+        assert!(c.attr(5).is_none());
+    }
+
+    #[test]
+    fn overlapping_writes_forget_what_they_touched() {
+        let c = Cache::new(100);
+        c.set_on(true);
+        let (a, b) = (c.epoch(), c.epoch());
+        c.learn(b, &[Fact::Attr(attr(5, 2))]);
+        c.learn(a, &[Fact::Attr(attr(5, 1))]);
+        assert!(c.attr(5).is_none());
+    }
+
+    #[test]
+    fn a_complete_directory_answers_absent_names() {
+        let c = Cache::new(100);
+        c.set_on(true);
+        assert_eq!(c.name(7, b"x"), None);
+        c.learn(c.epoch(), &[Fact::NewDir(7)]);
+        assert_eq!(c.name(7, b"x"), Some(None));
+        c.learn(c.epoch(), &[Fact::Name(7, b"x".to_vec(), Some(9))]);
+        assert_eq!(c.name(7, b"x"), Some(Some(9)));
+        assert_eq!(c.name(7, b"y"), Some(None));
+        c.changed(&Change::Entry {
+            parent: 7,
+            name: b"y".to_vec(),
+        });
+        assert_eq!(c.name(7, b"y"), None, "a pushed change ends completeness");
+        assert_eq!(c.name(7, b"x"), Some(Some(9)));
+    }
+
+    #[test]
+    fn the_least_recently_used_go_past_the_limit() {
+        let c = Cache::new(10);
+        c.set_on(true);
+        for i in 1..=20 {
+            c.learn(c.epoch(), &[Fact::Attr(attr(i, 1))]);
+        }
+        assert!(c.attr(1).is_none());
+        assert!(c.attr(20).is_some());
+        assert!(c.inner.lock().weight <= 10);
+        c.learn(c.epoch(), &[Fact::Gone(20)]);
+        assert!(c.attr(20).is_none());
+    }
+
+    #[test]
+    fn xattrs_known_absent_and_present() {
+        let c = Cache::new(100);
+        c.set_on(true);
+        c.learn(
+            c.epoch(),
+            &[
+                Fact::Attr(attr(5, 1)),
+                Fact::NoXattr(5, b"security.capability"),
+            ],
+        );
+        assert_eq!(c.xattr(5, b"security.capability"), Some(None));
+        assert_eq!(c.xattr(5, b"user.x"), None);
+        c.fill_xattr(c.epoch(), 5, b"user.x", Some(b"v"));
+        assert_eq!(c.xattr(5, b"user.x"), Some(Some(b"v".to_vec())));
+        c.learn(c.epoch(), &[Fact::Stale(5)]);
+        assert_eq!(c.xattr(5, b"user.x"), None);
+    }
+}
