@@ -496,6 +496,16 @@ pub trait Txn {
         )?;
         Ok(())
     }
+    /// The default ACL of directory `dir` (locked), which a create in it inherits.
+    fn default_acl(&mut self, dir: Ino) -> TxResult<Option<Vec<u8>>> {
+        self.xattr(dir, super::acl::DEFAULT)
+    }
+    /// Creates inode `a` as entry `name` of directory `dir` (locked), and writes `dir` as
+    /// given (its new times and link count); EEXIST if the name is taken.
+    fn create_in(&mut self, a: &Attr, dir: &Attr, name: &[u8]) -> TxResult<()> {
+        self.create_entry(a, dir.ino, name)?;
+        self.update_node(dir)
+    }
     /// Inserts a new inode and its first entry; EEXIST if the name is taken.
     fn create_entry(&mut self, a: &Attr, parent: Ino, name: &[u8]) -> TxResult<()> {
         if self.get_edge(parent, name)?.is_some() {

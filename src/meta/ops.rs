@@ -1017,7 +1017,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 // asked for) instead of the umask, and is passed on (POSIX.1e).
                 let (mut inherited, mut access) = (None, None);
                 if kind != Kind::Symlink {
-                    match tx.xattr(parent, acl::DEFAULT)? {
+                    match tx.default_acl(parent)? {
                         Some(b) => {
                             let (acl, perm) = Self::stored_acl(parent, &b)?.inherit(mode);
                             mode = (mode & !0o777) | perm;
@@ -1032,7 +1032,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     rdev,
                     ..new_node(ino, kind, mode, (ctx.uid, gid), parent, now)
                 };
-                tx.create_entry(&a, parent, name)?;
+                p.mtime = now;
+                p.ctime = now;
+                if kind == Kind::Dir {
+                    p.nlink += 1;
+                }
+                tx.create_in(&a, &p, name)?;
                 if let Some(t) = target {
                     tx.insert_symlink(ino, t)?;
                 }
@@ -1042,12 +1047,6 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if let (Kind::Dir, Some(d)) = (kind, &inherited) {
                     tx.put_xattr(ino, acl::DEFAULT, d)?;
                 }
-                p.mtime = now;
-                p.ctime = now;
-                if kind == Kind::Dir {
-                    p.nlink += 1;
-                }
-                tx.update_node(&p)?;
                 tx.add_usage(0, 1)?;
                 after = Some(p);
                 Ok(a)

@@ -319,10 +319,13 @@ impl Engine for Postgres {
             sorted.sort_unstable();
             sorted.dedup();
             let list: Vec<String> = sorted.iter().map(|i| (*i as i64).to_string()).collect();
+            // With each inode, whether it has a default ACL (what a create in it reads).
             begin.push_str(&format!(
                 concat!(
                     "; SELECT ",
                     node_cols!(),
+                    ", EXISTS (SELECT 1 FROM unkai_xattr x WHERE x.ino = n.ino AND x.name = \
+                     'system.posix_acl_default'::bytea)",
                     " FROM unkai_node n WHERE n.ino IN ({}) ORDER BY n.ino FOR UPDATE"
                 ),
                 list.join(", ")
@@ -332,11 +335,16 @@ impl Engine for Postgres {
         loop {
             let mut lent = self.pool.get()?;
             lent.prelocked.clear();
+            lent.no_default_acl.clear();
             let attempt = (|| -> TxResult<T> {
                 for m in lent.client.simple_query(&begin)? {
                     if let ::postgres::SimpleQueryMessage::Row(r) = m {
-                        if r.len() == 12 {
+                        // An inode's row (the rename lock's has one column).
+                        if r.len() == PRELOCK_COLUMNS {
                             let a = text_attr(&r)?;
+                            if r.get(PRELOCK_COLUMNS - 1) == Some("f") {
+                                lent.no_default_acl.insert(a.ino);
+                            }
                             lent.prelocked.insert(a.ino, a);
                         }
                     }
@@ -358,6 +366,7 @@ impl Engine for Postgres {
                 Ok(v)
             })();
             lent.prelocked.clear();
+            lent.no_default_acl.clear();
             if attempt.is_err() && !lent.client.is_closed() {
                 let _ = lent.client.batch_execute("ROLLBACK");
             }
@@ -418,6 +427,10 @@ impl Engine for Postgres {
         self.watch.publish(f)
     }
 }
+
+/// Columns of a row the first statement of a write locks: [`node_cols!`] and whether the
+/// inode has a default ACL.
+const PRELOCK_COLUMNS: usize = 15;
 
 fn row_attr(r: &Row, base: usize) -> TxResult<Attr> {
     Ok(attr_from(|i| r.try_get::<_, i64>(base + i))?)
@@ -672,6 +685,36 @@ impl Txn for Db<'_> {
             Some(r) => Ok(Some((r.try_get(0)?, row_attr(&r, 1)?))),
             None => Ok(None),
         }
+    }
+
+    fn default_acl(&mut self, dir: Ino) -> TxResult<Option<Vec<u8>>> {
+        if self.no_default_acl.contains(&dir) {
+            return Ok(None);
+        }
+        self.xattr(dir, acl::DEFAULT)
+    }
+
+    /// The inode, its entry and the directory's new times and link count in one round trip;
+    /// the name's check is the unique index (the rest goes with the rollback).
+    fn create_in(&mut self, a: &Attr, dir: &Attr, name: &[u8]) -> TxResult<()> {
+        let v = node_vals(a);
+        let (parent, mtime, ctime, nlink) =
+            (dir.ino as i64, dir.mtime, dir.ctime, dir.nlink as i64);
+        let mut p: Vec<P<'_>> = v.iter().map(|x| x as P<'_>).collect();
+        p.extend([&parent as P<'_>, &name, &mtime, &ctime, &nlink]);
+        let n = self.execute(
+            "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
+               atime, mtime, ctime, parent, flags, stored) VALUES ($1, $2, $3, $4, $5, $6, $7,
+               $8, $9, $10, $11, $12, $13, $14)),
+             d AS (UPDATE unkai_node SET mtime = $17, ctime = $18, nlink = $19 WHERE ino = $15)
+             INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)
+             ON CONFLICT (parent, name) DO NOTHING",
+            &p,
+        )?;
+        if n == 0 {
+            return fail(libc::EEXIST);
+        }
+        Ok(())
     }
 
     /// The inode and its entry in one round trip; the name's check is the unique index (the

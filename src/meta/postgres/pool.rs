@@ -4,7 +4,7 @@
 //!
 //! Not for: transactions or SQL of operations (the engine, `postgres`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use ::postgres::error::SqlState;
@@ -70,6 +70,9 @@ pub(super) struct Conn {
     /// Inodes locked (and read) by the statement that began the current transaction, not yet
     /// handed out: [`lock_node`] takes them from here instead of asking again.
     pub(super) prelocked: HashMap<Ino, Attr>,
+    /// Inodes locked by that statement which have no default ACL (read with the lock, and
+    /// true while it is held: every change of an inode's xattrs locks the inode first).
+    pub(super) no_default_acl: HashSet<Ino>,
 }
 
 impl Conn {
@@ -209,6 +212,7 @@ impl Pool {
             client,
             stmts: HashMap::new(),
             prelocked: HashMap::new(),
+            no_default_acl: HashSet::new(),
         })
     }
 
