@@ -250,9 +250,17 @@ impl Inner {
             }),
             Fact::Gone(ino) => self.forget(*ino),
             Fact::Name(p, name, ino) => {
-                let (name, ino) = (name.as_slice().into(), *ino);
+                let (name, ino) = (name.as_slice(), *ino);
+                // A huge directory keeps a share of the names, not all: past it, the
+                // directory is no longer complete and further names are not kept (rather
+                // than the whole directory going at once, its attributes with it).
+                let most = self.limit / 4;
                 self.node(*p, true, |n| {
-                    n.names.insert(name, ino);
+                    if n.names.len() < most || n.names.contains_key(name) {
+                        n.names.insert(name.into(), ino);
+                    } else {
+                        n.complete = false;
+                    }
                 })
             }
             Fact::NameStale(p, name) => self.node(*p, false, |n| {
@@ -393,6 +401,23 @@ mod tests {
         assert!(c.inner.lock().weight <= 10);
         c.learn(c.epoch(), &[Fact::Gone(20)]);
         assert!(c.attr(20).is_none());
+    }
+
+    #[test]
+    fn a_huge_directory_keeps_a_share_of_its_names_and_stops_being_complete() {
+        let c = Cache::new(40);
+        c.set_on(true);
+        c.learn(c.epoch(), &[Fact::Attr(attr(7, 1)), Fact::NewDir(7)]);
+        for i in 0..20u64 {
+            c.learn(
+                c.epoch(),
+                &[Fact::Name(7, i.to_string().into_bytes(), Some(100 + i))],
+            );
+        }
+        assert_eq!(c.name(7, b"3"), Some(Some(103)));
+        assert_eq!(c.name(7, b"19"), None, "not kept past the share");
+        assert_eq!(c.name(7, b"absent"), None, "no longer complete");
+        assert!(c.attr(7).is_some(), "the directory itself stays");
     }
 
     #[test]
