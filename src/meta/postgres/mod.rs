@@ -533,6 +533,47 @@ impl std::ops::DerefMut for Db<'_> {
     }
 }
 
+impl Db<'_> {
+    /// Inserts inode `a` and its entry `name` in `parent` in one statement, with `dir`'s new
+    /// times and link count if given; the name's check is the unique index (the rest goes
+    /// with the rollback).
+    fn insert_entry(
+        &mut self,
+        a: &Attr,
+        parent: Ino,
+        name: &[u8],
+        dir: Option<&Attr>,
+    ) -> TxResult<()> {
+        let v = node_vals(a);
+        let parent = parent as i64;
+        let (mtime, ctime, nlink) = dir.map_or((0, 0, 0), |d| (d.mtime, d.ctime, d.nlink as i64));
+        let mut p: Vec<P<'_>> = v.iter().map(|x| x as P<'_>).collect();
+        p.extend([&parent as P<'_>, &name]);
+        let sql = match dir {
+            None => {
+                "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
+                   atime, mtime, ctime, parent, flags, stored) VALUES ($1, $2, $3, $4, $5, $6,
+                   $7, $8, $9, $10, $11, $12, $13, $14))
+                 INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)
+                 ON CONFLICT (parent, name) DO NOTHING"
+            }
+            Some(_) => {
+                p.extend([&mtime as P<'_>, &ctime, &nlink]);
+                "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
+                   atime, mtime, ctime, parent, flags, stored) VALUES ($1, $2, $3, $4, $5, $6,
+                   $7, $8, $9, $10, $11, $12, $13, $14)),
+                 d AS (UPDATE unkai_node SET mtime = $17, ctime = $18, nlink = $19 WHERE ino = $15)
+                 INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)
+                 ON CONFLICT (parent, name) DO NOTHING"
+            }
+        };
+        if self.execute(sql, &p)? == 0 {
+            return fail(libc::EEXIST);
+        }
+        Ok(())
+    }
+}
+
 impl Txn for Db<'_> {
     fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64> {
         let p: Vec<P<'_>> = p.iter().map(|v| v as P<'_>).collect();
@@ -694,49 +735,15 @@ impl Txn for Db<'_> {
         self.xattr(dir, acl::DEFAULT)
     }
 
-    /// The inode, its entry and the directory's new times and link count in one round trip;
-    /// the name's check is the unique index (the rest goes with the rollback).
+    /// The inode, its entry and the directory's new times and link count in one round trip
+    /// (see [`Db::insert_entry`]).
     fn create_in(&mut self, a: &Attr, dir: &Attr, name: &[u8]) -> TxResult<()> {
-        let v = node_vals(a);
-        let (parent, mtime, ctime, nlink) =
-            (dir.ino as i64, dir.mtime, dir.ctime, dir.nlink as i64);
-        let mut p: Vec<P<'_>> = v.iter().map(|x| x as P<'_>).collect();
-        p.extend([&parent as P<'_>, &name, &mtime, &ctime, &nlink]);
-        let n = self.execute(
-            "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
-               atime, mtime, ctime, parent, flags, stored) VALUES ($1, $2, $3, $4, $5, $6, $7,
-               $8, $9, $10, $11, $12, $13, $14)),
-             d AS (UPDATE unkai_node SET mtime = $17, ctime = $18, nlink = $19 WHERE ino = $15)
-             INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)
-             ON CONFLICT (parent, name) DO NOTHING",
-            &p,
-        )?;
-        if n == 0 {
-            return fail(libc::EEXIST);
-        }
-        Ok(())
+        self.insert_entry(a, dir.ino, name, Some(dir))
     }
 
-    /// The inode and its entry in one round trip; the name's check is the unique index (the
-    /// inode row goes with the rollback).
+    /// The inode and its entry in one round trip (see [`Db::insert_entry`]).
     fn create_entry(&mut self, a: &Attr, parent: Ino, name: &[u8]) -> TxResult<()> {
-        let v = node_vals(a);
-        let parent = parent as i64;
-        let mut p: Vec<P<'_>> = v.iter().map(|x| x as P<'_>).collect();
-        p.push(&parent);
-        p.push(&name);
-        let n = self.execute(
-            "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
-               atime, mtime, ctime, parent, flags, stored) VALUES ($1, $2, $3, $4, $5, $6, $7,
-               $8, $9, $10, $11, $12, $13, $14))
-             INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)
-             ON CONFLICT (parent, name) DO NOTHING",
-            &p,
-        )?;
-        if n == 0 {
-            return fail(libc::EEXIST);
-        }
-        Ok(())
+        self.insert_entry(a, parent, name, None)
     }
 
     /// One round trip, which also says whether `ino` is open anywhere: the caller holds the
