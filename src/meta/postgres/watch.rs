@@ -30,6 +30,10 @@ use crate::meta::{Change, ChangeSink, Ino};
 const CHANNEL: &str = "unkai_changes";
 /// Longest payload we send (PostgreSQL's limit is 8000 bytes).
 const MAX_PAYLOAD: usize = 7900;
+/// How long changes are gathered after the first before they are sent: one transaction of
+/// notifications for a burst instead of one per change (each a commit the server makes on
+/// the cores the mounts use), for at most this much more delay in what others see.
+const GATHER: Duration = Duration::from_millis(3);
 /// How often the listener checks its connection (and whether to stop) when nothing arrives.
 const TICK: Duration = Duration::from_millis(500);
 const PING_EVERY: Duration = Duration::from_secs(5);
@@ -179,6 +183,13 @@ fn send_loop(config: ::postgres::Config, tls: Tls, sid: u64, rx: mpsc::Receiver<
     let mut conn: Option<Client> = None;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
+        let until = Instant::now() + GATHER;
+        while let Some(left) = until.checked_duration_since(Instant::now()) {
+            match rx.recv_timeout(left) {
+                Ok(c) => batch.push(c),
+                Err(_) => break,
+            }
+        }
         batch.extend(rx.try_iter());
         let mut sql = String::from("BEGIN; SET LOCAL synchronous_commit TO off; ");
         for p in encode(sid, &batch) {
