@@ -464,10 +464,6 @@ pub trait Meta: Send + Sync {
         rdev: u32,
         target: Option<&[u8]>,
     ) -> Result<Attr>;
-    /// Creates a regular file already opened by this client (its open recorded with it where
-    /// opens are recorded, in one transaction): `open(O_CREAT)`. Closed with
-    /// [`Meta::close_inode`].
-    fn create_open(&self, ctx: &Ctx, parent: Ino, name: &[u8], mode: u32) -> Result<Attr>;
     fn link(&self, ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr>;
     /// Removes a name; returns the inode's attributes after (nlink may be 0).
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr>;

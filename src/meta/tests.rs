@@ -91,7 +91,6 @@ engine_tests!(
     close_session_reclaims_unlinked_open_inodes,
     new_session_reclaims_dead_sessions,
     open_in_one_client_survives_unlink_in_another,
-    a_file_created_open_survives_unlink_in_another,
     open_in_one_client_survives_rename_over_in_another,
     opens_before_another_client_joins_are_shared,
     dead_client_opens_are_reclaimed_on_heartbeat,
@@ -2727,26 +2726,6 @@ fn session_id(m: &dyn Meta, mountpoint: &str) -> u64 {
         .find(|s| s.mountpoint == mountpoint)
         .unwrap()
         .id
-}
-
-/// A file made by `create_open` is open from its creation, in its creator's session: an
-/// unlink elsewhere keeps it until its creator closes it.
-fn a_file_created_open_survives_unlink_in_another(e: Engine) {
-    for (_place, m1, m2) in two_clients(e) {
-        let (m1, m2) = (&*m1, &*m2);
-        let f = m2.create_open(&CTX, ROOT_INO, b"f", 0o644).unwrap();
-        assert_eq!(lookup(m1, ROOT_INO, "f").unwrap().ino, f.ino);
-        m1.unlink(&CTX, ROOT_INO, b"f").unwrap();
-        assert_eq!(m2.getattr(f.ino).unwrap().nlink, 0);
-        let sid2 = session_id(m1, "/mnt/two");
-        assert!(m1.sustained().unwrap().contains(&(sid2, f.ino)));
-        m2.close_inode(f.ino).unwrap();
-        assert_errno(m1.getattr(f.ino), libc::ENOENT);
-        // A name taken: nothing created, nothing left counted open.
-        m1.create_open(&CTX, ROOT_INO, b"g", 0o644).unwrap();
-        assert_errno(m2.create_open(&CTX, ROOT_INO, b"g", 0o644), libc::EEXIST);
-        assert!(!m1.sustained().unwrap().iter().any(|(s, _)| *s == sid2));
-    }
 }
 
 fn open_in_one_client_survives_unlink_in_another(e: Engine) {

@@ -516,12 +516,6 @@ impl Vfs {
     pub fn open(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let mark = self.attr_mark();
         let a = self.meta.open_inode(ino)?;
-        self.opened(mark, a, flags)
-    }
-
-    /// The handle of inode `a`, just counted open in meta (`mark` taken before).
-    fn opened(&self, mark: u64, a: Attr, flags: i32) -> Result<Opened> {
-        let ino = a.ino;
         if let Err(e) = open_allowed(&a, flags) {
             self.meta.close_inode(ino)?;
             return Err(e);
@@ -545,21 +539,21 @@ impl Vfs {
         mode: u32,
         flags: i32,
     ) -> Result<Opened> {
-        let mark = self.attr_mark();
-        let a = match self.meta.create_open(ctx, parent, name, mode) {
+        let a = match self
+            .meta
+            .mknod(ctx, parent, name, Kind::File, mode, 0, None)
+        {
             Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
-                let a = match self.open_created_elsewhere(ctx, parent, name, flags) {
+                match self.open_created_elsewhere(ctx, parent, name, flags) {
                     Ok(a) => a,
                     // Gone again meanwhile: the name was taken when it was asked for.
                     Err(gone) if gone.errno() == libc::ENOENT => return Err(e.into()),
                     Err(other) => return Err(other),
-                };
-                return self.open(a.ino, flags);
+                }
             }
             res => res?,
         };
-        // Created open, in the same transaction.
-        self.opened(mark, a, flags)
+        self.open(a.ino, flags)
     }
 
     /// `open(O_CREAT)` without O_EXCL of a name another client created after this kernel

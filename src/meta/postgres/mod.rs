@@ -263,9 +263,6 @@ struct Db<'a> {
     c: &'a mut Conn,
     used: i64,
     inodes: i64,
-    /// In a write transaction: statements sent with its COMMIT (integers only, no quoting),
-    /// which nothing in the transaction reads back.
-    at_commit: Option<String>,
 }
 
 fn db(c: &mut Conn) -> Db<'_> {
@@ -273,7 +270,6 @@ fn db(c: &mut Conn) -> Db<'_> {
         c,
         used: 0,
         inodes: 0,
-        at_commit: None,
     }
 }
 
@@ -354,10 +350,9 @@ impl Engine for Postgres {
                     }
                 }
                 let mut tx = db(&mut lent);
-                tx.at_commit = Some(String::new());
                 let v = f(&mut tx)?;
                 // The counters and COMMIT in one round trip (integers only: no quoting).
-                let mut end = tx.at_commit.take().unwrap_or_default();
+                let mut end = String::new();
                 for (name, delta) in [("usedSpace", tx.used), ("totalInodes", tx.inodes)] {
                     if delta != 0 {
                         end.push_str(&format!(
@@ -694,22 +689,6 @@ impl Txn for Db<'_> {
     fn add_usage(&mut self, used_bytes: i64, inodes: i64) -> TxResult<()> {
         self.used += used_bytes;
         self.inodes += inodes;
-        Ok(())
-    }
-
-    /// In a write transaction, sent with its COMMIT (a create's open, `share_opens`'s
-    /// records): nothing in the same transaction reads it back.
-    fn insert_open(&mut self, i: Ino, session: u64) -> TxResult<()> {
-        let sql = format!(
-            "INSERT INTO unkai_open (ino, session) VALUES ({}, {}) ON CONFLICT DO NOTHING; ",
-            i as i64, session as i64
-        );
-        match &mut self.at_commit {
-            Some(end) => end.push_str(&sql),
-            None => {
-                self.client.batch_execute(&sql)?;
-            }
-        }
         Ok(())
     }
 
