@@ -1430,13 +1430,11 @@ impl<E: Engine> Meta for EngineMeta<E> {
             // inode not open just before the count and be about to commit its deletion. Once
             // it has committed, the lookup below fails, or it saw the count and kept the inode.
             self.engine.settle_writes();
-            // Close-to-open: an open elsewhere sees what the last close committed, even
-            // before its change is pushed here.
-            let a = match self.pushed.load(Ordering::Acquire) {
-                true => self.fresh_attr(ino),
-                false => self.getattr(ino),
-            };
-            return a.inspect_err(|_| {
+            // From the engine, not from memory: a write that committed its deletion before
+            // the settle tells the cache after releasing the writer, so the cache may not
+            // know yet (and close-to-open: an open sees what the last close elsewhere
+            // committed, even before its change is pushed here).
+            return self.fresh_attr(ino).inspect_err(|_| {
                 let _ = self.close_inode(ino);
             });
         }
