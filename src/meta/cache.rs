@@ -103,11 +103,7 @@ impl Cache {
 
     /// Turns answering from memory on or off; what was known is forgotten either way.
     pub fn set_on(&self, on: bool) {
-        let mut c = self.inner.lock();
-        if c.on != on {
-            c.clear();
-            c.on = on;
-        }
+        self.inner.lock().set_on(on);
     }
 
     /// Forgets everything (a change of unknown extent: a repair, a dead session cleaned up,
@@ -118,8 +114,17 @@ impl Cache {
 
     /// The epoch to pass to [`Cache::fill`] or [`Cache::learn`], taken before reading or
     /// writing (`None`: off).
+    #[cfg(test)]
     pub fn epoch(&self) -> Option<u64> {
         let c = self.inner.lock();
+        c.on.then_some(c.epoch)
+    }
+
+    /// [`Cache::set_on`], then the epoch to pass to [`Cache::fill`] or [`Cache::learn`]
+    /// (`None`: off), taken before reading or writing; under one lock (once per operation).
+    pub fn begin(&self, on: bool) -> Option<u64> {
+        let mut c = self.inner.lock();
+        c.set_on(on);
         c.on.then_some(c.epoch)
     }
 
@@ -213,6 +218,13 @@ impl Fact {
 }
 
 impl Inner {
+    fn set_on(&mut self, on: bool) {
+        if self.on != on {
+            self.clear();
+            self.on = on;
+        }
+    }
+
     fn clear(&mut self) {
         self.nodes.clear();
         self.weight = 0;

@@ -259,8 +259,7 @@ impl<E: Engine> EngineMeta<E> {
     fn epoch(&self) -> Option<u64> {
         let on = (self.alone.load(Ordering::Acquire) && self.engine.grouping())
             || self.pushed.load(Ordering::Acquire);
-        self.cache.set_on(on);
-        self.cache.epoch()
+        self.cache.begin(on)
     }
 
     /// After a namespace change failed: what the cache said of the names and directories
@@ -277,7 +276,11 @@ impl<E: Engine> EngineMeta<E> {
 
     /// An inode's attributes read from the engine, not from memory (and then kept).
     fn fresh_attr(&self, ino: Ino) -> Result<Attr> {
-        let e = self.epoch();
+        self.read_attr(self.epoch(), ino)
+    }
+
+    /// [`Self::fresh_attr`] with the epoch taken already.
+    fn read_attr(&self, e: Option<u64>, ino: Ino) -> Result<Attr> {
         let a = self.engine.read(|tx| tx.get_node(ino))?;
         self.cache.fill(e, &[Fact::Attr(a.clone())]);
         Ok(a)
@@ -884,12 +887,13 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn getattr(&self, ino: Ino) -> Result<Attr> {
-        if self.epoch().is_some() {
+        let e = self.epoch();
+        if e.is_some() {
             if let Some(a) = self.cache.attr(ino) {
                 return Ok(a);
             }
         }
-        self.fresh_attr(ino)
+        self.read_attr(e, ino)
     }
 
     fn setattr(&self, _ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr> {
@@ -1149,7 +1153,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 } else {
                     tx.update_node(&a)?;
                 }
-                after = Some(p.clone());
+                after = Some(p);
                 Ok(a)
             })
             .inspect(|r| {
@@ -1200,7 +1204,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 a.nlink = 0;
                 a.ctime = now;
                 self.release(tx, &a, open, now)?;
-                after = Some((p.clone(), a.ino));
+                after = Some((p, a.ino));
                 Ok(())
             })
             .inspect(|_| {
