@@ -70,6 +70,7 @@ fn metadata(c: &mut Criterion) {
         block_size: 4 << 20,
         trash_days: 0,
         capacity: 0,
+        inodes: 0,
         created: 0,
         schema: SCHEMA_VERSION,
         checksums: true,

@@ -69,6 +69,8 @@ pub struct FormatSpec {
     pub block_size: u32,
     pub trash_days: u32,
     pub capacity: u64,
+    /// Most inodes (0: unlimited).
+    pub inodes: u64,
     /// Spread keys over 256 hashed prefixes (S3 partitions).
     pub hash_prefix: bool,
     pub force: bool,
@@ -115,6 +117,21 @@ pub fn parse_size(s: &str) -> anyhow::Result<u64> {
     })?;
     n.checked_mul(mult)
         .with_context(|| format!("size '{s}' is too large"))
+}
+
+/// Parses the size given to `flag` (e.g. `--capacity`), where JuiceFS takes a bare number in
+/// `juicefs_unit` (GiB for `--capacity`, MiB for `--buffer-size`...): a bare number other than
+/// 0 is refused with a hint instead of being taken as bytes.
+pub fn parse_size_flag(flag: &str, s: &str, juicefs_unit: &str) -> anyhow::Result<u64> {
+    let t = s.trim();
+    if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) && t.bytes().any(|b| b != b'0') {
+        bail!(
+            "invalid {flag} {t}: give a unit, e.g. {flag} {t}{unit} (a bare number is not \
+             taken as bytes: JuiceFS reads it as {juicefs_unit})",
+            unit = &juicefs_unit[..1]
+        );
+    }
+    parse_size(t).with_context(|| format!("invalid {flag}"))
 }
 
 /// Creates a volume; refuses to overwrite one unless `spec.force`.
@@ -164,6 +181,7 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         block_size: spec.block_size,
         trash_days: spec.trash_days,
         capacity: spec.capacity,
+        inodes: spec.inodes,
         created: meta::now_nanos(),
         schema: SCHEMA_VERSION,
         checksums: true,
@@ -270,6 +288,7 @@ pub fn ensure_default() -> anyhow::Result<String> {
             block_size: 4 << 20,
             trash_days: 0,
             capacity: 0,
+            inodes: 0,
             hash_prefix: false,
             force: false,
         };
@@ -291,6 +310,15 @@ mod tests {
         assert_eq!(parse_size("4096").unwrap(), 4096);
         assert!(parse_size("4X").is_err());
         assert!(parse_size("M").is_err());
+        assert_eq!(
+            parse_size_flag("--capacity", "100G", "GiB").unwrap(),
+            100 << 30
+        );
+        assert_eq!(parse_size_flag("--capacity", "0", "GiB").unwrap(), 0);
+        let e = parse_size_flag("--capacity", "100", "GiB")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--capacity 100G") && e.contains("GiB"), "{e}");
     }
 
     #[test]

@@ -724,7 +724,7 @@ fn sigterm_with_a_file_still_open_loses_nothing() {
 
 #[test]
 fn help_of_every_subcommand_has_an_example() {
-    for sub in ["format", "mount", "umount", "status"] {
+    for sub in ["format", "mount", "umount", "status", "config", "destroy"] {
         let (ok, out, err) = run(&[sub, "--help"]);
         assert!(ok, "{sub} --help failed: {err}");
         assert!(
@@ -957,4 +957,103 @@ fn unmount_logs_the_fuse_requests_served() {
         time.contains("create ") && time.contains(" µs each"),
         "{time}"
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Issue 16: config, destroy, sizes with units
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn config_shows_and_changes_settings_and_refuses_fixed_ones() {
+    let vol = Volume::with_args(&["--trash-days", "2"]);
+    let fmt = |vol: &Volume| -> serde_json::Value {
+        let (ok, out, err) = vol.cmd("config", &["--json"]);
+        assert!(ok, "config --json: {out}{err}");
+        serde_json::from_str(&out).unwrap()
+    };
+    let before = fmt(&vol);
+    assert_eq!(before["trash_days"], 2);
+    assert_eq!(before["capacity"], 0);
+    let (ok, out, err) = vol.cmd(
+        "config",
+        &[
+            "--trash-days",
+            "7",
+            "--capacity",
+            "100G",
+            "--inodes",
+            "1000",
+        ],
+    );
+    assert!(ok, "config: {out}{err}");
+    assert!(err.contains("trash: 2 -> 7 days"), "{err}");
+    assert!(out.contains("100.0 GiB"), "{out}");
+    let after = fmt(&vol);
+    assert_eq!(after["trash_days"], 7);
+    assert_eq!(after["capacity"], 100u64 << 30);
+    assert_eq!(after["inodes"], 1000);
+    assert_eq!(after["uuid"], before["uuid"], "the same volume");
+    // Kept: status reads the same settings.
+    let st = status_json(&vol);
+    assert_eq!(st["format"]["capacity"], 100u64 << 30);
+
+    // What cannot change is refused in one line, and nothing changes.
+    let e = one_line_error(&vol.cmd("config", &["--block-size", "1M"]));
+    assert!(e.contains("block size cannot change"), "{e}");
+    // A bare number where JuiceFS means GiB is refused with a hint.
+    let e = one_line_error(&vol.cmd("config", &["--capacity", "100"]));
+    assert!(e.contains("--capacity 100G"), "{e}");
+    assert_eq!(fmt(&vol), after);
+    let e = one_line_error(&run(&[
+        "format",
+        "--block-size",
+        "4096",
+        "sqlite:///nonexistent-dir-for-unkai/m.db",
+        "v",
+    ]));
+    assert!(e.contains("--block-size 4096K"), "{e}");
+}
+
+#[test]
+fn destroy_refuses_while_mounted_then_removes_metadata_and_objects() {
+    let vol = Volume::new();
+    let uuid = status_json(&vol)["format"]["uuid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let destroy = |vol: &Volume, uuid: &str, yes: bool| {
+        let mut args = vec!["destroy"];
+        if yes {
+            args.push("--yes");
+        }
+        args.push(&vol.meta_url);
+        args.push(uuid);
+        common::run_env(&args, &vol.env)
+    };
+    let m = vol.mount();
+    fs::write(m.p("f"), vec![1u8; 300_000]).unwrap();
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/g"), vec![2u8; 5_000_000]).unwrap();
+    let e = one_line_error(&destroy(&vol, &uuid, true));
+    assert!(e.contains("mounted by 1 client"), "{e}");
+    assert_eq!(fs::read(m.p("f")).unwrap(), vec![1u8; 300_000], "untouched");
+    m.unmount();
+    assert!(!vol.objects().is_empty());
+
+    let e = one_line_error(&destroy(&vol, "not-its-id", true));
+    assert!(e.contains("not not-its-id"), "{e}");
+    let e = one_line_error(&destroy(&vol, &uuid, false));
+    assert!(e.contains("--yes"), "{e}");
+    assert!(!vol.objects().is_empty(), "refused: nothing deleted");
+
+    let (ok, out, err) = destroy(&vol, &uuid, true);
+    assert!(ok, "destroy: {out}{err}");
+    assert!(out.contains("objects deleted"), "{out}");
+    assert!(
+        vol.objects().is_empty(),
+        "objects left: {:?}",
+        vol.objects()
+    );
+    let e = one_line_error(&vol.cmd("status", &[]));
+    assert!(e.contains("not formatted"), "{e}");
 }

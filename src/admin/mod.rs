@@ -1,9 +1,10 @@
-//! Volume maintenance: `fsck` (check and repair invariants), `gc` (delete garbage objects) and
-//! `objbench` (measure the bucket itself).
+//! Volume maintenance: `fsck` (check and repair invariants), `gc` (delete garbage objects),
+//! `destroy` (delete a whole volume) and `objbench` (measure the bucket itself).
 //!
 //! Works on a volume's metadata and bucket directly, usually while it is not mounted.
 //! Not for: anything a mount does in its normal course (that is `vfs`).
 
+pub mod destroy;
 pub mod fsck;
 pub mod gc;
 pub mod objbench;

@@ -8,7 +8,7 @@ use crate::volume::{self, FormatSpec};
 /// Create a volume: its settings go into the metadata, so later commands need only META-URL.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  PGPASSWORD=secret unkai format --storage s3://bucket/vols postgres://unkai@db.example:5432/unkai myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh"
+    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  PGPASSWORD=secret unkai format --storage s3://bucket/vols postgres://unkai@db.example:5432/unkai myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh\n  unkai format --capacity 100G --inodes 1000000 --trash-days 7 sqlite:///var/lib/unkai/vol.db myvol"
 )]
 pub struct Args {
     /// Where the metadata lives: sqlite:///var/lib/unkai/vol.db (an absolute path) or
@@ -29,10 +29,15 @@ pub struct Args {
     /// Days deleted data is kept before its objects are deleted (0: delete at once).
     #[arg(long, default_value_t = 0)]
     trash_days: u32,
-    /// Size the volume reports to `df`, e.g. 1T (default: the free space of a local bucket,
-    /// or unlimited).
+    /// Most bytes the volume may hold, e.g. 100G or 1T: a write past it fails with ENOSPC,
+    /// and `df` shows it (default: unlimited; `df` then shows the free space of a local
+    /// bucket).
     #[arg(long)]
     capacity: Option<String>,
+    /// Most inodes (files, directories, links...) the volume may hold; 0: unlimited. A create
+    /// past it fails with ENOSPC.
+    #[arg(long, default_value_t = 0)]
+    inodes: u64,
     /// Start object keys with a hashed prefix (00/ to ff/), so that a busy volume spreads over
     /// many S3 partitions instead of hitting one.
     #[arg(long)]
@@ -57,7 +62,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             ),
         },
     };
-    let block_size = volume::parse_size(&a.block_size)?;
+    let block_size = volume::parse_size_flag("--block-size", &a.block_size, "KiB")?;
     if !(64 << 10..=16 << 20).contains(&block_size) {
         anyhow::bail!(
             "invalid block size {}: it must be between 64K and 16M (e.g. --block-size 4M)",
@@ -67,7 +72,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let capacity = a
         .capacity
         .as_deref()
-        .map(volume::parse_size)
+        .map(|c| volume::parse_size_flag("--capacity", c, "GiB"))
         .transpose()?
         .unwrap_or(0);
     let spec = FormatSpec {
@@ -76,6 +81,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         block_size: block_size as u32,
         trash_days: a.trash_days,
         capacity,
+        inodes: a.inodes,
         hash_prefix: a.hash_prefix,
         force: a.force,
     };

@@ -101,13 +101,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let obj = if a.skip_objects {
         None
     } else {
-        Some(volume::open_storage(meta.format())?)
+        Some(volume::open_storage(&meta.format())?)
     };
     let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
     let uuid = meta.format().uuid.clone();
     let mut staged: HashSet<String> = Stage::peek(&cache_dirs, &uuid).into_iter().collect();
     if a.repair && !staged.is_empty() && obj.is_some() {
-        upload_staged(meta.format(), &cache_dirs, staged.len(), a.quiet)?;
+        upload_staged(&meta.format(), &cache_dirs, staged.len(), a.quiet)?;
         staged = Stage::peek(&cache_dirs, &uuid).into_iter().collect();
     }
     let mut report = fsck::check(&*meta, obj.as_ref(), &staged, a.verify, a.quiet)?;

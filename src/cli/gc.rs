@@ -29,7 +29,7 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
     let meta = volume::open_meta(&url)?;
-    let store = volume::open_data(meta.format(), crate::data::Config::default())?;
+    let store = volume::open_data(&meta.format(), crate::data::Config::default())?;
     let rep = gc::gc(
         &*meta,
         &store,

@@ -4,6 +4,8 @@
 //! `vfs` and below).
 
 mod bench;
+mod config;
+mod destroy;
 mod format;
 mod fsck;
 mod gc;
@@ -39,6 +41,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     Format(format::Args),
+    Config(config::Args),
+    Destroy(destroy::Args),
     Mount(mount::Args),
     Umount(umount::Args),
     Status(status::Args),
@@ -115,6 +119,8 @@ pub fn main() -> i32 {
     init_logging(&cli.log_level);
     let res = match cli.cmd {
         Command::Format(a) => format::run(a),
+        Command::Config(a) => config::run(a),
+        Command::Destroy(a) => destroy::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Status(a) => status::run(a),

@@ -234,11 +234,12 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         }
     }
     let (flags, ro, allow_other) = mount_options(&a.options)?;
-    let cache_bytes = volume::parse_size(&a.memory_cache_size)? as usize;
+    let cache_bytes =
+        volume::parse_size_flag("--memory-cache-size", &a.memory_cache_size, "MiB")? as usize;
     let disk_cache = a
         .cache_size
         .as_deref()
-        .map(volume::parse_size)
+        .map(|s| volume::parse_size_flag("--cache-size", s, "MiB"))
         .transpose()?;
     if !(0.0..1.0).contains(&a.free_space_ratio) {
         bail!(
@@ -247,8 +248,8 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
             a.free_space_ratio
         );
     }
-    let buffer_bytes = volume::parse_size(&a.buffer_size)? as usize;
-    let memory_limit = volume::parse_size(&a.memory_limit)?;
+    let buffer_bytes = volume::parse_size_flag("--buffer-size", &a.buffer_size, "MiB")? as usize;
+    let memory_limit = volume::parse_size_flag("--memory-limit", &a.memory_limit, "MiB")?;
     if memory_limit < 64 << 20 {
         bail!(
             "invalid --memory-limit {}: give at least 64M, e.g. 1G",
@@ -258,7 +259,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     if a.threads == 0 || a.threads > 256 {
         bail!("invalid --threads {}: use 1 to 256", a.threads);
     }
-    let stage_bytes = volume::parse_size(&a.stage_size)?;
+    let stage_bytes = volume::parse_size_flag("--stage-size", &a.stage_size, "MiB")?;
     let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
     let io_timeout = serve::ttl(a.io_timeout, "io-timeout")?;
     let io_deadline = serve::ttl(a.io_deadline, "io-deadline")?;

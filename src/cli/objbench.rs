@@ -55,8 +55,8 @@ pub struct Args {
 pub fn run(a: Args) -> anyhow::Result<()> {
     let opts = Options {
         small_count: a.small_count,
-        small_size: volume::parse_size(&a.small_size)?,
-        block_size: volume::parse_size(&a.block_size)?,
+        small_size: volume::parse_size_flag("--small-size", &a.small_size, "KiB")?,
+        block_size: volume::parse_size_flag("--block-size", &a.block_size, "KiB")?,
         blocks: a.blocks,
         parallel: a.parallel,
         quiet: a.quiet,

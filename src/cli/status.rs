@@ -46,13 +46,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     println!("  metadata:   {}", crate::meta::url::redact(&url));
     println!("  storage:    {}", fmt.storage);
     println!(
-        "  block size: {}   trash: {} days   capacity: {}",
+        "  block size: {}   trash: {} days   capacity: {}   inodes: {}",
         super::human_bytes(fmt.block_size as u64),
         fmt.trash_days,
         if fmt.capacity == 0 {
             "unlimited".to_string()
         } else {
             super::human_bytes(fmt.capacity)
+        },
+        if fmt.inodes == 0 {
+            "unlimited".to_string()
+        } else {
+            fmt.inodes.to_string()
         }
     );
     println!(

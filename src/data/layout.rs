@@ -169,6 +169,7 @@ mod tests {
             block_size: 4 << 20,
             trash_days: 0,
             capacity: 0,
+            inodes: 0,
             created: 0,
             schema: SCHEMA_VERSION,
             checksums: true,

@@ -403,6 +403,45 @@ pub trait Txn {
         }
         Ok(recs)
     }
+    /// The volume setting `name` (`format`: its JSON), if recorded.
+    fn setting(&mut self, name: &str) -> TxResult<Option<String>> {
+        let r = self.row(
+            "SELECT value FROM unkai_setting WHERE name=$1",
+            &[Val::Text(name)],
+        )?;
+        r.map(|r| r.text(0)).transpose()
+    }
+    /// Records the volume setting `name` (which exists).
+    fn set_setting(&mut self, name: &str, value: &str) -> TxResult<()> {
+        self.exec(
+            "UPDATE unkai_setting SET value=$2 WHERE name=$1",
+            &[Val::Text(name), Val::Text(value)],
+        )?;
+        Ok(())
+    }
+    /// Deletes every row of the volume, its settings included: the database then holds no
+    /// volume (`unkai destroy`).
+    fn erase_volume(&mut self) -> TxResult<()> {
+        for sql in [
+            "DELETE FROM unkai_open",
+            "DELETE FROM unkai_sustained",
+            "DELETE FROM unkai_plock",
+            "DELETE FROM unkai_reserved",
+            "DELETE FROM unkai_session",
+            "DELETE FROM unkai_xattr",
+            "DELETE FROM unkai_chunk",
+            "DELETE FROM unkai_slice_ref",
+            "DELETE FROM unkai_dead_slice",
+            "DELETE FROM unkai_symlink",
+            "DELETE FROM unkai_edge",
+            "DELETE FROM unkai_node",
+            "DELETE FROM unkai_counter",
+            "DELETE FROM unkai_setting",
+        ] {
+            self.exec(sql, &[])?;
+        }
+        Ok(())
+    }
     /// Adds to the volume's usage counters (an engine may gather them until commit).
     fn add_usage(&mut self, used_bytes: i64, inodes: i64) -> TxResult<()> {
         for (name, delta) in [("usedSpace", used_bytes), ("totalInodes", inodes)] {
@@ -411,6 +450,33 @@ pub trait Txn {
                     "UPDATE unkai_counter SET value = value + $2 WHERE name = $1",
                     &[Val::Text(name), Val::Int(delta)],
                 )?;
+            }
+        }
+        Ok(())
+    }
+    /// [`Txn::add_usage`], then ENOSPC if what grows passes its limit (`max_bytes`,
+    /// `max_inodes`; 0: none). An engine whose writers run at once makes the check exact by
+    /// holding the counter's row until commit.
+    fn charge(
+        &mut self,
+        used_bytes: i64,
+        inodes: i64,
+        max_bytes: u64,
+        max_inodes: u64,
+    ) -> TxResult<()> {
+        self.add_usage(used_bytes, inodes)?;
+        for (name, delta, max) in [
+            ("usedSpace", used_bytes, max_bytes),
+            ("totalInodes", inodes, max_inodes),
+        ] {
+            if delta > 0 && max > 0 {
+                let r = self.row(
+                    "SELECT value FROM unkai_counter WHERE name=$1",
+                    &[Val::Text(name)],
+                )?;
+                if r.map(|r| r.int(0)).transpose()?.unwrap_or(0) > max as i64 {
+                    return fail(libc::ENOSPC);
+                }
             }
         }
         Ok(())

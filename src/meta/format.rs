@@ -21,6 +21,9 @@ pub struct Format {
     /// Size the volume reports to `df` (bytes); 0 = unlimited (reported as 1 PiB).
     #[serde(default)]
     pub capacity: u64,
+    /// Most inodes the volume may hold (files, directories, links...); 0 = unlimited.
+    #[serde(default)]
+    pub inodes: u64,
     /// When it was formatted (ns since the epoch).
     pub created: i64,
     /// Version of the metadata schema.
@@ -51,6 +54,7 @@ impl Format {
             block_size,
             trash_days: 0,
             capacity: 0,
+            inodes: 0,
             created: 0,
             schema: SCHEMA_VERSION,
             checksums: true,

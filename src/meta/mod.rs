@@ -405,8 +405,17 @@ pub type ChangeSink = Box<dyn Fn(Change) + Send + Sync>;
 
 /// The contract every metadata engine implements. Each call is one transaction.
 pub trait Meta: Send + Sync {
-    /// The volume's settings, as recorded by `format`.
-    fn format(&self) -> &Format;
+    /// The volume's settings, as recorded by `format` and changed since by `config` (seen
+    /// here when the volume is opened and at each [`Meta::heartbeat`]).
+    fn format(&self) -> Format;
+
+    /// Records changed settings (`unkai config`). Refuses (`Refused`) a change of what a
+    /// volume cannot change once formatted: its name, id, block size or key layout.
+    fn set_format(&self, new: &Format) -> Result<()>;
+
+    /// Deletes the volume's metadata, all of it (`unkai destroy`); refuses (`Refused`) while
+    /// a live client other than this one has it mounted.
+    fn destroy(&self) -> Result<()>;
 
     /// Which engine this is.
     fn engine(&self) -> EngineKind;
@@ -429,6 +438,7 @@ pub trait Meta: Send + Sync {
     /// Registers this client; also reclaims what dead sessions left behind.
     fn new_session(&self, info: SessionInfo) -> Result<u64>;
     /// Marks this client alive; also reclaims what sessions found dead left behind.
+    /// (Also reads the volume's settings again, so that a `config` reaches live mounts.)
     fn heartbeat(&self) -> Result<()>;
     /// Called often (every background tick): notices another client joining the volume, for
     /// an engine that records opens only when shared (SQLite).

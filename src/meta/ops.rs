@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 
 use super::cache::{Cache, Fact};
 use super::engine::{Engine, TxResult, Txn, corrupt, fail, unless_gone};
@@ -165,6 +165,22 @@ pub(crate) fn check_reformat(
     Ok(())
 }
 
+/// Which setting that can never change after `format` differs between `old` and `new`.
+pub(crate) fn fixed_setting_changed(old: &Format, new: &Format) -> Option<&'static str> {
+    [
+        ("the volume's name", old.name != new.name),
+        ("the volume's id", old.uuid != new.uuid),
+        ("the block size", old.block_size != new.block_size),
+        ("the key layout", old.layout != new.layout),
+        ("hashed key prefixes", old.hash_prefix != new.hash_prefix),
+        ("checksums", old.checksums != new.checksums),
+        ("the creation time", old.created != new.created),
+    ]
+    .into_iter()
+    .find(|(_, changed)| *changed)
+    .map(|(what, _)| what)
+}
+
 /// Reads a volume's recorded settings; refuses a schema newer than this binary's.
 pub(crate) fn parse_format(json: &str, url: &str) -> Result<Format> {
     let format: Format = serde_json::from_str(json)
@@ -220,7 +236,8 @@ struct IdPool {
 /// A volume's metadata on engine `E`: the [`Meta`] of every engine.
 pub struct EngineMeta<E: Engine> {
     pub(crate) engine: E,
-    format: Format,
+    /// The volume's settings: read at open, again at each heartbeat (`config` changes them).
+    format: RwLock<Format>,
     inos: Mutex<IdPool>,
     slices: Mutex<IdPool>,
     /// Open counts of inodes opened through this client (see [`Engine::RECORDS_OPENS`]).
@@ -240,7 +257,7 @@ impl<E: Engine> EngineMeta<E> {
     pub(crate) fn new(engine: E, format: Format) -> Self {
         EngineMeta {
             engine,
-            format,
+            format: RwLock::new(format),
             inos: Mutex::new(IdPool { next: 0, end: 0 }),
             slices: Mutex::new(IdPool { next: 0, end: 0 }),
             opens: OpenCounts::new(E::RECORDS_OPENS),
@@ -272,6 +289,25 @@ impl<E: Engine> EngineMeta<E> {
             facts.push(Fact::Stale(*p));
         }
         self.cache.learn(None, &facts);
+    }
+
+    /// Reads the volume's settings again (a `config` elsewhere may have changed them).
+    fn reload_format(&self) -> Result<()> {
+        let Some(json) = self.engine.read(|tx| tx.setting("format"))? else {
+            return Ok(());
+        };
+        let new = parse_format(&json, "the volume")?;
+        let mut cur = self.format.write();
+        if new.uuid == cur.uuid && *cur != new {
+            tracing::info!(
+                "volume settings changed: trash {} days, capacity {}, inodes {}",
+                new.trash_days,
+                new.capacity,
+                new.inodes
+            );
+            *cur = new;
+        }
+        Ok(())
     }
 
     /// An inode's attributes read from the engine, not from memory (and then kept).
@@ -427,12 +463,14 @@ impl<E: Engine> EngineMeta<E> {
     /// Writes a file's new length and (if `time`) its mtime and ctime, counting the change of
     /// its size from `old_len` in the volume's usage.
     fn store_file(
+        &self,
         tx: &mut dyn Txn,
         a: &mut Attr,
         old_len: u64,
         time: Option<Nanos>,
     ) -> TxResult<()> {
-        tx.add_usage(align4k(a.length) - align4k(old_len), 0)?;
+        let max = self.format.read().capacity;
+        tx.charge(align4k(a.length) - align4k(old_len), 0, max, 0)?;
         if let Some(t) = time {
             a.mtime = t;
             a.ctime = t;
@@ -735,12 +773,54 @@ impl<E: Engine> EngineMeta<E> {
 }
 
 impl<E: Engine> Meta for EngineMeta<E> {
-    fn format(&self) -> &Format {
-        &self.format
+    fn format(&self) -> Format {
+        self.format.read().clone()
+    }
+
+    fn set_format(&self, new: &Format) -> Result<()> {
+        let json = serde_json::to_string(new).expect("format serializes");
+        self.engine.write(&[], false, |tx| {
+            let old = tx
+                .setting("format")?
+                .ok_or_else(|| corrupt("the volume's settings are missing".into()))?;
+            let old = parse_format(&old, "the volume").map_err(|e| corrupt(e.to_string()))?;
+            if let Some(what) = fixed_setting_changed(&old, new) {
+                return Err(super::engine::TxError::Meta(Error::Refused(format!(
+                    "{what} cannot change once a volume is formatted"
+                ))));
+            }
+            tx.set_setting("format", &json)
+        })?;
+        *self.format.write() = new.clone();
+        Ok(())
     }
 
     fn engine(&self) -> EngineKind {
         self.engine.kind()
+    }
+
+    fn destroy(&self) -> Result<()> {
+        let me = self.sid();
+        self.engine.write(&[], true, |tx| {
+            let now = now_nanos();
+            let live = tx
+                .sessions()?
+                .into_iter()
+                .filter(|(id, info, hb)| {
+                    *id != me
+                        && serde_json::from_str::<SessionInfo>(info)
+                            .is_ok_and(|i| !session_dead(&i, *hb, now))
+                })
+                .count();
+            if live > 0 {
+                return Err(Error::Refused(format!(
+                    "the volume is mounted by {live} client(s) (see `unkai status`); unmount \
+                     it everywhere first"
+                ))
+                .into());
+            }
+            tx.erase_volume()
+        })
     }
 
     fn check_storage(&self) -> Result<Vec<String>> {
@@ -791,6 +871,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             );
         }
         self.clean_dead_sessions()?;
+        self.reload_format()?;
         self.share_opens()
     }
 
@@ -1051,7 +1132,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if let (Kind::Dir, Some(d)) = (kind, &inherited) {
                     tx.put_xattr(ino, acl::DEFAULT, d)?;
                 }
-                tx.add_usage(0, 1)?;
+                tx.charge(0, 1, 0, self.format.read().inodes)?;
                 after = Some(p);
                 Ok(a)
             })
@@ -1303,7 +1384,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if let Some(ino) = whiteout {
                     let w = new_node(ino, Kind::CharDev, 0, (ctx.uid, ctx.gid), parent, now);
                     tx.create_entry(&w, parent, name)?;
-                    tx.add_usage(0, 1)?;
+                    tx.charge(0, 1, 0, self.format.read().inodes)?;
                 }
                 Ok(victim)
             })
@@ -1520,7 +1601,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
                 let old = a.length;
                 a.length = length;
-                Self::store_file(tx, &mut a, old, Some(now))?;
+                self.store_file(tx, &mut a, old, Some(now))?;
                 Ok(a)
             })
             .inspect(|a| self.stored(e, a))
@@ -1564,7 +1645,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     a.length = end;
                 }
                 let touched = a.length != old || mode.punch_hole || mode.zero_range;
-                Self::store_file(tx, &mut a, old, touched.then_some(now))?;
+                self.store_file(tx, &mut a, old, touched.then_some(now))?;
                 Ok(a)
             })
             .inspect(|a| self.stored(e, a))
@@ -1632,7 +1713,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     a.length = a.length.max(*index as u64 * CHUNK_SIZE + r.end());
                 }
                 self.append(tx, &mut a, slices)?;
-                Self::store_file(tx, &mut a, old, Some(mtime))?;
+                self.store_file(tx, &mut a, old, Some(mtime))?;
                 Ok(a)
             })
             .inspect(|a| self.stored(e, a))
@@ -1681,7 +1762,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 let now = now_nanos();
                 let old = d.length;
                 d.length = d.length.max(dst_off + len);
-                Self::store_file(tx, &mut d, old, Some(now))?;
+                self.store_file(tx, &mut d, old, Some(now))?;
                 Ok((len, d))
             })
             .inspect(|(_, d)| self.stored(e, d))
@@ -1850,7 +1931,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>> {
-        let cutoff = now_nanos() - self.format.trash_days as i64 * 86_400 * 1_000_000_000;
+        let cutoff = now_nanos() - self.format.read().trash_days as i64 * 86_400 * 1_000_000_000;
         self.read_committed(|tx| tx.dead_slices(Some(cutoff), limit))
     }
 

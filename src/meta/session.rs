@@ -44,7 +44,7 @@ pub(crate) fn row_dead(info: &str, heartbeat: Nanos, now: Nanos) -> bool {
 }
 
 /// Whether a session's process is known to be gone (same host, pid no longer an unkai).
-pub(crate) fn session_dead(info: &SessionInfo, heartbeat: Nanos, now: Nanos) -> bool {
+pub fn session_dead(info: &SessionInfo, heartbeat: Nanos, now: Nanos) -> bool {
     if now - heartbeat > session_timeout().as_nanos() as i64 {
         return true;
     }

@@ -293,6 +293,7 @@ fn test_format(name: &str) -> Format {
         block_size: 4 << 20,
         trash_days: 0,
         capacity: 0,
+        inodes: 0,
         created: now_nanos(),
         schema: SCHEMA_VERSION,
         checksums: true,
@@ -530,7 +531,7 @@ fn create_then_open_has_root(e: Engine) {
         let fmt = test_format("first");
         (place.create)(&fmt, false).unwrap();
         let m = (place.open)().unwrap();
-        assert_eq!(m.format(), &fmt);
+        assert_eq!(m.format(), fmt);
         let root = m.getattr(ROOT_INO).unwrap();
         assert_eq!(root.ino, ROOT_INO);
         assert_eq!(root.kind, Kind::Dir);
@@ -580,7 +581,7 @@ fn create_over_existing_refused_unless_forced(e: Engine) {
         }
         {
             let m = (place.open)().unwrap();
-            assert_eq!(m.format(), &old);
+            assert_eq!(m.format(), old);
             assert_eq!(lookup(&*m, ROOT_INO, "keep").unwrap().kind, Kind::File);
             assert_eq!(nlink(&*m, ROOT_INO), 3);
         }
@@ -598,7 +599,7 @@ fn create_over_existing_refused_unless_forced(e: Engine) {
         let new = test_format("new");
         (place.create)(&new, true).unwrap();
         let m = (place.open)().unwrap();
-        assert_eq!(m.format(), &new);
+        assert_eq!(m.format(), new);
         assert_errno(lookup(&*m, ROOT_INO, "keep"), libc::ENOENT);
         assert_errno(lookup(&*m, ROOT_INO, "dir"), libc::ENOENT);
         let root = m.getattr(ROOT_INO).unwrap();

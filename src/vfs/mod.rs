@@ -1075,7 +1075,8 @@ impl Vfs {
 
     pub fn statfs(&self) -> Result<StatFs> {
         let u = self.meta.usage()?;
-        let cap = self.meta.format().capacity;
+        let fmt = self.meta.format();
+        let cap = fmt.capacity;
         let (total, free) = if cap > 0 {
             (cap, cap.saturating_sub(u.used_bytes))
         } else if let Some(root) = self.store.local_root() {
@@ -1090,11 +1091,16 @@ impl Vfs {
         } else {
             (1 << 50, (1u64 << 50).saturating_sub(u.used_bytes))
         };
+        let (files, free_files) = if fmt.inodes > 0 {
+            (fmt.inodes, fmt.inodes.saturating_sub(u.inodes))
+        } else {
+            (u.inodes + (1 << 32), 1 << 32)
+        };
         Ok(StatFs {
             total_bytes: total,
             free_bytes: free,
-            files: u.inodes + (1 << 32),
-            free_files: 1 << 32,
+            files,
+            free_files,
         })
     }
 

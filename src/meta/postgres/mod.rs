@@ -692,6 +692,42 @@ impl Txn for Db<'_> {
         Ok(())
     }
 
+    /// Under a limit, a growth is added at once and its counter's row stays locked until
+    /// COMMIT, so that clients racing to the limit take turns and none passes it.
+    fn charge(
+        &mut self,
+        used_bytes: i64,
+        inodes: i64,
+        max_bytes: u64,
+        max_inodes: u64,
+    ) -> TxResult<()> {
+        for (name, delta, max) in [
+            ("usedSpace", used_bytes, max_bytes),
+            ("totalInodes", inodes, max_inodes),
+        ] {
+            if delta > 0 && max > 0 {
+                let r = self.query_opt(
+                    "UPDATE unkai_counter SET value = value + $2 WHERE name = $1 RETURNING value",
+                    &[&name, &delta],
+                )?;
+                let gathered = if name == "usedSpace" {
+                    self.used
+                } else {
+                    self.inodes
+                };
+                let now = r.map(|r| r.try_get::<_, i64>(0)).transpose()?.unwrap_or(0);
+                if now + gathered > max as i64 {
+                    return fail(libc::ENOSPC);
+                }
+            } else if name == "usedSpace" {
+                self.used += delta;
+            } else {
+                self.inodes += delta;
+            }
+        }
+        Ok(())
+    }
+
     /// The directory and the entry in one round trip (a miss needs the directory's kind).
     fn find(&mut self, parent: Ino, name: &[u8]) -> TxResult<Attr> {
         let sql = concat!(

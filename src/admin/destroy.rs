@@ -1,0 +1,71 @@
+//! `destroy`: delete a volume, its metadata and every object of it in the bucket.
+//!
+//! Not for: asking the user (the command line does), or any volume other than the one opened:
+//! only keys under the volume's own prefixes (`NAME/UUID/chunks/`) are deleted, or, on volumes
+//! of layout 0 whose prefix a same-named volume may share, only the keys its metadata names.
+
+use std::collections::BTreeSet;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::data::DataStore;
+use crate::meta::{Meta, session};
+
+/// What `destroy` did.
+#[derive(Debug, Default)]
+pub struct DestroyReport {
+    /// Objects deleted from the bucket.
+    pub deleted: u64,
+}
+
+/// The live clients other than this process that have the volume mounted.
+pub fn live_mounts(meta: &dyn Meta) -> anyhow::Result<usize> {
+    let now = crate::meta::now_nanos();
+    Ok(meta
+        .sessions()?
+        .iter()
+        .filter(|s| !session::session_dead(s, s.heartbeat, now))
+        .count())
+}
+
+/// Deletes the volume: its metadata first (refused while it is mounted anywhere; once it is
+/// gone no client can mount the volume again), then its objects.
+pub fn destroy(meta: &dyn Meta, store: &DataStore, quiet: bool) -> anyhow::Result<DestroyReport> {
+    let fmt = meta.format();
+    let layout = store.layout().clone();
+    // Layout 0: the prefix may hold a same-named volume's keys; only ours are named here.
+    let mut named = BTreeSet::new();
+    if fmt.layout == 0 {
+        let slices = meta
+            .all_slices()?
+            .into_iter()
+            .map(|(id, size, _)| (id, size))
+            .chain(meta.all_dead_slices()?.into_iter().map(|d| (d.id, d.size)));
+        for (id, size) in slices {
+            for (i, len) in layout.blocks_of(size) {
+                named.insert(layout.block_key(id, i, len));
+            }
+        }
+    }
+    meta.destroy()?;
+    let keys: Vec<String> = if fmt.layout == 0 {
+        let listed: BTreeSet<String> = store.list_blocks()?.into_iter().map(|o| o.key).collect();
+        named.into_iter().filter(|k| listed.contains(k)).collect()
+    } else {
+        store.list_blocks()?.into_iter().map(|o| o.key).collect()
+    };
+    let pb = if quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(keys.len() as u64)
+    };
+    pb.set_style(ProgressStyle::with_template("deleting objects {bar:30} {pos}/{len}").unwrap());
+    let mut rep = DestroyReport::default();
+    for k in &keys {
+        store.delete_block(k)?;
+        rep.deleted += 1;
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    Ok(rep)
+}
