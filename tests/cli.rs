@@ -724,7 +724,9 @@ fn sigterm_with_a_file_still_open_loses_nothing() {
 
 #[test]
 fn help_of_every_subcommand_has_an_example() {
-    for sub in ["format", "mount", "umount", "status", "config", "destroy"] {
+    for sub in [
+        "format", "mount", "umount", "status", "config", "destroy", "clone",
+    ] {
         let (ok, out, err) = run(&[sub, "--help"]);
         assert!(ok, "{sub} --help failed: {err}");
         assert!(
@@ -1056,4 +1058,90 @@ fn destroy_refuses_while_mounted_then_removes_metadata_and_objects() {
     );
     let e = one_line_error(&vol.cmd("status", &[]));
     assert!(e.contains("not formatted"), "{e}");
+}
+
+#[test]
+fn clone_shares_data_and_diverges_on_write() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let vol = Volume::new();
+    let m = vol.mount();
+    fs::create_dir_all(m.p("t/sub")).unwrap();
+    let big = pattern(5_000_000, 7);
+    fs::write(m.p("t/big"), &big).unwrap();
+    fs::write(m.p("t/sub/small"), b"hello").unwrap();
+    fs::hard_link(m.p("t/big"), m.p("t/sub/link")).unwrap();
+    std::os::unix::fs::symlink("../big", m.p("t/sub/sym")).unwrap();
+    fs::set_permissions(m.p("t/sub/small"), fs::Permissions::from_mode(0o640)).unwrap();
+    common::xattr::setxattr(&m.p("t/sub/small"), "user.k", b"v1", 0).unwrap();
+    m.unmount();
+    let before = vol.objects();
+
+    let m = vol.mount();
+    let src = m.p("t");
+    let dst = m.p("t2");
+    let (ok, out, err) = common::run_env(
+        &["clone", src.to_str().unwrap(), dst.to_str().unwrap()],
+        &vol.env,
+    );
+    assert!(ok, "clone: {out}{err}");
+    assert_eq!(fs::read(m.p("t2/big")).unwrap(), big);
+    assert_eq!(fs::read(m.p("t2/sub/small")).unwrap(), b"hello");
+    assert_eq!(
+        fs::read_link(m.p("t2/sub/sym")).unwrap(),
+        Path::new("../big")
+    );
+    let (a, b) = (
+        fs::metadata(m.p("t2/big")).unwrap(),
+        fs::metadata(m.p("t2/sub/link")).unwrap(),
+    );
+    assert_eq!((a.ino(), a.nlink()), (b.ino(), 2), "hard links stay linked");
+    assert_ne!(a.ino(), fs::metadata(m.p("t/big")).unwrap().ino());
+    assert_eq!(
+        fs::metadata(m.p("t2/sub/small")).unwrap().mode() & 0o777,
+        0o640
+    );
+    assert_eq!(
+        common::xattr::getxattr(&m.p("t2/sub/small"), "user.k").unwrap(),
+        b"v1"
+    );
+    // Into itself, over an existing path, or off the mount: one-line errors.
+    let e = one_line_error(&common::run_env(
+        &[
+            "clone",
+            src.to_str().unwrap(),
+            m.p("t/in").to_str().unwrap(),
+        ],
+        &vol.env,
+    ));
+    assert!(e.contains("into itself"), "{e}");
+    let e = one_line_error(&common::run_env(
+        &["clone", src.to_str().unwrap(), dst.to_str().unwrap()],
+        &vol.env,
+    ));
+    assert!(e.contains("exists"), "{e}");
+    let elsewhere = tempdir();
+    let e = one_line_error(&common::run_env(
+        &[
+            "clone",
+            src.to_str().unwrap(),
+            elsewhere.path().join("x").to_str().unwrap(),
+        ],
+        &vol.env,
+    ));
+    assert!(e.contains("different file systems"), "{e}");
+    m.unmount();
+    assert_eq!(vol.objects(), before, "a clone stores no data of its own");
+
+    // Written, the clone diverges; the source keeps its bytes.
+    let m = vol.mount();
+    let f = fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("t2/big"))
+        .unwrap();
+    f.write_all_at(b"CHANGED", 1000).unwrap();
+    drop(f);
+    assert_eq!(fs::read(m.p("t/big")).unwrap(), big);
+    let mut want = big.clone();
+    want[1000..1007].copy_from_slice(b"CHANGED");
+    assert_eq!(fs::read(m.p("t2/big")).unwrap(), want);
 }

@@ -4,6 +4,7 @@
 //! `vfs` and below).
 
 mod bench;
+mod clone;
 mod config;
 mod destroy;
 mod format;
@@ -42,6 +43,7 @@ struct Cli {
 enum Command {
     Format(format::Args),
     Config(config::Args),
+    Clone(clone::Args),
     Destroy(destroy::Args),
     Mount(mount::Args),
     Umount(umount::Args),
@@ -120,6 +122,7 @@ pub fn main() -> i32 {
     let res = match cli.cmd {
         Command::Format(a) => format::run(a),
         Command::Config(a) => config::run(a),
+        Command::Clone(a) => clone::run(a),
         Command::Destroy(a) => destroy::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
