@@ -13,6 +13,7 @@ mod gc;
 mod helper;
 mod mount;
 mod objbench;
+mod restore;
 mod status;
 mod umount;
 mod warmup;
@@ -45,6 +46,7 @@ enum Command {
     Config(config::Args),
     Clone(clone::Args),
     Destroy(destroy::Args),
+    Restore(restore::Args),
     Mount(mount::Args),
     Umount(umount::Args),
     Status(status::Args),
@@ -124,6 +126,7 @@ pub fn main() -> i32 {
         Command::Config(a) => config::run(a),
         Command::Clone(a) => clone::run(a),
         Command::Destroy(a) => destroy::run(a),
+        Command::Restore(a) => restore::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Status(a) => status::run(a),

@@ -580,6 +580,15 @@ pub trait Txn {
         self.insert_node(a)?;
         self.insert_edge(parent, name, a.ino, a.kind)
     }
+    /// The name of inode `i` in directory `parent` (a scan of its entries: for the rare
+    /// caller, such as the trash's origin paths).
+    fn name_in(&mut self, parent: Ino, i: Ino) -> TxResult<Option<Vec<u8>>> {
+        let r = self.row(
+            "SELECT name FROM unkai_edge WHERE parent=$1 AND ino=$2 LIMIT 1",
+            &[ino(parent), ino(i)],
+        )?;
+        r.map(|r| r.bytes(0)).transpose()
+    }
     fn delete_edge(&mut self, id: i64) -> TxResult<()> {
         self.exec("DELETE FROM unkai_edge WHERE id=$1", &[Val::Int(id)])?;
         Ok(())

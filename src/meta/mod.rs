@@ -20,6 +20,7 @@ pub mod postgres;
 pub mod session;
 pub mod slice;
 pub mod sqlite;
+pub mod trash;
 pub mod url;
 
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::{Mutex, RwLock};
 
@@ -21,6 +21,7 @@ use super::lock::{self, LockOwner};
 use super::opens::OpenCounts;
 use super::session::{row_dead, session_dead};
 use super::slice::{self, SliceRec};
+use super::trash;
 use super::*;
 
 /// Records a chunk may gather before it is offered to compaction.
@@ -86,7 +87,7 @@ pub(crate) fn root_node(now: Nanos) -> Attr {
 
 /// A new inode made at `now`, owned by `(uid, gid)`, with its one name in `parent` (kept
 /// as the parent of a directory), empty.
-fn new_node(
+pub(crate) fn new_node(
     ino: Ino,
     kind: Kind,
     mode: u32,
@@ -204,7 +205,7 @@ pub(crate) fn parse_format(json: &str, url: &str) -> Result<Format> {
     Ok(format)
 }
 
-fn attr_changed(ino: Ino) -> Change {
+pub(crate) fn attr_changed(ino: Ino) -> Change {
     Change::Inode { ino, data: false }
 }
 
@@ -212,7 +213,7 @@ fn data_changed(ino: Ino) -> Change {
     Change::Inode { ino, data: true }
 }
 
-fn entry_changed(parent: Ino, name: &[u8]) -> Change {
+pub(crate) fn entry_changed(parent: Ino, name: &[u8]) -> Change {
     Change::Entry {
         parent,
         name: name.to_vec(),
@@ -237,7 +238,7 @@ struct IdPool {
 pub struct EngineMeta<E: Engine> {
     pub(crate) engine: E,
     /// The volume's settings: read at open, again at each heartbeat (`config` changes them).
-    format: RwLock<Format>,
+    pub(crate) format: RwLock<Format>,
     inos: Mutex<IdPool>,
     slices: Mutex<IdPool>,
     /// Open counts of inodes opened through this client (see [`Engine::RECORDS_OPENS`]).
@@ -246,11 +247,15 @@ pub struct EngineMeta<E: Engine> {
     fragmented: Mutex<HashMap<(Ino, u32), usize>>,
     /// Inodes, names and xattrs answered from memory (see [`Meta::set_alone`] and
     /// [`Meta::watch`] for when).
-    cache: Arc<Cache>,
+    pub(crate) cache: Arc<Cache>,
     /// Whether this client has the volume to itself, as the mount last said.
     alone: AtomicBool,
     /// Whether other clients' changes are pushed to this one.
     pushed: Arc<AtomicBool>,
+    /// The trash's inode (0: not known yet; see `trash`).
+    pub(crate) trash: AtomicU64,
+    /// The trash's directory of the current hour, made here.
+    pub(crate) bin: Mutex<Option<(String, super::trash::Bin)>>,
 }
 
 impl<E: Engine> EngineMeta<E> {
@@ -266,6 +271,8 @@ impl<E: Engine> EngineMeta<E> {
             cache: Arc::new(Cache::default()),
             alone: AtomicBool::new(false),
             pushed: Arc::new(AtomicBool::new(false)),
+            trash: AtomicU64::new(0),
+            bin: Mutex::new(None),
         }
     }
 
@@ -273,7 +280,7 @@ impl<E: Engine> EngineMeta<E> {
     /// memory). The cache answers while this client is alone and its engine has seen no
     /// other writer since (SQLite stops grouping by itself when another process commits, or
     /// when a group is lost), or while other clients' changes are pushed.
-    fn epoch(&self) -> Option<u64> {
+    pub(crate) fn epoch(&self) -> Option<u64> {
         let on = (self.alone.load(Ordering::Acquire) && self.engine.grouping())
             || self.pushed.load(Ordering::Acquire);
         self.cache.begin(on)
@@ -345,6 +352,21 @@ impl<E: Engine> EngineMeta<E> {
     fn read_committed<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         self.engine.commit_group()?;
         self.engine.read(f)
+    }
+
+    /// EPERM for a directory of the trash itself (its root and hour directories): nothing
+    /// is made there but by a deletion.
+    fn check_not_trash(&self, dir: &Attr) -> TxResult<()> {
+        let t = self.trash.load(Ordering::Acquire);
+        if t != 0 && (dir.ino == t || dir.parent == t) {
+            return fail(libc::EPERM);
+        }
+        Ok(())
+    }
+
+    /// An inode number.
+    pub(crate) fn alloc_ino(&self) -> Result<Ino> {
+        self.alloc(&self.inos, "nextInode")
     }
 
     fn alloc(&self, pool: &Mutex<IdPool>, counter: &'static str) -> Result<u64> {
@@ -668,6 +690,7 @@ impl<E: Engine> EngineMeta<E> {
         new_name: &[u8],
         noreplace: bool,
         now: Nanos,
+        (bin, trashed): (Option<trash::Bin>, &mut Option<(Ino, Vec<u8>)>),
     ) -> TxResult<Option<Attr>> {
         let cross = p1.ino != p2.ino;
         if let Some((_, d)) = &dst {
@@ -698,7 +721,14 @@ impl<E: Engine> EngineMeta<E> {
             } else {
                 d.nlink = d.nlink.saturating_sub(1);
             }
-            if d.nlink == 0 {
+            let bin = Self::trashes_from(bin, &p2).filter(|_| d.kind != Kind::Dir);
+            if let (0, Some(b)) = (d.nlink, bin) {
+                // A file replaced by a rename goes to the trash, as a deleted one does.
+                d.nlink = 1;
+                let mut at = p2.clone();
+                let tname = Self::trash_move(tx, b, None, &mut at, &mut d, new_name, now)?;
+                *trashed = Some((b.hour, tname));
+            } else if d.nlink == 0 {
                 self.release(tx, &d, None, now)?;
             } else {
                 tx.update_node(&d)?;
@@ -769,6 +799,178 @@ impl<E: Engine> EngineMeta<E> {
             tx.update_node(&p2)?;
         }
         Ok(())
+    }
+    /// unlink(2): the entry goes, and its inode with its last link, or to the trash (if
+    /// `to_trash` and the volume keeps one).
+    pub(crate) fn remove(
+        &self,
+        _ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        to_trash: bool,
+    ) -> Result<Attr> {
+        check_len(name)?;
+        if parent == ROOT_INO && name == trash::TRASH_NAME {
+            return sys(libc::EPERM);
+        }
+        let bin = if to_trash { self.bin()? } else { None };
+        let lock: Vec<Ino> = std::iter::once(parent).chain(bin.map(|b| b.hour)).collect();
+        let mut trashed: Option<(Ino, Vec<u8>)> = None;
+        let e = self.epoch();
+        let mut after = None;
+        self.engine
+            .write_grouped(&lock, false, |tx| {
+                trashed = None;
+                let mut p = Self::parent_dir(tx, parent)?;
+                let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
+                    return fail(libc::ENOENT);
+                };
+                if a.kind == Kind::Dir {
+                    return fail(libc::EISDIR);
+                }
+                check_dir_change(&p, true)?;
+                check_protected(&a)?;
+                let now = now_nanos();
+                p.mtime = now;
+                p.ctime = now;
+                if let Some(b) = Self::trashes_from(bin, &p).filter(|_| a.nlink <= 1) {
+                    let tname = Self::trash_move(tx, b, Some(eid), &mut p, &mut a, name, now)?;
+                    tx.update_node(&p)?;
+                    trashed = Some((b.hour, tname));
+                    after = Some(p);
+                    return Ok(a);
+                }
+                let open = tx.remove_entry(eid, &p, a.ino)?;
+                a.nlink = a.nlink.saturating_sub(1);
+                a.ctime = now;
+                if a.nlink == 0 {
+                    self.release(tx, &a, open, now)?;
+                } else {
+                    tx.update_node(&a)?;
+                }
+                after = Some(p);
+                Ok(a)
+            })
+            .inspect(|r| {
+                let mut facts = vec![
+                    match r.nlink {
+                        0 => Fact::Gone(r.ino),
+                        _ => Fact::Attr(r.clone()),
+                    },
+                    Fact::Name(parent, name.to_vec(), None),
+                ];
+                facts.extend(after.take().map(Fact::Attr));
+                if let Some((hour, tname)) = &trashed {
+                    facts.push(Fact::Stale(r.ino));
+                    facts.push(Fact::Attr(r.clone()));
+                    facts.push(Fact::Stale(*hour));
+                    facts.push(Fact::Name(*hour, tname.clone(), Some(r.ino)));
+                }
+                self.cache.learn(e, &facts);
+                self.engine.publish(|| {
+                    let mut v = named_inode_changed(parent, name, r.ino);
+                    if let Some((hour, tname)) = &trashed {
+                        v.push(entry_changed(*hour, tname));
+                        v.push(attr_changed(*hour));
+                    }
+                    v
+                })
+            })
+            .inspect_err(|err| {
+                if err.errno() == libc::ESTALE {
+                    self.forget_bin();
+                }
+                self.failed(&[(parent, name)])
+            })
+    }
+
+    /// rmdir(2): the empty directory goes, or to the trash (if `to_trash` and the volume
+    /// keeps one).
+    pub(crate) fn remove_dir(
+        &self,
+        _ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        to_trash: bool,
+    ) -> Result<()> {
+        check_len(name)?;
+        if name == b"." {
+            return sys(libc::EINVAL);
+        }
+        if name == b".." {
+            return sys(libc::ENOTEMPTY);
+        }
+        if parent == ROOT_INO && name == trash::TRASH_NAME {
+            return sys(libc::EPERM);
+        }
+        let bin = if to_trash { self.bin()? } else { None };
+        let lock: Vec<Ino> = std::iter::once(parent).chain(bin.map(|b| b.hour)).collect();
+        let mut trashed: Option<(Ino, Vec<u8>, Attr)> = None;
+        let e = self.epoch();
+        let mut after = None;
+        self.engine
+            .write_grouped(&lock, false, |tx| {
+                trashed = None;
+                let mut p = Self::parent_dir(tx, parent)?;
+                let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
+                    return fail(libc::ENOENT);
+                };
+                if a.kind != Kind::Dir {
+                    return fail(libc::ENOTDIR);
+                }
+                check_dir_change(&p, true)?;
+                check_protected(&a)?;
+                if !tx.dir_is_empty(a.ino)? {
+                    return fail(libc::ENOTEMPTY);
+                }
+                let now = now_nanos();
+                p.mtime = now;
+                p.ctime = now;
+                if let Some(b) = Self::trashes_from(bin, &p) {
+                    let tname = Self::trash_move(tx, b, Some(eid), &mut p, &mut a, name, now)?;
+                    tx.update_node(&p)?;
+                    trashed = Some((b.hour, tname, a));
+                    after = Some((p, 0));
+                    return Ok(());
+                }
+                p.nlink = p.nlink.saturating_sub(1);
+                let open = tx.remove_entry(eid, &p, a.ino)?;
+                a.nlink = 0;
+                a.ctime = now;
+                self.release(tx, &a, open, now)?;
+                after = Some((p, a.ino));
+                Ok(())
+            })
+            .inspect(|_| {
+                if let Some((p, gone)) = after.take() {
+                    let mut facts = vec![Fact::Name(parent, name.to_vec(), None), Fact::Attr(p)];
+                    match &trashed {
+                        Some((hour, tname, a)) => {
+                            facts.push(Fact::Stale(a.ino));
+                            facts.push(Fact::Attr(a.clone()));
+                            facts.push(Fact::Stale(*hour));
+                            facts.push(Fact::Name(*hour, tname.clone(), Some(a.ino)));
+                        }
+                        None => facts.push(Fact::Gone(gone)),
+                    }
+                    self.cache.learn(e, &facts);
+                }
+                self.engine.publish(|| {
+                    let mut v = vec![entry_changed(parent, name), attr_changed(parent)];
+                    if let Some((hour, tname, a)) = &trashed {
+                        v.push(entry_changed(*hour, tname));
+                        v.push(attr_changed(*hour));
+                        v.push(attr_changed(a.ino));
+                    }
+                    v
+                })
+            })
+            .inspect_err(|err| {
+                if err.errno() == libc::ESTALE {
+                    self.forget_bin();
+                }
+                self.failed(&[(parent, name)])
+            })
     }
 }
 
@@ -872,6 +1074,11 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         self.clean_dead_sessions()?;
         self.reload_format()?;
+        match self.purge_expired() {
+            Ok(0) => {}
+            Ok(n) => tracing::info!("trash: {n} expired entries deleted"),
+            Err(e) => tracing::warn!("trash: purging expired entries: {e}"),
+        }
         self.share_opens()
     }
 
@@ -937,6 +1144,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 let p = tx.get_node(parent)?;
                 tx.get_node(p.parent.max(ROOT_INO))
             });
+        }
+        if parent == ROOT_INO && name == trash::TRASH_NAME {
+            // Known from now on: nothing may be made in the trash's own directories.
+            self.trash_ino()?;
         }
         let e = self.epoch();
         if e.is_some() {
@@ -1076,12 +1287,16 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 return sys(libc::ENAMETOOLONG);
             }
         }
+        if parent == ROOT_INO && name == trash::TRASH_NAME {
+            return sys(libc::EEXIST);
+        }
         let ino = self.alloc(&self.inos, "nextInode")?;
         let e = self.epoch();
         let mut after = None;
         self.engine
             .write_grouped(&[parent], false, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
+                self.check_not_trash(&p)?;
                 check_dir_change(&p, false)?;
                 let now = now_nanos();
                 let mut mode = mode & 0o7777;
@@ -1156,6 +1371,9 @@ impl<E: Engine> Meta for EngineMeta<E> {
 
     fn link(&self, _ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_name(name)?;
+        if parent == ROOT_INO && name == trash::TRASH_NAME {
+            return sys(libc::EEXIST);
+        }
         let e = self.epoch();
         let mut after = None;
         self.engine
@@ -1176,6 +1394,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if tx.get_edge(parent, name)?.is_some() {
                     return fail(libc::EEXIST);
                 }
+                self.check_not_trash(&p)?;
                 check_protected(&a)?;
                 check_dir_change(&p, false)?;
                 if a.nlink >= u32::MAX - 1 {
@@ -1208,99 +1427,20 @@ impl<E: Engine> Meta for EngineMeta<E> {
             })
     }
 
-    fn unlink(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
-        check_len(name)?;
-        let e = self.epoch();
-        let mut after = None;
-        self.engine
-            .write_grouped(&[parent], false, |tx| {
-                let mut p = Self::parent_dir(tx, parent)?;
-                let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
-                    return fail(libc::ENOENT);
-                };
-                if a.kind == Kind::Dir {
-                    return fail(libc::EISDIR);
-                }
-                check_dir_change(&p, true)?;
-                check_protected(&a)?;
-                let now = now_nanos();
-                p.mtime = now;
-                p.ctime = now;
-                let open = tx.remove_entry(eid, &p, a.ino)?;
-                a.nlink = a.nlink.saturating_sub(1);
-                a.ctime = now;
-                if a.nlink == 0 {
-                    self.release(tx, &a, open, now)?;
-                } else {
-                    tx.update_node(&a)?;
-                }
-                after = Some(p);
-                Ok(a)
-            })
-            .inspect(|r| {
-                let mut facts = vec![
-                    match r.nlink {
-                        0 => Fact::Gone(r.ino),
-                        _ => Fact::Attr(r.clone()),
-                    },
-                    Fact::Name(parent, name.to_vec(), None),
-                ];
-                facts.extend(after.take().map(Fact::Attr));
-                self.cache.learn(e, &facts);
-                self.engine
-                    .publish(|| named_inode_changed(parent, name, r.ino))
-            })
-            .inspect_err(|_| self.failed(&[(parent, name)]))
+    fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {
+        match self.remove(ctx, parent, name, true) {
+            // The trash's hour directory went meanwhile: made again.
+            Err(e) if e.errno() == libc::ESTALE => self.remove(ctx, parent, name, true),
+            r => r,
+        }
     }
 
-    fn rmdir(&self, _ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
-        check_len(name)?;
-        if name == b"." {
-            return sys(libc::EINVAL);
+    fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
+        match self.remove_dir(ctx, parent, name, true) {
+            // The trash's hour directory went meanwhile: made again.
+            Err(e) if e.errno() == libc::ESTALE => self.remove_dir(ctx, parent, name, true),
+            r => r,
         }
-        if name == b".." {
-            return sys(libc::ENOTEMPTY);
-        }
-        let e = self.epoch();
-        let mut after = None;
-        self.engine
-            .write_grouped(&[parent], false, |tx| {
-                let mut p = Self::parent_dir(tx, parent)?;
-                let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
-                    return fail(libc::ENOENT);
-                };
-                if a.kind != Kind::Dir {
-                    return fail(libc::ENOTDIR);
-                }
-                check_dir_change(&p, true)?;
-                check_protected(&a)?;
-                if !tx.dir_is_empty(a.ino)? {
-                    return fail(libc::ENOTEMPTY);
-                }
-                let now = now_nanos();
-                p.nlink = p.nlink.saturating_sub(1);
-                p.mtime = now;
-                p.ctime = now;
-                let open = tx.remove_entry(eid, &p, a.ino)?;
-                a.nlink = 0;
-                a.ctime = now;
-                self.release(tx, &a, open, now)?;
-                after = Some((p, a.ino));
-                Ok(())
-            })
-            .inspect(|_| {
-                if let Some((p, gone)) = after.take() {
-                    let facts = [
-                        Fact::Gone(gone),
-                        Fact::Name(parent, name.to_vec(), None),
-                        Fact::Attr(p),
-                    ];
-                    self.cache.learn(e, &facts);
-                }
-                self.engine
-                    .publish(|| vec![entry_changed(parent, name), attr_changed(parent)])
-            })
-            .inspect_err(|_| self.failed(&[(parent, name)]))
     }
 
     fn rename(
@@ -1317,17 +1457,27 @@ impl<E: Engine> Meta for EngineMeta<E> {
         if flags.exchange && (flags.noreplace || flags.whiteout) {
             return sys(libc::EINVAL);
         }
+        if (parent == ROOT_INO && name == trash::TRASH_NAME)
+            || (new_parent == ROOT_INO && new_name == trash::TRASH_NAME)
+        {
+            return sys(libc::EPERM);
+        }
         let whiteout = if flags.whiteout {
             Some(self.alloc(&self.inos, "nextInode")?)
         } else {
             None
         };
+        let bin = self.bin()?;
+        let mut lock = vec![parent, new_parent];
+        lock.extend(bin.map(|b| b.hour));
+        let mut trashed: Option<(Ino, Vec<u8>)> = None;
         // Moves between directories take the rename lock: one at a time (check_not_below).
         let cross = parent != new_parent;
         let e = self.epoch();
         let mut moved = None;
         self.engine
-            .write_grouped(&[parent, new_parent], cross, |tx| {
+            .write_grouped(&lock, cross, |tx| {
+                trashed = None;
                 let now = now_nanos();
                 let (p1, p2) = tx.lock_two(parent, new_parent)?;
                 for p in [&p1, &p2] {
@@ -1338,6 +1488,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                         return fail(libc::ENOENT);
                     }
                 }
+                self.check_not_trash(&p2)?;
                 let Some((src_eid, src_ino)) = tx.get_edge(parent, name)? else {
                     return fail(libc::ENOENT);
                 };
@@ -1380,6 +1531,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     new_name,
                     flags.noreplace,
                     now,
+                    (bin, &mut trashed),
                 )?;
                 if let Some(ino) = whiteout {
                     let w = new_node(ino, Kind::CharDev, 0, (ctx.uid, ctx.gid), parent, now);
@@ -1389,17 +1541,19 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Ok(victim)
             })
             .inspect(|r| {
-                self.cache.learn(
-                    e,
-                    &Self::renamed(
-                        moved,
-                        flags,
-                        whiteout,
-                        r,
-                        (parent, name),
-                        (new_parent, new_name),
-                    ),
+                let mut facts = Self::renamed(
+                    moved,
+                    flags,
+                    whiteout,
+                    r,
+                    (parent, name),
+                    (new_parent, new_name),
                 );
+                if let (Some((hour, tname)), Some(v)) = (&trashed, r) {
+                    facts.push(Fact::Stale(*hour));
+                    facts.push(Fact::Name(*hour, tname.clone(), Some(v.ino)));
+                }
+                self.cache.learn(e, &facts);
                 self.engine.publish(|| {
                     let mut v = vec![
                         entry_changed(parent, name),
@@ -1408,10 +1562,19 @@ impl<E: Engine> Meta for EngineMeta<E> {
                         attr_changed(new_parent),
                     ];
                     v.extend(r.iter().map(|a| attr_changed(a.ino)));
+                    if let Some((hour, tname)) = &trashed {
+                        v.push(entry_changed(*hour, tname));
+                        v.push(attr_changed(*hour));
+                    }
                     v
                 })
             })
-            .inspect_err(|_| self.failed(&[(parent, name), (new_parent, new_name)]))
+            .inspect_err(|err| {
+                if err.errno() == libc::ESTALE {
+                    self.forget_bin();
+                }
+                self.failed(&[(parent, name), (new_parent, new_name)])
+            })
     }
 
     fn readdir(&self, ino: Ino, cookie: u64, limit: usize, plus: bool) -> Result<Vec<DirEntry>> {
@@ -1444,7 +1607,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
             let want = limit.saturating_sub(out.len()) as i64;
             if want > 0 {
                 let after = cookie.saturating_sub(2) as i64;
-                out.extend(tx.list_entries(ino, after, want, plus)?);
+                let listed = tx.list_entries(ino, after, want, plus)?;
+                // The trash is reached by its name, never listed: `find`, `du` and `rm -rf`
+                // of the root pass it by.
+                out.extend(
+                    listed
+                        .into_iter()
+                        .filter(|e| ino != ROOT_INO || e.name != trash::TRASH_NAME),
+                );
             }
             Ok(out)
         })
@@ -1863,6 +2033,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
     fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
         if name.len() > MAX_XATTR_NAME {
             return sys(libc::ERANGE);
+        }
+        if name == trash::ORIGIN {
+            // Where a trashed entry was: its whole path, resolved now.
+            return self.origin_path(ino);
         }
         let e = self.epoch();
         if e.is_some() {

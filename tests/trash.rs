@@ -1,0 +1,265 @@
+//! The trash through real mounts, on SQLite and PostgreSQL: deleted files and directories, and
+//! files replaced by a rename, kept in `/.trash/HOUR/` with their origin; `unkai restore` puts
+//! them back (conflicts reported); hard links, open-then-deleted files, who may do what in the
+//! trash; expired entries purged, and the usage they held given back.
+
+mod common;
+
+use common::*;
+use std::fs::{self, File};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Mounts here beat every 0.4 s: a `config` (and the purge it allows) reaches them at once.
+fn env() -> Vec<(String, String)> {
+    vec![("UNKAI_SESSION_TIMEOUT".into(), "6".into())]
+}
+
+fn on_both(f: fn(&Volume)) {
+    f(&Volume::with_env(&["--trash-days", "1"], env()));
+    match Volume::postgres(&["--trash-days", "1"], |u| u.to_string(), env()) {
+        Some(vol) => f(&vol),
+        None => eprintln!("skipped on PostgreSQL: UNKAI_TEST_POSTGRES is unset"),
+    }
+}
+
+/// The one hour directory of the trash, and its entries by origin path.
+fn trash(m: &Mount) -> (PathBuf, Vec<(String, PathBuf)>) {
+    let hours: Vec<PathBuf> = fs::read_dir(m.p(".trash"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(hours.len(), 1, "{hours:?}");
+    let mut out = Vec::new();
+    for e in fs::read_dir(&hours[0]).unwrap() {
+        let p = e.unwrap().path();
+        let o = common::xattr::lgetxattr_sized(&p, "trusted.unkai.origin", 4096)
+            .unwrap()
+            .1;
+        out.push((String::from_utf8(o).unwrap(), p));
+    }
+    out.sort();
+    (hours[0].clone(), out)
+}
+
+fn origins(m: &Mount) -> Vec<String> {
+    trash(m).1.into_iter().map(|(o, _)| o).collect()
+}
+
+fn restore(vol: &Volume, m: &Mount) -> (bool, String, String) {
+    common::run_env(&["restore", m.path.to_str().unwrap()], &vol.env)
+}
+
+fn keeps_and_restores(vol: &Volume) {
+    let m = vol.mount();
+    fs::create_dir_all(m.p("a/b")).unwrap();
+    fs::write(m.p("a/b/f1"), b"one").unwrap();
+    fs::write(m.p("a/f2"), b"two").unwrap();
+    fs::write(m.p("new"), b"newer two").unwrap();
+    // Replaced by a rename: the old a/f2 goes to the trash.
+    fs::rename(m.p("new"), m.p("a/f2")).unwrap();
+    assert_eq!(origins(&m), ["/a/f2"]);
+    fs::remove_dir_all(m.p("a")).unwrap();
+    assert!(!m.p("a").exists());
+    assert_eq!(
+        origins(&m),
+        ["/a", "/a/b", "/a/b/f1", "/a/f2", "/a/f2"],
+        "each deleted entry, with the path it had"
+    );
+    let root: Vec<String> = fs::read_dir(&m.path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(root.is_empty(), "the trash is not listed: {root:?}");
+
+    // Something new took /a/f2's place meanwhile: reported, left in the trash.
+    fs::create_dir(m.p("a")).unwrap();
+    fs::write(m.p("a/f2"), b"in the way").unwrap();
+    let (ok, out, err) = restore(vol, &m);
+    assert!(ok, "restore: {out}{err}");
+    assert!(err.contains("/a/f2 exists"), "{err}");
+    assert!(out.contains("restored 2 entries"), "{out}");
+    assert_eq!(fs::read(m.p("a/b/f1")).unwrap(), b"one");
+    assert_eq!(fs::read(m.p("a/f2")).unwrap(), b"in the way");
+    assert_eq!(origins(&m), ["/a", "/a/f2", "/a/f2"]);
+    // Moved away (a deletion would send it to the trash, the last deleted of /a/f2).
+    fs::rename(m.p("a/f2"), m.p("a/f2.mine")).unwrap();
+    let (ok, out, err) = restore(vol, &m);
+    assert!(ok, "restore: {out}{err}");
+    assert_eq!(
+        fs::read(m.p("a/f2")).unwrap(),
+        b"newer two",
+        "the last deleted of one path goes back"
+    );
+    // Restored entries carry no trash mark.
+    assert!(common::xattr::getxattr(&m.p("a/f2"), "trusted.unkai.origin").is_err());
+    let m = remount_after(m, vol);
+    assert_eq!(fs::read(m.p("a/b/f1")).unwrap(), b"one");
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok, "fsck: {out}{err}");
+}
+
+fn remount_after(m: Mount, vol: &Volume) -> Mount {
+    m.unmount();
+    vol.mount()
+}
+
+#[test]
+fn deleted_and_replaced_entries_are_kept_and_restored() {
+    on_both(keeps_and_restores);
+}
+
+fn links_and_open_files(vol: &Volume) {
+    let m = vol.mount();
+    fs::write(m.p("f"), b"linked").unwrap();
+    fs::hard_link(m.p("f"), m.p("g")).unwrap();
+    fs::remove_file(m.p("f")).unwrap();
+    let kept = fs::read_dir(m.p(".trash"))
+        .map(|hours| {
+            hours
+                .map(|h| fs::read_dir(h.unwrap().path()).unwrap().count())
+                .sum::<usize>()
+        })
+        .unwrap_or(0);
+    assert_eq!(kept, 0, "a link that is not the last goes without trace");
+    fs::remove_file(m.p("g")).unwrap();
+    assert_eq!(origins(&m), ["/g"]);
+
+    // Open, then deleted: still read and written through the descriptor, kept in the trash.
+    fs::write(m.p("open"), b"0123456789").unwrap();
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(m.p("open"))
+        .unwrap();
+    fs::remove_file(m.p("open")).unwrap();
+    std::io::Write::write_all(&mut f, b"AB").unwrap();
+    f.seek(SeekFrom::Start(0)).unwrap();
+    let mut got = Vec::new();
+    f.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"AB23456789");
+    drop(f);
+    let (_, entries) = trash(&m);
+    let kept = entries.iter().find(|(o, _)| o == "/open").unwrap();
+    assert_eq!(fs::read(&kept.1).unwrap(), b"AB23456789");
+}
+
+#[test]
+fn hard_links_and_open_files_in_the_trash() {
+    on_both(links_and_open_files);
+}
+
+fn who_may_do_what(vol: &Volume) {
+    let m = vol.mount();
+    fs::create_dir(m.p("home")).unwrap();
+    fs::set_permissions(m.p("home"), fs::Permissions::from_mode(0o777)).unwrap();
+    let mine = m.p("home/mine");
+    as_user(1000, 1000, || {
+        fs::write(&mine, b"user data").map_err(|e| errno(&e))?;
+        fs::set_permissions(&mine, fs::Permissions::from_mode(0o600)).map_err(|e| errno(&e))?;
+        fs::remove_file(&mine).map_err(|e| errno(&e))
+    })
+    .unwrap();
+    fs::write(m.p("secret"), b"root data").unwrap();
+    fs::set_permissions(m.p("secret"), fs::Permissions::from_mode(0o600)).unwrap();
+    fs::remove_file(m.p("secret")).unwrap();
+    let (hour, entries) = trash(&m);
+    let path = |o: &str| entries.iter().find(|(x, _)| x == o).unwrap().1.clone();
+    let (theirs, roots) = (path("/home/mine"), path("/secret"));
+    assert_eq!(fs::metadata(&theirs).unwrap().uid(), 1000);
+    as_user(1000, 1000, || {
+        // Their own file they read; another's they cannot; nothing is made in the trash.
+        let got = fs::read(&theirs).map_err(|e| errno(&e))?;
+        assert_eq!(got, b"user data");
+        assert_eq!(fs::read(&roots).map_err(|e| errno(&e)), Err(libc::EACCES));
+        for p in [hour.join("new"), m.p(".trash/new")] {
+            let e = File::create(&p).map_err(|e| errno(&e)).unwrap_err();
+            assert!(e == libc::EPERM || e == libc::EACCES, "{p:?}: {e}");
+        }
+        assert_eq!(
+            fs::remove_file(&roots).map_err(|e| errno(&e)),
+            Err(libc::EPERM),
+            "the sticky bit keeps another's entry"
+        );
+        Ok(())
+    })
+    .unwrap();
+    // The trash itself cannot go, nor be replaced.
+    assert_eq!(
+        fs::remove_dir(m.p(".trash")).map_err(|e| errno(&e)),
+        Err(libc::EPERM)
+    );
+    assert_eq!(
+        fs::rename(m.p("home"), m.p(".trash")).map_err(|e| errno(&e)),
+        Err(libc::EPERM)
+    );
+    // Deleted from the trash by its owner: gone for good.
+    as_user(1000, 1000, || {
+        fs::remove_file(&theirs).map_err(|e| errno(&e))
+    })
+    .unwrap();
+    assert_eq!(origins(&m), ["/secret"]);
+}
+
+#[test]
+fn owners_read_their_own_and_nothing_is_made_in_the_trash() {
+    on_both(who_may_do_what);
+}
+
+fn status_usage(vol: &Volume) -> (u64, u64) {
+    let (ok, out, err) = vol.cmd("status", &["--json"]);
+    assert!(ok, "status: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    (
+        v["usage"]["bytes"].as_u64().unwrap(),
+        v["usage"]["inodes"].as_u64().unwrap(),
+    )
+}
+
+fn expired_entries_are_purged(vol: &Volume) {
+    let m = vol.mount();
+    fs::create_dir(m.p("d")).unwrap();
+    fs::write(m.p("d/big"), vec![5u8; 3 << 20]).unwrap();
+    let before = status_usage(vol);
+    fs::remove_dir_all(m.p("d")).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || status_usage(vol).0 == before.0),
+        "the trash still counts in the usage"
+    );
+    let (ok, out, err) = vol.cmd("config", &["--trash-days", "0"]);
+    assert!(ok, "config: {out}{err}");
+    // Purged at the mount's next heartbeat: the bytes and inodes held are given back.
+    assert!(
+        eventually(Duration::from_secs(60), || status_usage(vol).0 == 0),
+        "never purged: {:?}",
+        status_usage(vol)
+    );
+    // Deletions no longer keep anything.
+    fs::write(m.p("x"), b"x").unwrap();
+    fs::remove_file(m.p("x")).unwrap();
+    let m = remount_after(m, vol);
+    assert_eq!(fs::read_dir(m.p(".trash")).unwrap().count(), 0);
+    m.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok, "fsck after the purge: {out}{err}");
+    // The root and the trash are what is left.
+    assert_eq!(status_usage(vol), (0, 2));
+}
+
+#[test]
+fn expired_entries_are_purged_and_their_space_given_back() {
+    on_both(expired_entries_are_purged);
+}
+
+#[test]
+fn restore_without_a_trash_is_a_one_line_error() {
+    let vol = Volume::new();
+    let m = vol.mount();
+    let (ok, _, err) = restore(&vol, &m);
+    assert!(!ok);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("holds no trash"), "{err}");
+    let _ = Path::new("");
+}
