@@ -8,9 +8,9 @@ use std::path::PathBuf;
 use crate::admin::fsck::{self, Severity};
 use crate::data::keys::DataKey;
 use crate::data::{self, stage::Stage};
-use std::sync::Arc;
 use crate::meta::Format;
 use crate::volume;
+use std::sync::Arc;
 
 /// Uploads the blocks that mounts of this machine left staged (the volume is unmounted).
 fn upload_staged(
@@ -69,7 +69,8 @@ pub struct Args {
     /// The cache directories of mounts on this machine, separated by ':' (blocks staged
     /// there and not uploaded yet are found there; --repair uploads them) [default: as mount].
     #[arg(long, env = "UNKAI_CACHE_DIR")]
-    cache_dir: Option<String>,    /// The key file of a volume encrypted with one (`format --encrypt-key-file`); an RSA
+    cache_dir: Option<String>,
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`); an RSA
     /// key's passphrase comes from UNKAI_RSA_PASSPHRASE.
     #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
     encrypt_key_file: Option<std::path::PathBuf>,
@@ -126,10 +127,18 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         false => None,
     };
     if upload {
-        upload_staged(meta.format(), &cache_dirs, staged.len(), a.quiet, key.clone())?;
+        upload_staged(
+            meta.format(),
+            &cache_dirs,
+            staged.len(),
+            a.quiet,
+            key.clone(),
+        )?;
         staged = Stage::peek(&cache_dirs, &uuid).into_iter().collect();
     }
-    let verify = a.verify.then(|| data::ObjectCheck::new(meta.format(), key.clone()));
+    let verify = a
+        .verify
+        .then(|| data::ObjectCheck::new(meta.format(), key.clone()));
     let mut report = fsck::check(&*meta, obj.as_ref(), &staged, verify.as_ref(), a.quiet)?;
     let mut rounds = 0;
     while a.repair && report.problems.iter().any(|p| !p.fixes.is_empty()) && rounds < 4 {

@@ -23,7 +23,8 @@ pub struct Args {
     min_age: u64,
     /// No progress display.
     #[arg(short, long)]
-    quiet: bool,    /// The key file of a volume encrypted with one (`format --encrypt-key-file`); an RSA
+    quiet: bool,
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`); an RSA
     /// key's passphrase comes from UNKAI_RSA_PASSPHRASE.
     #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
     encrypt_key_file: Option<std::path::PathBuf>,

@@ -308,7 +308,9 @@ mod tests {
 
     /// Text-like data that compresses well.
     fn text(n: usize) -> Vec<u8> {
-        let words = ["fn ", "let ", "mut ", "self", ".read(", "buf", ");\n", "    ", "Ok(())"];
+        let words = [
+            "fn ", "let ", "mut ", "self", ".read(", "buf", ");\n", "    ", "Ok(())",
+        ];
         let mut out = Vec::with_capacity(n);
         let mut i = 0usize;
         while out.len() < n {
@@ -358,14 +360,23 @@ mod tests {
             let cd = codec(c, None);
             let d = text(1 << 20);
             let obj = cd.encode(K, sums(K), &d);
-            assert!(obj.len() < d.len() / 3, "{c:?}: {} of {}", obj.len(), d.len());
+            assert!(
+                obj.len() < d.len() / 3,
+                "{c:?}: {} of {}",
+                obj.len(),
+                d.len()
+            );
             assert_eq!(obj[1], if c == Compression::Lz4 { LZ4 } else { ZSTD });
             let n = noise(1 << 20);
             let obj = cd.encode(K, sums(K), &n);
             assert_eq!(obj[1], STORED, "{c:?}: noise stored as it is");
             let body = sums(K).data_len(obj.len()).unwrap();
             assert_eq!(body, HEADER + n.len(), "{c:?}: the header alone is added");
-            assert_eq!(&obj[HEADER..HEADER + n.len()], &n[..], "raw after the header");
+            assert_eq!(
+                &obj[HEADER..HEADER + n.len()],
+                &n[..],
+                "raw after the header"
+            );
             assert_eq!(cd.decode(K, sums(K), obj, n.len()).unwrap(), Bytes::from(n));
         }
     }
@@ -382,7 +393,10 @@ mod tests {
         }
         let cz = codec(Compression::Zstd, Some([1u8; 32]));
         let z = cz.encode(K, sums(K), &marker);
-        assert!(z.len() < marker.len() / 10, "compressed before it is encrypted");
+        assert!(
+            z.len() < marker.len() / 10,
+            "compressed before it is encrypted"
+        );
         assert_eq!(cz.decode(K, sums(K), z, marker.len()).unwrap(), &marker[..]);
     }
 
@@ -449,6 +463,9 @@ mod tests {
         let moved = sums(K).encode(&obj[..body_len]);
         assert_eq!(cd.decode(K, sums(K), moved, d.len()), Err(Damage::Auth));
         let wrong = codec(Compression::Lz4, Some([8u8; 32]));
-        assert_eq!(wrong.decode(other, sums(other), obj, d.len()), Err(Damage::Auth));
+        assert_eq!(
+            wrong.decode(other, sums(other), obj, d.len()),
+            Err(Damage::Auth)
+        );
     }
 }

@@ -207,7 +207,8 @@ fn read_key_file(path: &Path) -> Result<Zeroizing<[u8; 32]>, KeyError> {
         problem,
     };
     let raw = Zeroizing::new(
-        std::fs::read(path).map_err(|e| err(format!("cannot be read ({e}): give a readable file")))?,
+        std::fs::read(path)
+            .map_err(|e| err(format!("cannot be read ({e}): give a readable file")))?,
     );
     let mut key = Zeroizing::new([0u8; 32]);
     if raw.len() == 32 {
@@ -284,7 +285,10 @@ pub fn unwrap(fmt: &Format, unlock: &Unlock) -> Result<Option<DataKey>, KeyError
     let wrapped = unhex(enc.wrapped_key.as_bytes()).ok_or_else(|| damaged("wrapped key"))?;
     let bytes: Zeroizing<Vec<u8>> = match enc.wrap {
         KeyWrap::RsaOaep => {
-            let pem = enc.rsa_key.as_deref().ok_or_else(|| damaged("no RSA key"))?;
+            let pem = enc
+                .rsa_key
+                .as_deref()
+                .ok_or_else(|| damaged("no RSA key"))?;
             let pass = unlock.passphrase.as_ref();
             let (private, _) =
                 read_rsa(pem, pass.map(|(p, _)| p.as_str())).map_err(|p| match p {
@@ -405,7 +409,9 @@ mod tests {
         };
         assert!(unwrap(&moved, &unlock).is_err());
         std::fs::write(&hexed, "not a key").unwrap();
-        let e = wrap_with_key_file(&key, &hexed, "u").unwrap_err().to_string();
+        let e = wrap_with_key_file(&key, &hexed, "u")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("32 random bytes or 64 hex digits"), "{e}");
     }
 
@@ -421,15 +427,26 @@ mod tests {
             .to_pkcs8_encrypted_pem(&mut rsa::rand_core::OsRng, b"s3cret", LineEnding::LF)
             .unwrap();
         std::fs::write(&locked, pem.as_bytes()).unwrap();
-        std::fs::write(&open, private.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes()).unwrap();
+        std::fs::write(
+            &open,
+            private.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
+        )
+        .unwrap();
         let key = DataKey::generate();
-        let e = wrap_with_rsa(&key, &locked, None, "uuid-1").unwrap_err().to_string();
+        let e = wrap_with_rsa(&key, &locked, None, "uuid-1")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("UNKAI_RSA_PASSPHRASE"), "{e}");
         let e = wrap_with_rsa(&key, &locked, Some("nope"), "uuid-1").unwrap_err();
         assert!(e.to_string().contains("does not decrypt"), "{e}");
         let (enc, unprotected) = wrap_with_rsa(&key, &locked, Some("s3cret"), "uuid-1").unwrap();
         assert!(!unprotected);
-        assert!(enc.rsa_key.as_deref().unwrap().contains("ENCRYPTED PRIVATE KEY"));
+        assert!(
+            enc.rsa_key
+                .as_deref()
+                .unwrap()
+                .contains("ENCRYPTED PRIVATE KEY")
+        );
         let fmt = volume(enc);
         let with = |p: &str| Unlock {
             passphrase: Some((Zeroizing::new(p.to_string()), "UNKAI_RSA_PASSPHRASE")),
@@ -459,6 +476,9 @@ mod tests {
         };
         let f = volume(enc);
         let shown = format!("{f:?}");
-        assert!(!shown.contains("abababab") && !shown.contains("PEM"), "{shown}");
+        assert!(
+            !shown.contains("abababab") && !shown.contains("PEM"),
+            "{shown}"
+        );
     }
 }

@@ -178,7 +178,11 @@ impl Decoder {
     pub(crate) fn decode(&self, obj: Bytes) -> std::result::Result<Bytes, String> {
         let got = obj.len();
         let data = match &self.codec {
-            Some(c) => return c.decode(&self.key, self.sums, obj, self.len).map_err(|e| e.to_string()),
+            Some(c) => {
+                return c
+                    .decode(&self.key, self.sums, obj, self.len)
+                    .map_err(|e| e.to_string());
+            }
             None if self.checksums => self.sums.decode(obj, self.len),
             None => (got == self.len).then_some(obj),
         };
@@ -263,7 +267,9 @@ impl Shared {
         };
         let obj = match obj.filter(|_| self.format.checksums) {
             Some(o) => o,
-            None if self.codec.is_some() => self.encode_async(key, data.clone()).await.concat().into(),
+            None if self.codec.is_some() => {
+                self.encode_async(key, data.clone()).await.concat().into()
+            }
             None => self.layout.sums(key).encode(data),
         };
         disk.put_behind(key.to_string(), obj).await;
@@ -1237,7 +1243,11 @@ mod tests {
         while out.len() < n {
             let line = match i % 7 {
                 0 => format!("    let {marker}_{i} = read(&mut buf, {})?;\n", i % 13),
-                _ => format!("    fn step_{}(x: u64) -> u64 {{ x * {} + 1 }}\n", i % 17, i % 5),
+                _ => format!(
+                    "    fn step_{}(x: u64) -> u64 {{ x * {} + 1 }}\n",
+                    i % 17,
+                    i % 5
+                ),
             };
             out.extend_from_slice(line.as_bytes());
             i += 1;
@@ -1271,7 +1281,13 @@ mod tests {
                 len: data.len() as u32,
             };
             let ranges = |ds: &DataStore| {
-                for (start, len) in [(0, 10), (65_530, 20), (100_000, 70_000), (200_000, 9), (299_990, 10)] {
+                for (start, len) in [
+                    (0, 10),
+                    (65_530, 20),
+                    (100_000, 70_000),
+                    (200_000, 9),
+                    (299_990, 10),
+                ] {
                     let mut buf = vec![0u8; len];
                     let r = SliceRange {
                         start: start as u32,
@@ -1295,7 +1311,9 @@ mod tests {
             ranges(&ds); // from the stage
             let mut ids = 100..;
             let piece = ds
-                .pack(marker.repeat(50).as_bytes(), || Ok::<_, ()>(ids.next().unwrap()))
+                .pack(marker.repeat(50).as_bytes(), || {
+                    Ok::<_, ()>(ids.next().unwrap())
+                })
                 .unwrap()
                 .unwrap();
             let read_piece = |ds: &DataStore| {
@@ -1307,7 +1325,11 @@ mod tests {
                     len: buf.len() as u32,
                 };
                 ds.read(&mut [(r, &mut buf[..])], false).unwrap();
-                assert_eq!(buf, marker.repeat(50).as_bytes(), "{what}: the packed piece");
+                assert_eq!(
+                    buf,
+                    marker.repeat(50).as_bytes(),
+                    "{what}: the packed piece"
+                );
             };
             read_piece(&ds); // from the raw pack
             let (pid, psize, poff) = (piece.id, piece.size, piece.off);
@@ -1338,7 +1360,11 @@ mod tests {
             drop(ds);
             let ds = encoded_store(dir.path(), compress, key, true).unwrap();
             ranges(&ds);
-            assert_eq!(ds.traffic().gets.load(Relaxed), 0, "{what}: from the disk cache");
+            assert_eq!(
+                ds.traffic().gets.load(Relaxed),
+                0,
+                "{what}: from the disk cache"
+            );
             drop(ds);
             // From the bucket: whole objects, one GET each.
             std::fs::remove_dir_all(dir.path().join("cache")).unwrap();
@@ -1352,10 +1378,22 @@ mod tests {
                 len: buf.len() as u32,
             };
             ds.read(&mut [(r, &mut buf[..])], false).unwrap();
-            assert_eq!(buf, marker.repeat(50).as_bytes(), "{what}: piece from the bucket");
+            assert_eq!(
+                buf,
+                marker.repeat(50).as_bytes(),
+                "{what}: piece from the bucket"
+            );
             let gets = ds.traffic().gets.load(Relaxed);
-            assert_eq!(gets, keys.len() as u64 + 1, "{what}: one whole GET per object");
-            assert_eq!(ds.traffic().get_bytes.load(Relaxed), bytes, "{what}: whole objects");
+            assert_eq!(
+                gets,
+                keys.len() as u64 + 1,
+                "{what}: one whole GET per object"
+            );
+            assert_eq!(
+                ds.traffic().get_bytes.load(Relaxed),
+                bytes,
+                "{what}: whole objects"
+            );
             drop(ds);
             // One byte flipped in the bucket: the read fails with EIO.
             let victim = stored

@@ -64,7 +64,11 @@ impl SliceUpload {
             // its encoded copy beside it) is in flight until stored.
             let room = match shared.whole_only() {
                 true => 2 * block.len() + 64,
-                false => shared.layout.object_sizes(block.len() as u32).end().to_owned() as usize,
+                false => shared
+                    .layout
+                    .object_sizes(block.len() as u32)
+                    .end()
+                    .to_owned() as usize,
             };
             let _room = shared.budget.take(room).await;
             let body: Payload = shared
