@@ -1,9 +1,10 @@
 //! Volume maintenance: `fsck` (check and repair invariants), `gc` (delete garbage objects) and
-//! `objbench` (measure the bucket itself).
+//! `objbench` (measure the bucket itself, and with `codecs` what compression makes of a tree).
 //!
 //! Works on a volume's metadata and bucket directly, usually while it is not mounted.
 //! Not for: anything a mount does in its normal course (that is `vfs`).
 
+pub mod codecs;
 pub mod fsck;
 pub mod gc;
 pub mod objbench;

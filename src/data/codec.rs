@@ -157,10 +157,12 @@ impl Codec {
     /// The codec of volume `fmt`, with its data key if it is encrypted (the caller checks
     /// that one is given: see `DataStore::new`).
     pub fn new(fmt: &Format, key: Option<Arc<DataKey>>) -> Codec {
-        Codec {
-            compress: fmt.compress,
-            key: key.filter(|_| fmt.encryption.is_some()),
-        }
+        Codec::with(fmt.compress, key.filter(|_| fmt.encryption.is_some()))
+    }
+
+    /// A codec compressing with `compress`, encrypting under `key` if given.
+    pub fn with(compress: Compression, key: Option<Arc<DataKey>>) -> Codec {
+        Codec { compress, key }
     }
 
     pub fn encrypts(&self) -> bool {
