@@ -782,6 +782,7 @@ mod tests {
             parallel: vec![1, 3],
             listings: 2,
             quiet: true,
+            ..Options::default()
         };
         let rep = objbench(&url, &opts, Arc::new(AtomicBool::new(false))).unwrap();
         let ops: Vec<(OpKind, usize)> = rep.rows.iter().map(|r| (r.op, r.parallel)).collect();

@@ -1219,7 +1219,7 @@ mod tests {
                 wait: Duration::from_secs(5),
                 blocks: true,
             }),
-            disk: local.then(|| DiskConfig {
+            disk: local.then_some(DiskConfig {
                 roots,
                 size: Some(1 << 30),
                 free_ratio: 0.0,
@@ -1405,7 +1405,7 @@ mod tests {
             b[at] ^= 0x01;
             std::fs::write(victim, b).unwrap();
             let ds = encoded_store(dir.path(), compress, key, false).unwrap();
-            let mut buf = vec![0u8; 100];
+            let mut buf = [0u8; 100];
             let r = SliceRange {
                 start: 70_000,
                 len: 100,

@@ -62,13 +62,10 @@ impl SliceUpload {
         self.store.runtime().spawn(async move {
             // The object (the block, which its parts share, not copy, and its checksums; or
             // its encoded copy beside it) is in flight until stored.
+            let most = *shared.layout.object_sizes(block.len() as u32).end() as usize;
             let room = match shared.whole_only() {
-                true => 2 * block.len() + 64,
-                false => shared
-                    .layout
-                    .object_sizes(block.len() as u32)
-                    .end()
-                    .to_owned() as usize,
+                true => block.len() + most,
+                false => most,
             };
             let _room = shared.budget.take(room).await;
             let body: Payload = shared
