@@ -76,6 +76,8 @@ fn metadata(c: &mut Criterion) {
         checksums: true,
         hash_prefix: false,
         layout: 1,
+        compress: Default::default(),
+        encryption: None,
     };
     SqliteMeta::create(&path, "sqlite://bench", &fmt, false).unwrap();
     let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://bench").unwrap());

@@ -7,13 +7,14 @@
 
 pub mod serve;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
 
+use crate::data::keys::{self, DataKey, Unlock};
 use crate::data::{self, DataStore};
-use crate::meta::format::SCHEMA_VERSION;
+use crate::meta::format::{Compression, SCHEMA_VERSION};
 use crate::meta::url::MetaUrl;
 use crate::meta::{self, Format, Meta};
 use crate::object::{self, ObjectStorage, Policy};
@@ -73,7 +74,40 @@ pub struct FormatSpec {
     pub inodes: u64,
     /// Spread keys over 256 hashed prefixes (S3 partitions).
     pub hash_prefix: bool,
+    /// How blocks are compressed.
+    pub compress: Compression,
+    /// Encryption at rest, and the key that wraps the data key.
+    pub encrypt: Option<EncryptWith>,
     pub force: bool,
+}
+
+/// The key a user gives `format` to wrap a new volume's data key (`data::keys`).
+#[derive(Clone, Debug)]
+pub enum EncryptWith {
+    /// An RSA private key's PEM file, its passphrase from the environment.
+    RsaKey(PathBuf),
+    /// A key file: 32 random bytes or 64 hex digits.
+    KeyFile(PathBuf),
+}
+
+/// The passphrase of an RSA key, from UNKAI_RSA_PASSPHRASE or else JFS_RSA_PASSPHRASE, and the
+/// variable it came from.
+fn passphrase() -> Option<(zeroize::Zeroizing<String>, &'static str)> {
+    ["UNKAI_RSA_PASSPHRASE", "JFS_RSA_PASSPHRASE"]
+        .into_iter()
+        .find_map(|var| Some((zeroize::Zeroizing::new(std::env::var(var).ok()?), var)))
+}
+
+/// The data key of volume `fmt` (None: not encrypted), unwrapped with what the user gives:
+/// the key file `key_file` (flags take UNKAI_ENCRYPT_KEY_FILE too), or the RSA key's
+/// passphrase from UNKAI_RSA_PASSPHRASE (or JFS_RSA_PASSPHRASE). A wrong or missing one is an
+/// error of one line saying what to give.
+pub fn data_key(fmt: &Format, key_file: Option<&Path>) -> anyhow::Result<Option<Arc<DataKey>>> {
+    let unlock = Unlock {
+        passphrase: passphrase(),
+        key_file: key_file.map(Path::to_path_buf),
+    };
+    Ok(keys::unwrap(fmt, &unlock)?.map(Arc::new))
 }
 
 /// Checks a volume name: 2–63 characters of a-z, 0-9 and '-', not starting or ending with '-'.
@@ -144,6 +178,37 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
             spec.block_size
         );
     }
+    // The keys first: a bad key file or passphrase is refused before the bucket is touched.
+    let uuid = uuid();
+    let encryption = match &spec.encrypt {
+        None => None,
+        Some(with) => {
+            let key = DataKey::generate();
+            Some(match with {
+                EncryptWith::KeyFile(path) => keys::wrap_with_key_file(&key, path, &uuid)?,
+                EncryptWith::RsaKey(path) => {
+                    let pass = passphrase();
+                    let (enc, unprotected) = keys::wrap_with_rsa(
+                        &key,
+                        path,
+                        pass.as_ref().map(|(p, _)| p.as_str()),
+                        &uuid,
+                    )?;
+                    if unprotected {
+                        eprintln!(
+                            "unkai: warning: the RSA key {} has no passphrase: it is recorded \
+                             in the volume's metadata as it is, so whoever reads the metadata \
+                             can decrypt the data; protect it with `openssl pkcs8 -topk8 -v2 \
+                             aes256 -in {} -out NEW.pem` and format with NEW.pem",
+                            path.display(),
+                            path.display()
+                        );
+                    }
+                    enc
+                }
+            })
+        }
+    };
     let obj = ObjectStorage::open(&spec.storage, true)?;
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -174,9 +239,10 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
             );
         }
     }
+    let encoded = spec.compress != Compression::None || encryption.is_some();
     let fmt = Format {
         name: spec.name.clone(),
-        uuid: uuid(),
+        uuid,
         storage: spec.storage.clone(),
         block_size: spec.block_size,
         trash_days: spec.trash_days,
@@ -186,7 +252,14 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         schema: SCHEMA_VERSION,
         checksums: true,
         hash_prefix: spec.hash_prefix,
-        layout: crate::meta::format::LAYOUT_VERSION,
+        // Volumes that neither compress nor encrypt keep the objects older binaries read.
+        layout: if encoded {
+            crate::meta::format::LAYOUT_ENCODED
+        } else {
+            crate::meta::format::LAYOUT_PLAIN
+        },
+        compress: spec.compress,
+        encryption,
     };
     match &url {
         MetaUrl::Sqlite(path) => {
@@ -262,17 +335,26 @@ pub fn open_storage_with(fmt: &Format, policy: Policy) -> anyhow::Result<ObjectS
     Ok(obj)
 }
 
-/// Opens the data layer of a volume.
-pub fn open_data(fmt: &Format, cfg: data::Config) -> anyhow::Result<DataStore> {
-    open_data_with(fmt, cfg, Policy::default())
+/// Opens the data layer of a volume; an encrypted one's data key is unwrapped first (see
+/// [`data_key`]).
+pub fn open_data(
+    fmt: &Format,
+    cfg: data::Config,
+    key_file: Option<&Path>,
+) -> anyhow::Result<DataStore> {
+    open_data_with(fmt, cfg, key_file, Policy::default())
 }
 
 /// [`open_data`], its requests to the store run under `policy`.
 pub fn open_data_with(
     fmt: &Format,
-    cfg: data::Config,
+    mut cfg: data::Config,
+    key_file: Option<&Path>,
     policy: Policy,
 ) -> anyhow::Result<DataStore> {
+    if cfg.key.is_none() {
+        cfg.key = data_key(fmt, key_file)?;
+    }
     let obj = open_storage_with(fmt, policy)?;
     Ok(DataStore::new(obj, fmt.clone(), cfg)?)
 }
@@ -290,6 +372,8 @@ pub fn ensure_default() -> anyhow::Result<String> {
             capacity: 0,
             inodes: 0,
             hash_prefix: false,
+            compress: Compression::None,
+            encrypt: None,
             force: false,
         };
         format(&url, &spec).context("creating the default volume")?;

@@ -8,8 +8,9 @@ use std::collections::BTreeSet;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use crate::data::DataStore;
+use crate::data::layout::Layout;
 use crate::meta::{Meta, session};
+use crate::object::ObjectStorage;
 
 /// What `destroy` did.
 #[derive(Debug, Default)]
@@ -29,10 +30,18 @@ pub fn live_mounts(meta: &dyn Meta) -> anyhow::Result<usize> {
 }
 
 /// Deletes the volume: its metadata first (refused while it is mounted anywhere; once it is
-/// gone no client can mount the volume again), then its objects.
-pub fn destroy(meta: &dyn Meta, store: &DataStore, quiet: bool) -> anyhow::Result<DestroyReport> {
+/// gone no client can mount the volume again), then its objects. Needs no key of an
+/// encrypted volume: nothing is read.
+pub fn destroy(meta: &dyn Meta, obj: &ObjectStorage, quiet: bool) -> anyhow::Result<DestroyReport> {
     let fmt = meta.format();
-    let layout = store.layout().clone();
+    let layout = Layout::new(&fmt);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let list = || -> anyhow::Result<Vec<String>> {
+        let listed = rt.block_on(crate::data::list_blocks(obj, &layout))?;
+        Ok(listed.into_iter().map(|o| o.key).collect())
+    };
     // Layout 0: the prefix may hold a same-named volume's keys; only ours are named here.
     let mut named = BTreeSet::new();
     if fmt.layout == 0 {
@@ -49,10 +58,10 @@ pub fn destroy(meta: &dyn Meta, store: &DataStore, quiet: bool) -> anyhow::Resul
     }
     meta.destroy()?;
     let keys: Vec<String> = if fmt.layout == 0 {
-        let listed: BTreeSet<String> = store.list_blocks()?.into_iter().map(|o| o.key).collect();
+        let listed: BTreeSet<String> = list()?.into_iter().collect();
         named.into_iter().filter(|k| listed.contains(k)).collect()
     } else {
-        store.list_blocks()?.into_iter().map(|o| o.key).collect()
+        list()?
     };
     let pb = if quiet {
         ProgressBar::hidden()
@@ -62,7 +71,7 @@ pub fn destroy(meta: &dyn Meta, store: &DataStore, quiet: bool) -> anyhow::Resul
     pb.set_style(ProgressStyle::with_template("deleting objects {bar:30} {pos}/{len}").unwrap());
     let mut rep = DestroyReport::default();
     for k in &keys {
-        store.delete_block(k)?;
+        rt.block_on(obj.delete(k))?;
         rep.deleted += 1;
         pb.inc(1);
     }

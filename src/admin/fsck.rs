@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+use crate::data::ObjectCheck;
 use crate::data::layout::Layout;
 use crate::garbage::{self, Reserved, SliceTable};
 use crate::meta::{Attr, CHUNK_SIZE, Fix, Format, Ino, Kind, Meta, ROOT_INO, SliceRec};
@@ -173,7 +174,7 @@ pub fn check(
     meta: &dyn Meta,
     objects: Option<&ObjectStorage>,
     staged: &HashSet<String>,
-    verify: bool,
+    verify: Option<&ObjectCheck>,
     quiet: bool,
 ) -> anyhow::Result<Report> {
     let fmt = meta.format().clone();
@@ -192,8 +193,8 @@ pub fn check(
         let reserved = Reserved::load(meta)?;
         r.objects = listed.len() as u64;
         check_objects_present(&fmt, &listed, &ns, &slices, staged, &reserved, &mut r);
-        if verify {
-            verify_objects(obj, &fmt, &listed, &ns, &slices, quiet, &mut r)?;
+        if let Some(check) = verify {
+            verify_objects(obj, &fmt, check, &listed, &ns, &slices, quiet, &mut r)?;
         }
         report_leaked(&fmt, &listed, &slices, &table, &reserved, &mut r);
     }
@@ -716,12 +717,15 @@ fn check_objects_present(
     {
         let owner = || ns.names.path(slices.owner[&id]);
         match sizes.get(key.as_str()) {
-            Some(s) if *s == layout.object_size(len) => {}
+            Some(s) if layout.object_sizes(len).contains(s) => {}
             Some(s) => r.error(
                 format!(
                     "object {key} of {} is {s} bytes, should be {}",
                     owner(),
-                    layout.object_size(len)
+                    match layout.object_sizes(len) {
+                        r if r.start() == r.end() => r.start().to_string(),
+                        r => format!("{} to {}", r.start(), r.end()),
+                    }
                 ),
                 vec![],
             ),
@@ -740,16 +744,18 @@ fn check_objects_present(
 /// Reads every referenced block object present and checks its contents: its checksums and,
 /// on volumes of layout 1, that it is the block its key names (a swapped, misdirected or
 /// stale object reads as EIO; this names it).
+#[allow(clippy::too_many_arguments)]
 fn verify_objects(
     obj: &ObjectStorage,
     fmt: &Format,
+    check: &ObjectCheck,
     listed: &[ObjectInfo],
     ns: &Namespace,
     slices: &SliceRefs,
     quiet: bool,
     r: &mut Report,
 ) -> anyhow::Result<()> {
-    if !fmt.checksums {
+    if !check.can_check() {
         r.problems.push(Problem {
             severity: Severity::Garbage,
             message: "the volume has no checksums: --verify checks sizes only".into(),
@@ -778,13 +784,13 @@ fn verify_objects(
         let owner = ns.names.path(slices.owner[&id]);
         let got = rt
             .block_on(obj.get(&key))
-            .map(|b| layout.sums(&key).decode(b, len as usize).is_some());
+            .map(|b| check.check(&key, b, len as usize));
         match got {
-            Ok(true) => {}
-            Ok(false) => r.error(
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => r.error(
                 format!(
-                    "object {key} of {owner} fails verification: damaged, or another block's \
-                     content (reads of it fail with EIO)"
+                    "object {key} of {owner} fails verification ({why}): damaged, or another \
+                     block's content (reads of it fail with EIO)"
                 ),
                 vec![],
             ),

@@ -1,9 +1,11 @@
 //! Volume maintenance: `fsck` (check and repair invariants), `gc` (delete garbage objects),
-//! `destroy` (delete a whole volume) and `objbench` (measure the bucket itself).
+//! `destroy` (delete a whole volume) and `objbench` (measure the bucket itself, and with
+//! `codecs` what compression makes of a tree).
 //!
 //! Works on a volume's metadata and bucket directly, usually while it is not mounted.
 //! Not for: anything a mount does in its normal course (that is `vfs`).
 
+pub mod codecs;
 pub mod destroy;
 pub mod fsck;
 pub mod gc;

@@ -3,7 +3,9 @@
 //! Runs, under a fresh prefix `objbench-<random>/`, the requests a volume makes: sequential
 //! PUT and GET of small objects (latency), PUT and GET of block-sized objects with N requests
 //! in flight (throughput), LIST of the small objects and their parallel DELETE (rates). Every
-//! object it creates is deleted at the end, after a failure or an interruption too.
+//! object it creates is deleted at the end, after a failure or an interruption too. With a
+//! sample tree (`--sample`), `admin::codecs` then writes it once per codec under the same
+//! prefix.
 //!
 //! Not for: measuring a mounted file system (caches, buffering and metadata are not involved
 //! here).
@@ -36,6 +38,9 @@ pub struct Options {
     pub listings: usize,
     /// No progress display.
     pub quiet: bool,
+    /// A tree written once per codec (`admin::codecs`), and how much of it is read.
+    pub sample: Option<std::path::PathBuf>,
+    pub sample_size: u64,
 }
 
 impl Default for Options {
@@ -48,6 +53,8 @@ impl Default for Options {
             parallel: vec![1, 4, 16],
             listings: 3,
             quiet: false,
+            sample: None,
+            sample_size: 256 << 20,
         }
     }
 }
@@ -173,6 +180,21 @@ pub struct Report {
     pub created: usize,
     /// Wall time of the whole run, cleanup included (seconds).
     pub seconds: f64,
+    /// With a sample tree: its files and bytes, and what each codec made of it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sample: Option<SampleInfo>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub codecs: Vec<super::codecs::CodecRow>,
+}
+
+/// The sample tree of a run (`--sample`).
+#[derive(Clone, Debug, Serialize)]
+pub struct SampleInfo {
+    pub dir: String,
+    pub files: usize,
+    pub bytes: u64,
+    pub objects: usize,
+    pub packs: usize,
 }
 
 impl Report {
@@ -313,6 +335,15 @@ pub fn objbench(url: &str, opts: &Options, cancel: Arc<AtomicBool>) -> anyhow::R
         max_inflight: Policy::default().max_inflight.max(max_parallel),
         ..Policy::default()
     };
+    // The sample first: a bad directory is refused before the bucket is touched.
+    let sample = match &opts.sample {
+        Some(dir) => Some(super::codecs::read_sample(
+            dir,
+            opts.block_size,
+            opts.sample_size,
+        )?),
+        None => None,
+    };
     let obj = Arc::new(ObjectStorage::open_with(url, true, policy)?);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -340,13 +371,22 @@ pub fn objbench(url: &str, opts: &Options, cancel: Arc<AtomicBool>) -> anyhow::R
         phases: 4 + 3 * opts.parallel.len(),
         phase: AtomicUsize::new(0),
     };
-    let res = rt.block_on(bench.run(opts));
+    let res = rt.block_on(async {
+        let rows = bench.run(opts).await?;
+        let codecs = match &sample {
+            Some(s) => {
+                super::codecs::run(&obj, &prefix, s, max_parallel, &bench.cancel, &pb).await?
+            }
+            None => Vec::new(),
+        };
+        anyhow::Ok((rows, codecs))
+    });
     pb.set_length(0);
     pb.set_message("cleaning up");
     let cleanup = rt.block_on(cleanup(&obj, &prefix, max_parallel));
     pb.finish_and_clear();
-    let rows = match (res, cleanup) {
-        (Ok(rows), Ok(())) => rows,
+    let (rows, codecs) = match (res, cleanup) {
+        (Ok(got), Ok(())) => got,
         (Err(e), Ok(())) => return Err(e),
         (Ok(_), Err(c)) => return Err(c),
         (Err(e), Err(c)) => return Err(e.context(format!("{c:#}"))),
@@ -355,8 +395,19 @@ pub fn objbench(url: &str, opts: &Options, cancel: Arc<AtomicBool>) -> anyhow::R
         storage: url.to_string(),
         prefix: format!("{prefix}/"),
         rows,
-        created: created.load(Ordering::Relaxed),
+        created: created.load(Ordering::Relaxed) + codecs.iter().map(|c| c.objects).sum::<usize>(),
         seconds: started.elapsed().as_secs_f64(),
+        sample: match (&opts.sample, &sample) {
+            (Some(dir), Some(s)) => Some(SampleInfo {
+                dir: dir.display().to_string(),
+                files: s.files,
+                bytes: s.bytes,
+                objects: s.blocks.len(),
+                packs: s.packs,
+            }),
+            _ => None,
+        },
+        codecs,
     })
 }
 
@@ -731,6 +782,7 @@ mod tests {
             parallel: vec![1, 3],
             listings: 2,
             quiet: true,
+            ..Options::default()
         };
         let rep = objbench(&url, &opts, Arc::new(AtomicBool::new(false))).unwrap();
         let ops: Vec<(OpKind, usize)> = rep.rows.iter().map(|r| (r.op, r.parallel)).collect();

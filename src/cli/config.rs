@@ -29,6 +29,9 @@ pub struct Args {
     /// Refused: a volume's block size is fixed when it is formatted.
     #[arg(long, hide = true)]
     block_size: Option<String>,
+    /// Refused: compression is fixed when a volume is formatted.
+    #[arg(long, hide = true)]
+    compress: Option<String>,
     /// Print the settings as JSON.
     #[arg(long)]
     json: bool,
@@ -39,6 +42,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         bail!(
             "--block-size {b}: the block size cannot change once a volume is formatted (its \
              blocks are stored at that size); format a new volume to use another"
+        );
+    }
+    if let Some(c) = &a.compress {
+        bail!(
+            "--compress {c}: compression cannot change once a volume is formatted (its blocks \
+             are stored with it); format a new volume and copy the data to change it"
         );
     }
     let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
@@ -97,7 +106,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&new)?);
+        // As `status`: of the encryption only what it is, no wrapped key, no RSA key.
+        let mut shown = serde_json::to_value(&new)?;
+        if let Some(e) = &new.encryption {
+            shown["encryption"] = serde_json::json!({ "cipher": e.cipher, "wrap": e.wrap });
+        }
+        println!("{}", serde_json::to_string_pretty(&shown)?);
         return Ok(());
     }
     println!("volume '{}' ({})", new.name, new.uuid);
@@ -106,6 +120,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         "  block size: {} (fixed)",
         super::human_bytes(new.block_size as u64)
     );
+    println!("  compression: {} (fixed)", new.compress.name());
+    if let Some(e) = &new.encryption {
+        println!("  encryption: {} (fixed)", e.describe());
+    }
     println!("  trash:      {} days", new.trash_days);
     println!("  capacity:   {}", limit_bytes(new.capacity));
     println!("  inodes:     {}", limit_count(new.inodes));

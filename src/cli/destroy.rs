@@ -76,9 +76,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             bail!("not confirmed: nothing was deleted");
         }
     }
-    let store = volume::open_data(&fmt, crate::data::Config::default())?;
-    let rep = destroy::destroy(&*meta, &store, a.quiet)?;
-    drop(store);
+    let obj = volume::open_storage(&fmt)?;
+    let rep = destroy::destroy(&*meta, &obj, a.quiet)?;
     drop(meta);
     if let crate::meta::url::MetaUrl::Sqlite(path) = crate::meta::url::MetaUrl::parse(&a.meta_url)?
     {

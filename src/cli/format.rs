@@ -2,13 +2,14 @@
 
 use anyhow::Context;
 
+use crate::meta::format::Compression;
 use crate::meta::url::MetaUrl;
-use crate::volume::{self, FormatSpec};
+use crate::volume::{self, EncryptWith, FormatSpec};
 
 /// Create a volume: its settings go into the metadata, so later commands need only META-URL.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  PGPASSWORD=secret unkai format --storage s3://bucket/vols postgres://unkai@db.example:5432/unkai myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh\n  unkai format --capacity 100G --inodes 1000000 --trash-days 7 sqlite:///var/lib/unkai/vol.db myvol"
+    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  PGPASSWORD=secret unkai format --storage s3://bucket/vols postgres://unkai@db.example:5432/unkai myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --compress zstd --storage s3://bucket/vols sqlite:///var/lib/unkai/vol.db myvol\n\n  # encrypted, the data key wrapped by an RSA key whose passphrase mounts need:\n  openssl genrsa -aes256 -out my.pem 2048\n  export UNKAI_RSA_PASSPHRASE=...   # the passphrase given to openssl\n  unkai format --encrypt-rsa-key my.pem --compress lz4 sqlite:///var/lib/unkai/vol.db myvol\n\n  # encrypted, the data key wrapped by a key file that mounts need (--encrypt-key-file):\n  head -c 32 /dev/urandom > /etc/unkai/vol.key && chmod 600 /etc/unkai/vol.key\n  unkai format --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --capacity 100G --inodes 1000000 --trash-days 7 sqlite:///var/lib/unkai/vol.db myvol\n\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh"
 )]
 pub struct Args {
     /// Where the metadata lives: sqlite:///var/lib/unkai/vol.db (an absolute path) or
@@ -42,6 +43,21 @@ pub struct Args {
     /// many S3 partitions instead of hitting one.
     #[arg(long)]
     hash_prefix: bool,
+    /// Compress each block before it is stored: lz4 (fast), zstd (smaller) or none. A block
+    /// that does not shrink is stored as it is. Compressed volumes read whole blocks.
+    #[arg(long, default_value = "none", value_name = "lz4|zstd|none")]
+    compress: String,
+    /// Encrypt every block (AES-256-GCM) under a random data key wrapped by this RSA private
+    /// key (PEM, e.g. from `openssl genrsa -aes256`); its passphrase comes from
+    /// UNKAI_RSA_PASSPHRASE (or JFS_RSA_PASSPHRASE), for format and every mount. The encrypted
+    /// PEM is recorded in the volume, so mounts need only the passphrase.
+    #[arg(long, value_name = "FILE.pem", conflicts_with = "encrypt_key_file")]
+    encrypt_rsa_key: Option<std::path::PathBuf>,
+    /// Encrypt every block (AES-256-GCM) under a random data key wrapped by this key file (32
+    /// random bytes, or 64 hex digits), recorded nowhere: every mount needs it too
+    /// (`--encrypt-key-file`, or UNKAI_ENCRYPT_KEY_FILE).
+    #[arg(long, value_name = "FILE")]
+    encrypt_key_file: Option<std::path::PathBuf>,
     /// Erase an existing volume at META-URL and create a new one. Its metadata is lost.
     #[arg(long)]
     force: bool,
@@ -75,6 +91,12 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .map(|c| volume::parse_size_flag("--capacity", c, "GiB"))
         .transpose()?
         .unwrap_or(0);
+    let compress = Compression::parse(&a.compress).map_err(anyhow::Error::msg)?;
+    let encrypt = match (a.encrypt_rsa_key, a.encrypt_key_file) {
+        (Some(pem), _) => Some(EncryptWith::RsaKey(pem)),
+        (None, Some(file)) => Some(EncryptWith::KeyFile(file)),
+        (None, None) => None,
+    };
     let spec = FormatSpec {
         name: a.name,
         storage,
@@ -83,17 +105,23 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         capacity,
         inodes: a.inodes,
         hash_prefix: a.hash_prefix,
+        compress,
+        encrypt,
         force: a.force,
     };
     let fmt = volume::format(&a.meta_url, &spec)?;
     println!(
-        "formatted volume '{}' ({})\n  metadata: {}\n  storage:  {}\n  block size: {}, trash: {} days",
+        "formatted volume '{}' ({})\n  metadata: {}\n  storage:  {}\n  block size: {}, trash: {} days\n  compression: {}, encryption: {}",
         fmt.name,
         fmt.uuid,
         url,
         fmt.storage,
         super::human_bytes(fmt.block_size as u64),
-        fmt.trash_days
+        fmt.trash_days,
+        fmt.compress.name(),
+        fmt.encryption
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |e| e.describe())
     );
     Ok(())
 }

@@ -6,12 +6,20 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 
 use crate::admin::fsck::{self, Severity};
+use crate::data::keys::DataKey;
 use crate::data::{self, stage::Stage};
 use crate::meta::Format;
 use crate::volume;
+use std::sync::Arc;
 
 /// Uploads the blocks that mounts of this machine left staged (the volume is unmounted).
-fn upload_staged(fmt: &Format, dirs: &[PathBuf], blocks: usize, quiet: bool) -> anyhow::Result<()> {
+fn upload_staged(
+    fmt: &Format,
+    dirs: &[PathBuf],
+    blocks: usize,
+    quiet: bool,
+    key: Option<Arc<DataKey>>,
+) -> anyhow::Result<()> {
     println!("uploading {blocks} blocks left staged on this machine");
     let store = volume::open_data(
         fmt,
@@ -22,8 +30,10 @@ fn upload_staged(fmt: &Format, dirs: &[PathBuf], blocks: usize, quiet: bool) -> 
                 wait: std::time::Duration::ZERO,
                 blocks: true,
             }),
+            key,
             ..data::Config::default()
         },
+        None,
     )?;
     let bar = super::progress_bar(blocks as u64, "uploading staged blocks", quiet);
     store.drain(|left, _| bar.set_position(blocks as u64 - left.min(blocks as u64)));
@@ -60,6 +70,10 @@ pub struct Args {
     /// there and not uploaded yet are found there; --repair uploads them) [default: as mount].
     #[arg(long, env = "UNKAI_CACHE_DIR")]
     cache_dir: Option<String>,
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`); an RSA
+    /// key's passphrase comes from UNKAI_RSA_PASSPHRASE.
+    #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
+    encrypt_key_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
@@ -106,11 +120,26 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
     let uuid = meta.format().uuid.clone();
     let mut staged: HashSet<String> = Stage::peek(&cache_dirs, &uuid).into_iter().collect();
-    if a.repair && !staged.is_empty() && obj.is_some() {
-        upload_staged(&meta.format(), &cache_dirs, staged.len(), a.quiet)?;
+    let upload = a.repair && !staged.is_empty() && obj.is_some();
+    // Reading objects (--verify) or encoding staged packs needs an encrypted volume's key.
+    let key = match a.verify || upload {
+        true => volume::data_key(&meta.format(), a.encrypt_key_file.as_deref())?,
+        false => None,
+    };
+    if upload {
+        upload_staged(
+            &meta.format(),
+            &cache_dirs,
+            staged.len(),
+            a.quiet,
+            key.clone(),
+        )?;
         staged = Stage::peek(&cache_dirs, &uuid).into_iter().collect();
     }
-    let mut report = fsck::check(&*meta, obj.as_ref(), &staged, a.verify, a.quiet)?;
+    let verify = a
+        .verify
+        .then(|| data::ObjectCheck::new(&meta.format(), key.clone()));
+    let mut report = fsck::check(&*meta, obj.as_ref(), &staged, verify.as_ref(), a.quiet)?;
     let mut rounds = 0;
     while a.repair && report.problems.iter().any(|p| !p.fixes.is_empty()) && rounds < 4 {
         for p in report.problems.iter().filter(|p| !p.fixes.is_empty()) {
@@ -118,7 +147,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         }
         fsck::repair(&*meta, &report)?;
         rounds += 1;
-        report = fsck::check(&*meta, obj.as_ref(), &staged, a.verify, a.quiet)?;
+        report = fsck::check(&*meta, obj.as_ref(), &staged, verify.as_ref(), a.quiet)?;
     }
     println!(
         "checked {} inodes, {} entries, {} chunks, {} slices, {} objects",

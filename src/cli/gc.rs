@@ -24,12 +24,20 @@ pub struct Args {
     /// No progress display.
     #[arg(short, long)]
     quiet: bool,
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`); an RSA
+    /// key's passphrase comes from UNKAI_RSA_PASSPHRASE.
+    #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
+    encrypt_key_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
     let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
     let meta = volume::open_meta(&url)?;
-    let store = volume::open_data(&meta.format(), crate::data::Config::default())?;
+    let store = volume::open_data(
+        &meta.format(),
+        crate::data::Config::default(),
+        a.encrypt_key_file.as_deref(),
+    )?;
     let rep = gc::gc(
         &*meta,
         &store,

@@ -3,7 +3,8 @@
 //! through the FUSE helper `mount.fuse3`.
 //!
 //! A remount is done here with the mount(2) remount call; a new mount takes SOURCE as the
-//! META-URL and runs `unkai mount -d`.
+//! META-URL and runs `unkai mount -d` (`-o encrypt_key_file=FILE` becomes its
+//! `--encrypt-key-file FILE`).
 
 use anyhow::{Context, bail};
 use nix::mount::MsFlags;
@@ -61,6 +62,14 @@ pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()
     }
     if has("allow_other") {
         cmd.arg("--allow-other");
+    }
+    // An encrypted volume's key file, from an /etc/fstab line (`encrypt_key_file=/etc/x.key`).
+    if let Some(f) = opts
+        .iter()
+        .rev()
+        .find_map(|o| o.strip_prefix("encrypt_key_file="))
+    {
+        cmd.arg("--encrypt-key-file").arg(f);
     }
     let flags = mount_flags(opts);
     if !flags.is_empty() {

@@ -26,7 +26,7 @@ use crate::volume::{
 #[derive(clap::Args, Clone)]
 #[command(
     override_usage = "unkai mount [OPTIONS] [META-URL] <MOUNTPOINT>",
-    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol"
+    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol"
 )]
 pub struct Args {
     /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
@@ -126,6 +126,10 @@ pub struct Args {
     /// for as long as it hangs).
     #[arg(long, default_value_t = 60.0, env = "UNKAI_IO_DEADLINE")]
     io_deadline: f64,
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`). A volume
+    /// encrypted with an RSA key needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
+    #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
+    encrypt_key_file: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -284,6 +288,9 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         }
     }
     let fmt = meta.format().clone();
+    // Unwrapped here, so that a missing or wrong key is said on the terminal (a daemon
+    // unwraps again: the key never crosses the pipe).
+    let data_key = volume::data_key(&fmt, a.encrypt_key_file.as_deref())?;
     volume::open_storage(&fmt)?;
 
     if a.background && daemon.is_none() {
@@ -314,6 +321,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         io_timeout,
         io_deadline,
         foreground: daemon.is_none(),
+        data_key,
     };
     serve::serve(meta, &cfg, || ready.report(Ok(())))
 }

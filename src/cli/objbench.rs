@@ -18,7 +18,8 @@ use crate::volume;
 so their ops/s is 1/latency.\n\nExamples:\n  unkai objbench file:///data/bucket\n  \
 AWS_REGION=eu-west-1 unkai objbench s3://mybucket/tmp\n  \
 unkai objbench --parallel 1,8,32,64 --blocks 256 gs://mybucket\n  \
-unkai objbench --small-count 1000 --json bench.json s3://mybucket"
+unkai objbench --small-count 1000 --json bench.json s3://mybucket\n  \
+unkai objbench --sample ~/src --sample-size 1G s3://mybucket   # bytes stored with lz4, zstd"
 )]
 pub struct Args {
     /// The storage to measure: file:///abs/dir, s3://bucket[/prefix], gs://bucket[/prefix],
@@ -44,6 +45,14 @@ pub struct Args {
         default_value = "1,4,16"
     )]
     parallel: Vec<usize>,
+    /// Also write the files under DIR (a write workload) as a volume lays them out, once per
+    /// codec (none, lz4, zstd, zstd with AES-256-GCM), and report the bytes written against
+    /// the bytes the bucket then holds, with each codec's speed on one core.
+    #[arg(long, value_name = "DIR")]
+    sample: Option<std::path::PathBuf>,
+    /// Bytes of the --sample tree read at most, e.g. 1G.
+    #[arg(long, value_name = "SIZE", default_value = "256M")]
+    sample_size: String,
     /// Also write every figure (each request's latency included) to FILE as JSON.
     #[arg(long, value_name = "FILE")]
     json: Option<std::path::PathBuf>,
@@ -60,6 +69,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         blocks: a.blocks,
         parallel: a.parallel,
         quiet: a.quiet,
+        sample: a.sample,
+        sample_size: volume::parse_size(&a.sample_size)?,
         ..Options::default()
     };
     objbench::validate(&opts)?;
@@ -70,6 +81,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let rep = objbench::objbench(&a.storage_url, &opts, cancel)?;
     println!("storage {} (under {})", rep.storage, rep.prefix);
     print!("{}", rep.table());
+    if let Some(s) = &rep.sample {
+        println!(
+            "\nsample {}: {} files, {} bytes, laid out as {} objects ({} packs of small files)",
+            s.dir, s.files, s.bytes, s.objects, s.packs
+        );
+        print!("{}", crate::admin::codecs::table(&rep.codecs));
+    }
     println!(
         "{} objects created and deleted in {:.1} s",
         rep.created, rep.seconds

@@ -27,8 +27,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .map(|(_, size, _)| (*size as u64).div_ceil(fmt.block_size as u64))
         .sum();
     if a.json {
+        // The settings, but of the encryption only what it is: no wrapped key, no RSA key.
+        let mut shown = serde_json::to_value(&fmt)?;
+        if let Some(e) = &fmt.encryption {
+            shown["encryption"] = serde_json::json!({ "cipher": e.cipher, "wrap": e.wrap });
+        }
         let v = serde_json::json!({
-            "format": fmt,
+            "format": shown,
             "usage": {
                 "bytes": usage.used_bytes,
                 "inodes": usage.inodes,
@@ -59,6 +64,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         } else {
             fmt.inodes.to_string()
         }
+    );
+    println!(
+        "  compression: {}   encryption: {}",
+        fmt.compress.name(),
+        fmt.encryption
+            .as_ref()
+            .map_or_else(|| "none".to_string(), |e| e.describe())
     );
     println!(
         "usage: {} in {} inodes; {} objects holding {} in {} slices; {} slices awaiting deletion",

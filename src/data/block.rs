@@ -89,6 +89,25 @@ impl Sums {
         self.verify(&data, sums, 0).then_some(data)
     }
 
+    /// The length of the data in an object of `obj_len` bytes (the inverse of `len +
+    /// trailer_len(len)`), if an object can have that size: for objects whose data length
+    /// their key does not say (encoded objects, `data::codec`).
+    pub fn data_len(&self, obj_len: usize) -> Option<usize> {
+        let whole = self.segment + 4;
+        let (n, rest) = (obj_len / whole, obj_len % whole);
+        match rest {
+            0 => Some(n * self.segment),
+            1..=4 => None,
+            r => Some(n * self.segment + r - 4),
+        }
+    }
+
+    /// The data of a whole block object of any length, if its checksums match.
+    pub fn decode_sized(&self, obj: Bytes) -> Option<Bytes> {
+        let len = self.data_len(obj.len())?;
+        self.decode(obj, len)
+    }
+
     /// The segment-aligned range covering `range` in a block of `len` bytes.
     pub fn aligned(&self, range: Range<usize>, len: usize) -> Range<usize> {
         let seg = self.segment;
@@ -175,6 +194,29 @@ mod tests {
                     assert!(wrong.decode(obj, n).is_none(), "read with other segments");
                 }
             }
+        }
+    }
+
+    /// The data length of an object is found from its size alone, for every length.
+    #[test]
+    fn data_lengths_follow_from_object_sizes() {
+        for segment in [SEGMENT, OLD_SEGMENT] {
+            let s = sums(seal_of("k"), segment);
+            let mut sizes = std::collections::HashSet::new();
+            for n in (0..3 * segment + 7).chain([4 << 20, (4 << 20) + 1]) {
+                let size = n + s.trailer_len(n);
+                assert_eq!(s.data_len(size), Some(n), "{n} bytes");
+                sizes.insert(size);
+            }
+            for size in 0..3 * (segment + 4) {
+                if !sizes.contains(&size) {
+                    assert_eq!(s.data_len(size), None, "no object is {size} bytes");
+                }
+            }
+            let d = data(segment + 10);
+            let obj = s.encode(&d);
+            assert_eq!(s.decode_sized(obj.clone()).unwrap(), Bytes::from(d));
+            assert!(s.decode_sized(obj.slice(..obj.len() - 1)).is_none());
         }
     }
 

@@ -25,6 +25,9 @@ pub struct Layout {
     sealed: bool,
     /// Bytes covered by one checksum (`data::block`): 4 KiB from layout 2, 64 KiB before.
     segment: usize,
+    /// Objects are encoded (layout 3: `data::codec`), and encrypted.
+    encoded: bool,
+    encrypted: bool,
 }
 
 impl Layout {
@@ -44,7 +47,15 @@ impl Layout {
             } else {
                 super::block::OLD_SEGMENT
             },
+            encoded: fmt.encoded(),
+            encrypted: fmt.encryption.is_some(),
         }
+    }
+
+    /// Whether block objects are encoded (compressed and/or encrypted: `data::codec`), so
+    /// that they are read whole, never by ranges.
+    pub fn encoded(&self) -> bool {
+        self.encoded
     }
 
     /// How the checksums of the block stored under `key` are made.
@@ -100,8 +111,18 @@ impl Layout {
         }
     }
 
-    /// Size in the bucket of a block holding `len` bytes of data.
-    pub fn object_size(&self, len: u32) -> u64 {
+    /// The sizes the object of a block holding `len` bytes may have in the bucket: one size,
+    /// or a range for encoded objects (compressed to any size, or stored as they are).
+    pub fn object_sizes(&self, len: u32) -> std::ops::RangeInclusive<u64> {
+        if self.encoded {
+            return super::codec::Codec::object_sizes(self.encrypted, self.plain_sums(), len);
+        }
+        let size = self.object_size(len);
+        size..=size
+    }
+
+    /// Size in the bucket of a block holding `len` bytes of data (not encoded).
+    fn object_size(&self, len: u32) -> u64 {
         len as u64
             + if self.checksums {
                 self.plain_sums().trailer_len(len as usize) as u64
@@ -175,6 +196,8 @@ mod tests {
             checksums: true,
             hash_prefix,
             layout: 0,
+            compress: Default::default(),
+            encryption: None,
         }
     }
 
@@ -227,5 +250,16 @@ mod tests {
         assert_eq!(l.block_key(7, 0, 10), "vol/u/chunks/0/0/7_0_10");
         assert_eq!(l.object_size(1 << 20), (1 << 20) + 256 * 4);
         assert_eq!(l.object_size(4097), 4097 + 8);
+        assert_eq!(l.object_sizes(4097), 4097 + 8..=4097 + 8);
+        assert!(!l.encoded());
+        // Layout 3 (compressed or encrypted): the same keys, objects of any size up to the
+        // data stored as it is behind the header (and the salt, nonce and tag).
+        let mut v3 = v2.clone();
+        v3.layout = 3;
+        v3.compress = crate::meta::format::Compression::Zstd;
+        let l3 = Layout::new(&v3);
+        assert!(l3.encoded());
+        assert_eq!(l3.block_key(7, 0, 10), "vol/u/chunks/0/0/7_0_10");
+        assert_eq!(l3.object_sizes(4096), 8 + 4..=4096 + 8 + 8);
     }
 }

@@ -60,15 +60,19 @@ impl SliceUpload {
         let key = shared.layout.block_key(id, index, block.len() as u32);
         // The object layer retries transient failures; what comes back here is final.
         self.store.runtime().spawn(async move {
-            let body: Payload = if shared.format.checksums {
-                let parts = shared.layout.sums(&key).parts(block.clone());
-                parts.into_iter().collect()
-            } else {
-                block.clone().into()
+            // The object (the block, which its parts share, not copy, and its checksums; or
+            // its encoded copy beside it) is in flight until stored.
+            let most = *shared.layout.object_sizes(block.len() as u32).end() as usize;
+            let room = match shared.whole_only() {
+                true => block.len() + most,
+                false => most,
             };
-            // The object (the block, which its parts share, not copy, and its checksums) is
-            // in flight until stored.
-            let _room = shared.budget.take(body.content_length()).await;
+            let _room = shared.budget.take(room).await;
+            let body: Payload = shared
+                .encode_async(&key, block.clone())
+                .await
+                .into_iter()
+                .collect();
             let staged = match shared.stage.clone().filter(|_| shared.stages_blocks) {
                 Some(st) => {
                     // Held before the block is visible, so its upload cannot release first;

@@ -106,7 +106,7 @@ async fn upload(shared: &Shared, key: &str) {
             tokio::task::spawn_blocking(move || stage.read(&key)).await
         };
         let body = match read {
-            Ok(Ok(Some(b))) if raw => encode_raw(shared, key, b),
+            Ok(Ok(Some(b))) if raw => encode_raw(shared, key, b).await,
             Ok(Ok(Some(b))) => b,
             Ok(Ok(None)) => return, // its slice was dropped meanwhile
             _ if !stage.contains(key) => return, // removed while being read
@@ -181,14 +181,14 @@ fn leave_stage(
 
 /// The object of a raw staged block (a pack, `data::pack`): its bytes padded with zeros to
 /// the length its key declares, then encoded as any block.
-fn encode_raw(shared: &Shared, key: &str, raw: bytes::Bytes) -> bytes::Bytes {
+async fn encode_raw(shared: &Shared, key: &str, raw: bytes::Bytes) -> bytes::Bytes {
     let len = super::layout::parse_block_key(key).map_or(raw.len(), |(_, _, l)| l as usize);
     let mut data = raw.to_vec();
     data.resize(len, 0);
-    if shared.format.checksums {
-        shared.layout.sums(key).encode(&data)
-    } else {
-        data.into()
+    let parts = shared.encode_async(key, data.into()).await;
+    match parts.len() {
+        1 => parts.into_iter().next().expect("one part"),
+        _ => parts.concat().into(),
     }
 }
 

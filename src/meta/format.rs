@@ -38,9 +38,106 @@ pub struct Format {
     /// before the volume's id was part of its keys); 1, `NAME/UUID/chunks/...`, so that two
     /// volumes sharing a bucket and a name can never share, read or delete each other's keys,
     /// and checksums sealed with the key; 2, the same with a checksum per 4 KiB instead of per
-    /// 64 KiB (`data::block`), so that a small random read fetches little more than it reads.
+    /// 64 KiB (`data::block`), so that a small random read fetches little more than it reads;
+    /// 3, the same with each object encoded (compressed and/or encrypted: `data::codec`).
     #[serde(default)]
     pub layout: u32,
+    /// How block data is compressed before it is stored (`data::codec`); volumes formatted
+    /// before compression existed read as `none`.
+    #[serde(default)]
+    pub compress: Compression,
+    /// Encryption at rest of the block objects (`data::codec`, `data::keys`): `None`, blocks
+    /// are stored as they are.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+}
+
+impl Format {
+    /// Whether block objects are encoded (a header, then compressed and/or encrypted data:
+    /// `data::codec`), which layout 3 means. Volumes that neither compress nor encrypt keep
+    /// the layout-2 objects, readable by binaries that predate the codec.
+    pub fn encoded(&self) -> bool {
+        self.layout >= LAYOUT_ENCODED
+    }
+}
+
+/// How a volume compresses its blocks (`format --compress`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Compression {
+    #[default]
+    None,
+    Lz4,
+    Zstd,
+}
+
+impl Compression {
+    /// Parses the value of `--compress`; the error is one line naming the choices.
+    pub fn parse(s: &str) -> Result<Compression, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "none" | "" => Ok(Compression::None),
+            "lz4" => Ok(Compression::Lz4),
+            "zstd" => Ok(Compression::Zstd),
+            _ => Err(format!(
+                "invalid --compress {s}: use lz4 (fast), zstd (smaller) or none, e.g. \
+                 --compress zstd"
+            )),
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Compression::None => "none",
+            Compression::Lz4 => "lz4",
+            Compression::Zstd => "zstd",
+        }
+    }
+}
+
+/// How a volume's data key is wrapped (`data::keys`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum KeyWrap {
+    /// RSA-OAEP (SHA-256) under the RSA key stored beside it, itself encrypted by a
+    /// passphrase the user holds (`format --encrypt-rsa-key`, as JuiceFS).
+    RsaOaep,
+    /// AES-256-GCM under a key file the user holds, stored nowhere (`--encrypt-key-file`).
+    KeyFile,
+}
+
+/// Encryption at rest of a volume: the cipher of its block objects and its data key, wrapped.
+/// Never holds the data key itself; its `Debug` shows no key material.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Encryption {
+    /// The cipher of block objects: `aes-256-gcm` (`data::codec`).
+    pub cipher: String,
+    pub wrap: KeyWrap,
+    /// The data key wrapped (`wrap`), in hex.
+    pub wrapped_key: String,
+    /// With [`KeyWrap::RsaOaep`]: the RSA private key as `format` was given it (PEM,
+    /// encrypted by its passphrase), so that a mount needs only the passphrase.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rsa_key: Option<String>,
+}
+
+impl Encryption {
+    /// What `status` says of it: the cipher and how the key is wrapped, no key material.
+    pub fn describe(&self) -> String {
+        let wrap = match self.wrap {
+            KeyWrap::RsaOaep => "data key wrapped by an RSA key (RSA-OAEP), its passphrase needed",
+            KeyWrap::KeyFile => "data key wrapped by a key file (AES-256-GCM), the file needed",
+        };
+        format!("{}, {wrap}", self.cipher)
+    }
+}
+
+impl std::fmt::Debug for Encryption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encryption")
+            .field("cipher", &self.cipher)
+            .field("wrap", &self.wrap)
+            .finish_non_exhaustive()
+    }
 }
 
 #[cfg(test)]
@@ -60,12 +157,23 @@ impl Format {
             checksums: true,
             hash_prefix: false,
             layout: 0,
+            compress: Compression::None,
+            encryption: None,
         }
     }
 }
 
-/// The key layout `format` gives new volumes (see [`Format::layout`]).
-pub const LAYOUT_VERSION: u32 = 2;
+/// The key layout `format` gives new volumes that neither compress nor encrypt (see
+/// [`Format::layout`]).
+pub const LAYOUT_PLAIN: u32 = 2;
+
+/// The layout of volumes that compress or encrypt: the keys and checksum segments of layout
+/// 2, each object encoded (`data::codec`) and read whole. Binaries that predate it refuse
+/// such volumes (they would read the encoded bytes as data, or write plaintext).
+pub const LAYOUT_ENCODED: u32 = 3;
+
+/// The newest layout this binary understands; volumes of newer ones are refused.
+pub const LAYOUT_VERSION: u32 = LAYOUT_ENCODED;
 
 /// The metadata schema this binary writes and understands. 2: opens are recorded in the
 /// volume (table `open`/`unkai_open`), so that a file open on one client survives an unlink

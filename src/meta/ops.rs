@@ -175,6 +175,8 @@ pub(crate) fn fixed_setting_changed(old: &Format, new: &Format) -> Option<&'stat
         ("the key layout", old.layout != new.layout),
         ("hashed key prefixes", old.hash_prefix != new.hash_prefix),
         ("checksums", old.checksums != new.checksums),
+        ("compression", old.compress != new.compress),
+        ("encryption", old.encryption != new.encryption),
         ("the creation time", old.created != new.created),
     ]
     .into_iter()

@@ -299,6 +299,8 @@ fn test_format(name: &str) -> Format {
         checksums: true,
         hash_prefix: false,
         layout: 0,
+        compress: Default::default(),
+        encryption: None,
     }
 }
 

@@ -87,6 +87,8 @@ pub struct MountConfig {
     pub io_deadline: Duration,
     /// Served in the foreground of a terminal (not as a daemon): say so on stderr when ready.
     pub foreground: bool,
+    /// The data key of an encrypted volume, unwrapped (`volume::data_key`).
+    pub data_key: Option<Arc<crate::data::keys::DataKey>>,
 }
 
 impl MountConfig {
@@ -405,6 +407,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         in_flight_bytes: cfg.budgets().2,
         stage,
         disk: disk.clone(),
+        key: cfg.data_key.clone(),
         ..data::Config::default()
     };
     let packs_only = stage.as_ref().is_some_and(|s| !s.blocks);
@@ -427,6 +430,15 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             )));
         }
     };
+    if fmt.encoded() {
+        tracing::info!(
+            "blocks compressed: {}; encrypted: {} (objects are read whole)",
+            fmt.compress.name(),
+            fmt.encryption
+                .as_ref()
+                .map_or_else(|| "no".to_string(), |e| e.describe())
+        );
+    }
     match store.disk_cache() {
         Some(d) => tracing::info!(
             "disk cache on: blocks read or uploaded are kept under {} (up to {} bytes{}, \
@@ -592,6 +604,7 @@ mod tests {
             io_timeout: Duration::from_secs(20),
             io_deadline: Duration::from_secs(60),
             foreground: true,
+            data_key: None,
         }
     }
 

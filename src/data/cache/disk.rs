@@ -2,10 +2,11 @@
 //! in files under each cache directory (`CACHE/UUID/blocks/XX/<key>`), so that a block read
 //! once is read from local disk after, across remounts.
 //!
-//! - Every file holds a block object (`block::Sums::encode`: data, then its checksums),
-//!   volume's checksum setting, so every read is verified: a damaged, partial or misplaced
-//!   file is dropped (the caller fetches the block again), never returned. Files appear
-//!   whole: each is written under a temporary name, then renamed.
+//! - Every file holds a block object (`block::Sums::encode`: data, then its checksums,
+//!   whatever the volume's checksum setting; on a volume that compresses or encrypts, the
+//!   object as the bucket holds it, `data::codec`), so every read is verified: a damaged,
+//!   partial or misplaced file is dropped (the caller fetches the block again), never
+//!   returned. Files appear whole: each is written under a temporary name, then renamed.
 //! - The least recently used blocks are evicted past the capacity, and each directory's disk
 //!   keeps `free_ratio` of its space free (blocks are evicted, and none added, below it).
 //! - A directory that fails (gone, full, read-only) is set aside with one log line and tried
@@ -224,6 +225,19 @@ impl DiskCache {
     /// The data of the whole block `key` (`len` bytes, checked with `sums`), if cached and
     /// intact. A damaged file is dropped.
     pub fn get_block(&self, key: &str, len: usize, sums: Sums) -> Option<Bytes> {
+        self.get_object(key, |obj| {
+            sums.decode(obj, len)
+                .ok_or_else(|| "checksum mismatch or wrong size".to_string())
+        })
+    }
+
+    /// The data of the whole block `key`, if cached and intact: `decode` turns its object into
+    /// its data, checking it, or says what is wrong (the file is then dropped).
+    pub fn get_object(
+        &self,
+        key: &str,
+        decode: impl FnOnce(Bytes) -> Result<Bytes, String>,
+    ) -> Option<Bytes> {
         let Some(path) = self.find(key) else {
             self.stats.misses.fetch_add(1, Relaxed);
             return None;
@@ -232,12 +246,12 @@ impl DiskCache {
             Ok(obj) => Bytes::from(obj),
             Err(e) => return self.unreadable(key, &path, e),
         };
-        match sums.decode(obj, len) {
-            Some(data) => {
+        match decode(obj) {
+            Ok(data) => {
                 self.hit(data.len());
                 Some(data)
             }
-            None => self.damaged(key, &path, "checksum mismatch or wrong size"),
+            Err(problem) => self.damaged(key, &path, &problem),
         }
     }
 
