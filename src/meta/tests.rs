@@ -3082,6 +3082,38 @@ fn trash_days_delay_dead_slices(e: Engine) {
         let f = mkfile(&*m, ROOT_INO, "f");
         write(&*m, f.ino, 0, 4096);
         m.unlink(&CTX, ROOT_INO, b"f").unwrap();
+        // Kept in the trash (`meta::trash`), its origin readable, its slices alive.
+        let trash = m.lookup(&CTX, ROOT_INO, b".trash").unwrap();
+        let listed = |dir: Ino| -> Vec<(Vec<u8>, Ino)> {
+            m.readdir(dir, 2, 100, false)
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.name, e.ino))
+                .collect()
+        };
+        assert!(
+            listed(ROOT_INO).iter().all(|(n, _)| n != b".trash"),
+            "the trash is not listed"
+        );
+        let hours = listed(trash.ino);
+        assert_eq!(hours.len(), 1);
+        let entries = listed(hours[0].1);
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].1, f.ino);
+        assert_eq!(
+            m.get_xattr(f.ino, crate::meta::trash::ORIGIN).unwrap(),
+            b"/f"
+        );
+        assert_eq!(m.all_slices().unwrap().len(), 1);
+        assert_eq!(
+            m.mknod(&CTX, hours[0].1, b"x", Kind::File, 0o644, 0, None)
+                .unwrap_err()
+                .errno(),
+            libc::EPERM,
+            "nothing is made in the trash"
+        );
+        // Deleted from the trash: gone for good, its slices dead.
+        m.unlink(&CTX, hours[0].1, &entries[0].0).unwrap();
         assert!(m.all_slices().unwrap().is_empty());
         assert!(
             m.dead_slices(10).unwrap().is_empty(),
