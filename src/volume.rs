@@ -368,7 +368,7 @@ pub fn ensure_default() -> anyhow::Result<String> {
             name: "default".into(),
             storage: format!("file://{}", dir.join("bucket").display()),
             block_size: 4 << 20,
-            trash_days: 0,
+            trash_days: 1,
             capacity: 0,
             inodes: 0,
             hash_prefix: false,

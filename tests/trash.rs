@@ -135,6 +135,11 @@ fn links_and_open_files(vol: &Volume) {
         .open(m.p("open"))
         .unwrap();
     fs::remove_file(m.p("open")).unwrap();
+    assert_eq!(
+        f.metadata().unwrap().nlink(),
+        0,
+        "deleted, as on any file system, though kept in the trash"
+    );
     std::io::Write::write_all(&mut f, b"AB").unwrap();
     f.seek(SeekFrom::Start(0)).unwrap();
     let mut got = Vec::new();
@@ -173,6 +178,12 @@ fn who_may_do_what(vol: &Volume) {
         // Their own file they read; another's they cannot; nothing is made in the trash.
         let got = fs::read(&theirs).map_err(|e| errno(&e))?;
         assert_eq!(got, b"user data");
+        // Listed, the hour shows them only their own entries.
+        let seen: Vec<PathBuf> = fs::read_dir(&hour)
+            .map_err(|e| errno(&e))?
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(seen, [theirs.clone()]);
         assert_eq!(fs::read(&roots).map_err(|e| errno(&e)), Err(libc::EACCES));
         for p in [hour.join("new"), m.p(".trash/new")] {
             let e = File::create(&p).map_err(|e| errno(&e)).unwrap_err();
@@ -251,6 +262,22 @@ fn expired_entries_are_purged(vol: &Volume) {
 #[test]
 fn expired_entries_are_purged_and_their_space_given_back() {
     on_both(expired_entries_are_purged);
+}
+
+#[test]
+fn a_new_volume_keeps_a_day_of_trash_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/meta.db", dir.path().display());
+    let out = unkai()
+        .env_remove("UNKAI_TRASH_DAYS")
+        .args(["format", &url, "deflt"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let (ok, out, err) = run(&["config", "--json", &url]);
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["trash_days"], 1);
 }
 
 #[test]

@@ -27,8 +27,9 @@ pub struct Args {
     /// Size of a block, the unit of object storage (64K to 16M).
     #[arg(long, default_value = "4M")]
     block_size: String,
-    /// Days deleted data is kept before its objects are deleted (0: delete at once).
-    #[arg(long, default_value_t = 0)]
+    /// Days deleted files and directories are kept in MOUNTPOINT/.trash before they go for
+    /// good (`unkai restore` puts them back); 0: no trash, a deletion frees space at once.
+    #[arg(long, default_value_t = 1, env = "UNKAI_TRASH_DAYS")]
     trash_days: u32,
     /// Most bytes the volume may hold, e.g. 100G or 1T: a write past it fails with ENOSPC,
     /// and `df` shows it (default: unlimited; `df` then shows the free space of a local

@@ -289,7 +289,7 @@ fn file_attr(a: &Attr) -> FileAttr {
         crtime: systime(a.ctime),
         kind: file_type(a.kind),
         perm: (a.mode & 0o7777) as u16,
-        nlink: a.nlink,
+        nlink: a.visible_nlink(),
         uid: a.uid,
         gid: a.gid,
         rdev: a.rdev,
@@ -802,7 +802,7 @@ impl Filesystem for Adapter {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -811,7 +811,7 @@ impl Filesystem for Adapter {
         let _answering = self.requests.start(Req::Readdir);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(ino.0, cookie, 256, false) {
+            let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 256, false) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -835,7 +835,7 @@ impl Filesystem for Adapter {
 
     fn readdirplus(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -844,7 +844,7 @@ impl Filesystem for Adapter {
         let _answering = self.requests.start(Req::Readdirplus);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(ino.0, cookie, 128, true) {
+            let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 128, true) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -1057,7 +1057,7 @@ impl Filesystem for Adapter {
         let flags = || {
             self.vfs
                 .getattr(ino.0)
-                .map(|a| a.flags)
+                .map(|a| a.flags & crate::meta::flags::KEPT)
                 .map_err(|e| errno(&e))
         };
         let res = match cmd {

@@ -147,6 +147,10 @@ pub mod flags {
     pub const KEPT: u32 = IMMUTABLE | APPEND | NODUMP;
     /// Flags only a privileged caller (CAP_LINUX_IMMUTABLE) may set or clear.
     pub const PRIVILEGED: u32 = IMMUTABLE | APPEND;
+    /// Not a `chattr` flag: the inode is in the trash (`meta::trash`), where its one link
+    /// is the trash's. Its link count is reported one lower, so that a file deleted while
+    /// open shows `st_nlink` 0 as on any file system; cleared when it is moved out.
+    pub const TRASHED: u32 = 0x8000_0000;
 }
 
 /// The attributes of an inode.
@@ -171,6 +175,17 @@ pub struct Attr {
     /// Bytes of a regular file's data really stored: what its slices cover, holes not
     /// counted (0 for other kinds). Reported in `st_blocks`.
     pub stored: u64,
+}
+
+impl Attr {
+    /// The link count a program sees: a file in the trash has none of its own.
+    pub fn visible_nlink(&self) -> u32 {
+        if self.flags & flags::TRASHED != 0 && self.kind != Kind::Dir {
+            self.nlink.saturating_sub(1)
+        } else {
+            self.nlink
+        }
+    }
 }
 
 /// Who is asking: the caller's credentials as FUSE reports them.

@@ -738,6 +738,8 @@ impl<E: Engine> EngineMeta<E> {
             victim = Some(d);
         }
         tx.move_edge(src_eid, new_parent, new_name)?;
+        // Out of the trash (`restore`): its own link again.
+        src.flags &= !flags::TRASHED;
         if src.kind == Kind::Dir && cross {
             src.parent = new_parent;
             p1.nlink -= 1;
@@ -1235,8 +1237,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if ctx.uid != 0 && (ctx.uid != a.uid || (a.flags ^ new) & flags::PRIVILEGED != 0) {
                     return fail(libc::EPERM);
                 }
-                if a.flags != new {
-                    a.flags = new;
+                if a.flags & flags::KEPT != new {
+                    a.flags = new | (a.flags & flags::TRASHED);
                     a.ctime = now_nanos();
                     tx.update_node(&a)?;
                 }

@@ -239,7 +239,11 @@ impl<E: Engine> EngineMeta<E> {
             p.nlink = p.nlink.saturating_sub(1);
             h.nlink += 1;
         }
-        a.parent = bin.hour;
+        if a.kind == Kind::Dir {
+            a.parent = bin.hour;
+        } else {
+            a.flags |= flags::TRASHED;
+        }
         a.ctime = now;
         tx.update_node(a)?;
         h.mtime = now;

@@ -22,7 +22,7 @@ use parking_lot::Mutex;
 use crate::data::{self, DataStore};
 use crate::meta::{
     self, Attr, CHUNK_SIZE, Ctx, DirEntry, FallocMode, Ino, Kind, LockKind, LockRange, LockRequest,
-    Meta, RenameFlags, SetAttr, XattrSet, now_nanos, slice,
+    Meta, ROOT_INO, RenameFlags, SetAttr, XattrSet, now_nanos, slice,
 };
 
 use handle::Handles;
@@ -491,23 +491,71 @@ impl Vfs {
         bytes
     }
 
+    /// A page of directory `ino` from `cookie`. In an hour directory of the trash, a user
+    /// other than root sees only the entries they own (the trash holds everyone's deletions).
     pub fn readdir(
         &self,
+        ctx: &Ctx,
         ino: Ino,
         cookie: u64,
         limit: usize,
         plus: bool,
     ) -> Result<Vec<DirEntry>> {
         let mark = self.attr_mark();
-        let mut entries = self.meta.readdir(ino, cookie, limit, plus)?;
-        if plus {
-            for e in entries.iter_mut() {
-                if let Some(a) = e.attr.take() {
-                    e.attr = Some(self.overlay_attr(mark, a));
+        let only = self.trash_owner(ctx, ino)?;
+        let mut cookie = cookie;
+        loop {
+            let mut entries = self
+                .meta
+                .readdir(ino, cookie, limit, plus || only.is_some())?;
+            let Some(last) = entries.last().map(|e| e.cookie) else {
+                return Ok(entries);
+            };
+            if let Some(uid) = only {
+                entries.retain(|e| {
+                    e.name == b"."
+                        || e.name == b".."
+                        || e.attr.as_ref().is_some_and(|a| a.uid == uid)
+                });
+                if !plus {
+                    for e in entries.iter_mut() {
+                        e.attr = None;
+                    }
                 }
             }
+            if plus {
+                for e in entries.iter_mut() {
+                    if let Some(a) = e.attr.take() {
+                        e.attr = Some(self.overlay_attr(mark, a));
+                    }
+                }
+            }
+            if !entries.is_empty() {
+                return Ok(entries);
+            }
+            cookie = last;
         }
-        Ok(entries)
+    }
+
+    /// The uid whose entries alone `ctx` sees in directory `ino`: its own, in an hour
+    /// directory of the trash (`meta::trash`), unless root; `None` elsewhere.
+    fn trash_owner(&self, ctx: &Ctx, ino: Ino) -> Result<Option<u32>> {
+        if ctx.uid == 0 || ino == ROOT_INO {
+            return Ok(None);
+        }
+        let dir = self.meta.getattr(ino)?;
+        if dir.parent == ROOT_INO || dir.parent == 0 {
+            return Ok(None);
+        }
+        Ok(
+            match self
+                .meta
+                .lookup(&Ctx::ROOT, ROOT_INO, crate::meta::trash::TRASH_NAME)
+            {
+                Ok(t) if t.ino == dir.parent => Some(ctx.uid),
+                _ => None,
+            },
+        )
     }
 
     // ---- handles ----

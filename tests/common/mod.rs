@@ -16,9 +16,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// The unkai binary under test.
+/// The unkai binary under test. Volumes it formats keep no trash unless a test asks
+/// (`--trash-days`, or its own `UNKAI_TRASH_DAYS`): most tests count what a deletion frees.
 pub fn unkai() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_unkai"))
+    let mut c = Command::new(env!("CARGO_BIN_EXE_unkai"));
+    c.env("UNKAI_TRASH_DAYS", "0");
+    c
 }
 
 /// Runs unkai with `args`; returns (exit success, stdout, stderr).
