@@ -183,7 +183,7 @@ fn who_may_do_what(vol: &Volume) {
             .map_err(|e| errno(&e))?
             .map(|e| e.unwrap().path())
             .collect();
-        assert_eq!(seen, [theirs.clone()]);
+        assert_eq!(seen, std::slice::from_ref(&theirs));
         assert_eq!(fs::read(&roots).map_err(|e| errno(&e)), Err(libc::EACCES));
         for p in [hour.join("new"), m.p(".trash/new")] {
             let e = File::create(&p).map_err(|e| errno(&e)).unwrap_err();
