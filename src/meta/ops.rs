@@ -291,7 +291,7 @@ impl<E: Engine> EngineMeta<E> {
     /// After a namespace change failed: what the cache said of the names and directories
     /// it touched may be what made the kernel ask (a name created elsewhere and not pushed
     /// yet), so they are forgotten.
-    fn failed(&self, names: &[(Ino, &[u8])]) {
+    pub(crate) fn failed(&self, names: &[(Ino, &[u8])]) {
         let mut facts = Vec::with_capacity(names.len() * 2);
         for (p, n) in names {
             facts.push(Fact::NameStale(*p, n.to_vec()));
@@ -867,25 +867,18 @@ impl<E: Engine> EngineMeta<E> {
                 if let Some((hour, tname)) = &trashed {
                     facts.push(Fact::Stale(r.ino));
                     facts.push(Fact::Attr(r.clone()));
-                    facts.push(Fact::Stale(*hour));
-                    facts.push(Fact::Name(*hour, tname.clone(), Some(r.ino)));
+                    facts.extend(trash::arrived(*hour, tname, r.ino));
                 }
                 self.cache.learn(e, &facts);
                 self.engine.publish(|| {
                     let mut v = named_inode_changed(parent, name, r.ino);
                     if let Some((hour, tname)) = &trashed {
-                        v.push(entry_changed(*hour, tname));
-                        v.push(attr_changed(*hour));
+                        v.extend(trash::arrival_changes(*hour, tname));
                     }
                     v
                 })
             })
-            .inspect_err(|err| {
-                if err.errno() == libc::ESTALE {
-                    self.forget_bin();
-                }
-                self.failed(&[(parent, name)])
-            })
+            .inspect_err(|err| self.failed_move(err, &[(parent, name)]))
     }
 
     /// rmdir(2): the empty directory goes, or to the trash (if `to_trash` and the volume
@@ -952,8 +945,7 @@ impl<E: Engine> EngineMeta<E> {
                         Some((hour, tname, a)) => {
                             facts.push(Fact::Stale(a.ino));
                             facts.push(Fact::Attr(a.clone()));
-                            facts.push(Fact::Stale(*hour));
-                            facts.push(Fact::Name(*hour, tname.clone(), Some(a.ino)));
+                            facts.extend(trash::arrived(*hour, tname, a.ino));
                         }
                         None => facts.push(Fact::Gone(gone)),
                     }
@@ -962,19 +954,13 @@ impl<E: Engine> EngineMeta<E> {
                 self.engine.publish(|| {
                     let mut v = vec![entry_changed(parent, name), attr_changed(parent)];
                     if let Some((hour, tname, a)) = &trashed {
-                        v.push(entry_changed(*hour, tname));
-                        v.push(attr_changed(*hour));
+                        v.extend(trash::arrival_changes(*hour, tname));
                         v.push(attr_changed(a.ino));
                     }
                     v
                 })
             })
-            .inspect_err(|err| {
-                if err.errno() == libc::ESTALE {
-                    self.forget_bin();
-                }
-                self.failed(&[(parent, name)])
-            })
+            .inspect_err(|err| self.failed_move(err, &[(parent, name)]))
     }
 }
 
@@ -1554,8 +1540,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     (new_parent, new_name),
                 );
                 if let (Some((hour, tname)), Some(v)) = (&trashed, r) {
-                    facts.push(Fact::Stale(*hour));
-                    facts.push(Fact::Name(*hour, tname.clone(), Some(v.ino)));
+                    facts.extend(trash::arrived(*hour, tname, v.ino));
                 }
                 self.cache.learn(e, &facts);
                 self.engine.publish(|| {
@@ -1567,18 +1552,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     ];
                     v.extend(r.iter().map(|a| attr_changed(a.ino)));
                     if let Some((hour, tname)) = &trashed {
-                        v.push(entry_changed(*hour, tname));
-                        v.push(attr_changed(*hour));
+                        v.extend(trash::arrival_changes(*hour, tname));
                     }
                     v
                 })
             })
-            .inspect_err(|err| {
-                if err.errno() == libc::ESTALE {
-                    self.forget_bin();
-                }
-                self.failed(&[(parent, name), (new_parent, new_name)])
-            })
+            .inspect_err(|err| self.failed_move(err, &[(parent, name), (new_parent, new_name)]))
     }
 
     fn readdir(&self, ino: Ino, cookie: u64, limit: usize, plus: bool) -> Result<Vec<DirEntry>> {

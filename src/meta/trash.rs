@@ -85,6 +85,19 @@ fn days_from_civil(y: i64, m: i64, d: i64) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// What the cache learns when `ino` arrived in the hour directory `hour` as `name`.
+pub(crate) fn arrived(hour: Ino, name: &[u8], ino: Ino) -> [Fact; 2] {
+    [
+        Fact::Stale(hour),
+        Fact::Name(hour, name.to_vec(), Some(ino)),
+    ]
+}
+
+/// What other clients are told of that arrival.
+pub(crate) fn arrival_changes(hour: Ino, name: &[u8]) -> [Change; 2] {
+    [entry_changed(hour, name), attr_changed(hour)]
+}
+
 /// Where a deletion sends an entry: the trash's inode and the hour directory's.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Bin {
@@ -135,9 +148,13 @@ impl<E: Engine> EngineMeta<E> {
         Ok(Some(made))
     }
 
-    /// Forgets the bin remembered (it was deleted under us).
-    pub(crate) fn forget_bin(&self) {
-        *self.bin.lock() = None;
+    /// After a namespace change failed ([`Self::failed`]); ESTALE: the bin remembered was
+    /// deleted under us, and is made again at the next deletion.
+    pub(crate) fn failed_move(&self, err: &Error, names: &[(Ino, &[u8])]) {
+        if err.errno() == libc::ESTALE {
+            *self.bin.lock() = None;
+        }
+        self.failed(names)
     }
 
     fn make_bin(&self, hour: &[u8]) -> Result<Bin> {
