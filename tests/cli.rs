@@ -1145,3 +1145,50 @@ fn clone_shares_data_and_diverges_on_write() {
     want[1000..1007].copy_from_slice(b"CHANGED");
     assert_eq!(fs::read(m.p("t2/big")).unwrap(), want);
 }
+
+#[test]
+fn sighup_reopens_a_daemons_log_and_the_volume_stays_mounted() {
+    let vol = Volume::new();
+    let tmp = tempdir();
+    let mp = tmp.path().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let log = tmp.path().join("daemon.log");
+    let (ok, out, err) = common::run_env(
+        &[
+            "mount",
+            "-d",
+            "--log",
+            log.to_str().unwrap(),
+            &vol.meta_url,
+            mp.to_str().unwrap(),
+        ],
+        &vol.env,
+    );
+    assert!(ok, "mount -d failed: {out}{err}");
+    let d = Daemon::from_output(&mp, &out);
+    // What logrotate does: move the file away, then SIGHUP.
+    let rotated = tmp.path().join("daemon.log.1");
+    fs::rename(&log, &rotated).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(d.pid),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || fs::read_to_string(&log)
+            .is_ok_and(|t| t.contains("reopened"))),
+        "no new log file after SIGHUP"
+    );
+    assert!(is_mounted(&mp), "SIGHUP unmounted the volume");
+    assert!(alive(d.pid));
+    fs::write(mp.join("f"), b"still here").unwrap();
+    assert_eq!(fs::read(mp.join("f")).unwrap(), b"still here");
+    let (ok, out, err) = run(&["umount", mp.to_str().unwrap()]);
+    assert!(ok, "umount failed: {out}{err}");
+    assert!(
+        fs::read_to_string(&log).unwrap().contains("unmount"),
+        "the daemon kept writing to the old file"
+    );
+    assert!(!fs::read_to_string(&rotated).unwrap().contains("SIGHUP"));
+    drop(d);
+}

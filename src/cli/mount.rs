@@ -394,6 +394,7 @@ fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()>
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&args)
         .env(READY_FD_ENV, "3")
+        .env(crate::volume::serve::DAEMON_LOG_ENV, &log)
         .stdin(std::process::Stdio::null())
         .stdout(logf.try_clone()?)
         .stderr(logf);

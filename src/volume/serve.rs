@@ -2,8 +2,8 @@
 //!
 //! [`serve`] takes an opened volume and a plain [`MountConfig`], decides how long the kernel
 //! may cache (from the engine's kind, who else has the volume mounted and whether their
-//! changes are pushed), mounts, writes the pid file, unmounts on SIGINT, SIGTERM or SIGHUP,
-//! and flushes everything before it returns.
+//! changes are pushed), mounts, writes the pid file, unmounts on SIGINT, SIGTERM or SIGHUP
+//! (a daemon's SIGHUP reopens its log instead), and flushes everything before it returns.
 //!
 //! Not for: parsing or checking flags, the mountpoint or the volume (that is `cli::mount`,
 //! which reports such errors on the terminal before anything starts), daemonizing (also
@@ -345,7 +345,27 @@ fn sharing(meta: &dyn Meta, coherence: &Arc<fuse::Coherence>) -> anyhow::Result<
     })
 }
 
-/// Unmounts on SIGINT, SIGTERM or SIGHUP (detaching the mount if it is busy).
+/// Set by `mount -d` for its daemon: the log file its output goes to, which SIGHUP reopens.
+pub const DAEMON_LOG_ENV: &str = "UNKAI_DAEMON_LOG";
+
+/// Points standard output and error at `path` again (after logrotate moved the old file).
+fn reopen_log(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    for fd in [1, 2] {
+        // SAFETY: dup2 onto the process's own standard descriptors; `f` is open.
+        if unsafe { libc::dup2(f.as_raw_fd(), fd) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Unmounts on SIGINT or SIGTERM (detaching the mount if it is busy), and on SIGHUP unless
+/// this is a daemon of `mount -d`, whose SIGHUP (logrotate's) reopens its log file.
 fn spawn_signal_thread(
     sigs: SigSet,
     mut unmounter: fuser::SessionUnmounter,
@@ -354,7 +374,15 @@ fn spawn_signal_thread(
     std::thread::Builder::new()
         .name("unkai-signals".into())
         .spawn(move || {
+            let log = std::env::var_os(DAEMON_LOG_ENV).map(PathBuf::from);
             while let Ok(sig) = sigs.wait() {
+                if let (Signal::SIGHUP, Some(log)) = (sig, &log) {
+                    match reopen_log(log) {
+                        Ok(()) => tracing::info!("SIGHUP: log file {} reopened", log.display()),
+                        Err(e) => tracing::warn!("SIGHUP: cannot reopen {}: {e}", log.display()),
+                    }
+                    continue;
+                }
                 tracing::info!("{sig:?}: unmounting {}", mp.display());
                 if let Err(e) = unmounter.unmount() {
                     tracing::warn!(
