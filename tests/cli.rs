@@ -126,6 +126,27 @@ impl Daemon {
     }
 }
 
+/// `unkai mount -d --log DIR/daemon.log` of `vol` at `DIR/mp`: the daemon, the mountpoint
+/// and the log file.
+fn mount_daemon(vol: &Volume, dir: &Path) -> (Daemon, PathBuf, PathBuf) {
+    let mp = dir.join("mp");
+    fs::create_dir(&mp).unwrap();
+    let log = dir.join("daemon.log");
+    let (ok, out, err) = common::run_env(
+        &[
+            "mount",
+            "-d",
+            "--log",
+            log.to_str().unwrap(),
+            &vol.meta_url,
+            mp.to_str().unwrap(),
+        ],
+        &vol.env,
+    );
+    assert!(ok, "mount -d failed: {out}{err}");
+    (Daemon::from_output(&mp, &out), mp, log)
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         if is_mounted(&self.mp) {
@@ -536,19 +557,7 @@ fn status_shows_name_usage_and_mounts() {
 fn background_mount_returns_ready_and_umount_stops_it() {
     let vol = Volume::new();
     let tmp = tempdir();
-    let mp = tmp.path().join("mp");
-    fs::create_dir(&mp).unwrap();
-    let log = tmp.path().join("daemon.log");
-    let (ok, out, err) = run(&[
-        "mount",
-        "-d",
-        "--log",
-        log.to_str().unwrap(),
-        &vol.meta_url,
-        mp.to_str().unwrap(),
-    ]);
-    assert!(ok, "mount -d failed: {out}{err}");
-    let d = Daemon::from_output(&mp, &out);
+    let (d, mp, log) = mount_daemon(&vol, tmp.path());
     // Ready on return: no waiting.
     assert!(
         is_mounted(&mp),
@@ -1150,22 +1159,7 @@ fn clone_shares_data_and_diverges_on_write() {
 fn sighup_reopens_a_daemons_log_and_the_volume_stays_mounted() {
     let vol = Volume::new();
     let tmp = tempdir();
-    let mp = tmp.path().join("mp");
-    fs::create_dir(&mp).unwrap();
-    let log = tmp.path().join("daemon.log");
-    let (ok, out, err) = common::run_env(
-        &[
-            "mount",
-            "-d",
-            "--log",
-            log.to_str().unwrap(),
-            &vol.meta_url,
-            mp.to_str().unwrap(),
-        ],
-        &vol.env,
-    );
-    assert!(ok, "mount -d failed: {out}{err}");
-    let d = Daemon::from_output(&mp, &out);
+    let (d, mp, log) = mount_daemon(&vol, tmp.path());
     // What logrotate does: move the file away, then SIGHUP.
     let rotated = tmp.path().join("daemon.log.1");
     fs::rename(&log, &rotated).unwrap();

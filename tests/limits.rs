@@ -103,14 +103,12 @@ fn capacity_and_inodes(vol: &Volume) {
         nix::sys::statvfs::statvfs(&m.path)
             .is_ok_and(|s| s.blocks() * s.fragment_size() == 16 * MIB as u64)
     }));
-    let m2 = remount_after(m, vol);
+    let m2 = {
+        m.unmount();
+        remount(vol)
+    };
     assert_eq!(fs::read(m2.p("c")).unwrap(), vec![7u8; 3 * MIB]);
     assert_eq!(usage(vol).0, 9 * MIB as u64);
-}
-
-fn remount_after(m: Mount, vol: &Volume) -> Mount {
-    m.unmount();
-    vol.mount()
 }
 
 #[test]

@@ -57,7 +57,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let parent_meta =
         fs::metadata(&parent).with_context(|| format!("cannot clone to {}", a.dst.display()))?;
-    if !on_unkai(&a.src)? {
+    let mounts = crate::fuse::mounts::containing(&a.src);
+    if !mounts.is_some_and(|m| crate::fuse::mounts::is_unkai(&m)) {
         bail!(
             "{} is not on an unkai mount: clone shares data within one mount (use cp)",
             a.src.display()
@@ -100,33 +101,6 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         super::human_bytes(c.bytes)
     );
     Ok(())
-}
-
-/// Whether `p` lies on a FUSE mount of unkai (its mount's source starts with `unkai:`).
-fn on_unkai(p: &Path) -> anyhow::Result<bool> {
-    let dev = fs::symlink_metadata(p)?.dev();
-    let info = fs::read_to_string("/proc/self/mountinfo")?;
-    for line in info.lines() {
-        // ID PARENT MAJOR:MINOR ROOT MOUNTPOINT ... - FSTYPE SOURCE ...
-        let mut f = line.split(' ');
-        let Some(mm) = f.nth(2) else { continue };
-        let Some((ma, mi)) = mm.split_once(':') else {
-            continue;
-        };
-        let (Ok(ma), Ok(mi)) = (ma.parse::<u64>(), mi.parse::<u64>()) else {
-            continue;
-        };
-        if libc::makedev(ma as u32, mi as u32) != dev {
-            continue;
-        }
-        if let Some((_, rest)) = line.split_once(" - ") {
-            let mut r = rest.split(' ');
-            let fstype = r.next().unwrap_or("");
-            let source = r.next().unwrap_or("");
-            return Ok(fstype.starts_with("fuse") && source.starts_with("unkai"));
-        }
-    }
-    Ok(false)
 }
 
 struct Cloner {
@@ -252,15 +226,15 @@ impl Cloner {
 fn copy_xattrs(src: &Path, dst: &Path) -> std::io::Result<()> {
     for name in list_xattrs(src)? {
         let mut buf = vec![0u8; 64 << 10];
-        let c = cstr(src.as_os_str())?;
-        let n = cstr(OsStr::from_bytes(&name))?;
+        let c = super::cstr(src.as_os_str())?;
+        let n = super::cstr(OsStr::from_bytes(&name))?;
         // SAFETY: valid C strings and a buffer of the length given.
         let len =
             unsafe { libc::lgetxattr(c.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
         if len < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        let d = cstr(dst.as_os_str())?;
+        let d = super::cstr(dst.as_os_str())?;
         // SAFETY: as above.
         let r = unsafe {
             libc::lsetxattr(d.as_ptr(), n.as_ptr(), buf.as_ptr().cast(), len as usize, 0)
@@ -277,7 +251,7 @@ fn copy_xattrs(src: &Path, dst: &Path) -> std::io::Result<()> {
 }
 
 fn list_xattrs(p: &Path) -> std::io::Result<Vec<Vec<u8>>> {
-    let c = cstr(p.as_os_str())?;
+    let c = super::cstr(p.as_os_str())?;
     let mut buf = vec![0u8; 64 << 10];
     // SAFETY: a valid C string and a buffer of the length given.
     let n = unsafe { libc::llistxattr(c.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
@@ -293,9 +267,4 @@ fn list_xattrs(p: &Path) -> std::io::Result<Vec<Vec<u8>>> {
         .filter(|n| !n.is_empty())
         .map(|n| n.to_vec())
         .collect())
-}
-
-fn cstr(s: &OsStr) -> std::io::Result<std::ffi::CString> {
-    std::ffi::CString::new(s.as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
 }

@@ -112,6 +112,13 @@ fn is_stale_reply(msg: &str) -> bool {
         && msg.ends_with(&format!("(os error {})", libc::ENOENT))
 }
 
+/// `s` as a C string for a system call on a path or an xattr name (EINVAL if it holds NUL).
+fn cstr(s: &std::ffi::OsStr) -> std::io::Result<std::ffi::CString> {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::CString::new(s.as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
+}
+
 /// Runs the command line; returns the process exit code.
 pub fn main() -> i32 {
     let args: Vec<String> = std::env::args().collect();

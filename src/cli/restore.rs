@@ -125,13 +125,8 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn cpath(p: &Path) -> std::io::Result<CString> {
-    CString::new(p.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))
-}
-
 fn get_origin(p: &Path) -> std::io::Result<Vec<u8>> {
-    let c = cpath(p)?;
+    let c = super::cstr(p.as_os_str())?;
     let name = CString::new(ORIGIN).expect("no NUL");
     let mut buf = vec![0u8; 8192];
     // SAFETY: valid C strings and a buffer of the length given.
@@ -151,7 +146,7 @@ fn get_origin(p: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 fn remove_origin(p: &Path) -> anyhow::Result<()> {
-    let c = cpath(p)?;
+    let c = super::cstr(p.as_os_str())?;
     let name = CString::new(ORIGIN).expect("no NUL");
     // SAFETY: valid C strings.
     if unsafe { libc::lremovexattr(c.as_ptr(), name.as_ptr()) } < 0 {

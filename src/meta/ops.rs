@@ -19,7 +19,7 @@ use super::cache::{Cache, Fact};
 use super::engine::{Engine, TxResult, Txn, corrupt, fail, unless_gone};
 use super::lock::{self, LockOwner};
 use super::opens::OpenCounts;
-use super::session::{row_dead, session_dead};
+use super::session::row_dead;
 use super::slice::{self, SliceRec};
 use super::trash;
 use super::*;
@@ -152,9 +152,7 @@ pub(crate) fn check_reformat(
     let now = now_nanos();
     let live = sessions
         .into_iter()
-        .filter(|(info, hb)| {
-            serde_json::from_str::<SessionInfo>(info).is_ok_and(|i| !session_dead(&i, *hb, now))
-        })
+        .filter(|(info, hb)| !row_dead(info, *hb, now))
         .count();
     if live > 0 {
         return Err(Error::Refused(format!(
@@ -364,6 +362,24 @@ impl<E: Engine> EngineMeta<E> {
             return fail(libc::EPERM);
         }
         Ok(())
+    }
+
+    /// Where deleting `name` of `parent` sends it (`None`: nowhere, it goes for good), and
+    /// the inodes the deletion locks. EPERM for the trash itself.
+    fn deletion_bin(
+        &self,
+        parent: Ino,
+        name: &[u8],
+        to_trash: bool,
+    ) -> Result<(Option<trash::Bin>, Vec<Ino>)> {
+        if parent == ROOT_INO && name == trash::TRASH_NAME {
+            return sys(libc::EPERM);
+        }
+        let bin = if to_trash { self.bin()? } else { None };
+        Ok((
+            bin,
+            std::iter::once(parent).chain(bin.map(|b| b.hour)).collect(),
+        ))
     }
 
     /// An inode number.
@@ -814,11 +830,7 @@ impl<E: Engine> EngineMeta<E> {
         to_trash: bool,
     ) -> Result<Attr> {
         check_len(name)?;
-        if parent == ROOT_INO && name == trash::TRASH_NAME {
-            return sys(libc::EPERM);
-        }
-        let bin = if to_trash { self.bin()? } else { None };
-        let lock: Vec<Ino> = std::iter::once(parent).chain(bin.map(|b| b.hour)).collect();
+        let (bin, lock) = self.deletion_bin(parent, name, to_trash)?;
         let mut trashed: Option<(Ino, Vec<u8>)> = None;
         let e = self.epoch();
         let mut after = None;
@@ -897,11 +909,7 @@ impl<E: Engine> EngineMeta<E> {
         if name == b".." {
             return sys(libc::ENOTEMPTY);
         }
-        if parent == ROOT_INO && name == trash::TRASH_NAME {
-            return sys(libc::EPERM);
-        }
-        let bin = if to_trash { self.bin()? } else { None };
-        let lock: Vec<Ino> = std::iter::once(parent).chain(bin.map(|b| b.hour)).collect();
+        let (bin, lock) = self.deletion_bin(parent, name, to_trash)?;
         let mut trashed: Option<(Ino, Vec<u8>, Attr)> = None;
         let e = self.epoch();
         let mut after = None;
@@ -998,11 +1006,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             let live = tx
                 .sessions()?
                 .into_iter()
-                .filter(|(id, info, hb)| {
-                    *id != me
-                        && serde_json::from_str::<SessionInfo>(info)
-                            .is_ok_and(|i| !session_dead(&i, *hb, now))
-                })
+                .filter(|(id, info, hb)| *id != me && !row_dead(info, *hb, now))
                 .count();
             if live > 0 {
                 return Err(Error::Refused(format!(

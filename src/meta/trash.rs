@@ -168,18 +168,7 @@ impl<E: Engine> EngineMeta<E> {
             let trash = match trash.or(tx.get_edge(ROOT_INO, TRASH_NAME)?.map(|(_, i)| i)) {
                 Some(t) => t,
                 None => {
-                    let mut root = tx.lock_node(ROOT_INO)?;
-                    let t = new_node(t_ino, Kind::Dir, 0o555, (0, 0), ROOT_INO, now);
-                    root.nlink += 1;
-                    root.mtime = now;
-                    root.ctime = now;
-                    tx.create_in(&t, &root, TRASH_NAME)?;
-                    // Counted, but never refused: a deletion must work at the limit.
-                    tx.add_usage(0, 1)?;
-                    made.push(Fact::Attr(root));
-                    made.push(Fact::Name(ROOT_INO, TRASH_NAME.to_vec(), Some(t_ino)));
-                    made.push(Fact::NewDir(t_ino));
-                    made.push(Fact::Attr(t));
+                    make_dir(tx, ROOT_INO, TRASH_NAME, t_ino, 0o555, now, &mut made)?;
                     t_ino
                 }
             };
@@ -192,19 +181,9 @@ impl<E: Engine> EngineMeta<E> {
             if let Some((_, h)) = tx.get_edge(trash, hour)? {
                 return Ok(Bin { trash, hour: h });
             }
-            let mut t = tx.lock_node(trash)?;
             // Sticky and open to all: owners may delete their own entries for good; nothing
             // can be created here (`ops` refuses), and listings show what the modes allow.
-            let h = new_node(h_ino, Kind::Dir, 0o1777, (0, 0), trash, now);
-            t.nlink += 1;
-            t.mtime = now;
-            t.ctime = now;
-            tx.create_in(&h, &t, hour)?;
-            tx.add_usage(0, 1)?;
-            made.push(Fact::Attr(t));
-            made.push(Fact::Name(trash, hour.to_vec(), Some(h_ino)));
-            made.push(Fact::NewDir(h_ino));
-            made.push(Fact::Attr(h));
+            make_dir(tx, trash, hour, h_ino, 0o1777, now, &mut made)?;
             Ok(Bin { trash, hour: h_ino })
         })?;
         self.trash.store(bin.trash, Ordering::Release);
@@ -245,8 +224,7 @@ impl<E: Engine> EngineMeta<E> {
         let mut tname = entry_name(p.ino, a.ino, name);
         if tx.get_edge(bin.hour, &tname)?.is_some() {
             // The same inode trashed again within the hour (restored, then deleted).
-            tname = entry_name(p.ino, a.ino, format!("{now}-").as_bytes());
-            tname.extend_from_slice(&name[..name.len().min(255 - tname.len().min(255))]);
+            tname = entry_name(p.ino, a.ino, &[format!("{now}-").as_bytes(), name].concat());
         }
         match eid {
             Some(id) => tx.move_edge(id, bin.hour, &tname)?,
@@ -368,6 +346,33 @@ impl<E: Engine> EngineMeta<E> {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Makes directory `name` (inode `ino`, owned by root) in `parent`, for the trash: counted in
+/// the inode usage but never refused by its limit (a deletion must work at the limit).
+fn make_dir(
+    tx: &mut dyn Txn,
+    parent: Ino,
+    name: &[u8],
+    ino: Ino,
+    mode: u32,
+    now: Nanos,
+    made: &mut Vec<Fact>,
+) -> TxResult<()> {
+    let mut p = tx.lock_node(parent)?;
+    let d = new_node(ino, Kind::Dir, mode, (0, 0), parent, now);
+    p.nlink += 1;
+    p.mtime = now;
+    p.ctime = now;
+    tx.create_in(&d, &p, name)?;
+    tx.add_usage(0, 1)?;
+    made.extend([
+        Fact::Attr(p),
+        Fact::Name(parent, name.to_vec(), Some(ino)),
+        Fact::NewDir(ino),
+        Fact::Attr(d),
+    ]);
+    Ok(())
 }
 
 fn split_origin(o: &[u8]) -> TxResult<(Ino, Vec<u8>)> {
