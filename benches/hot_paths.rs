@@ -78,6 +78,7 @@ fn metadata(c: &mut Criterion) {
         layout: 1,
         compress: Default::default(),
         encryption: None,
+        quotas: false,
     };
     SqliteMeta::create(&path, "sqlite://bench", &fmt, false).unwrap();
     let meta: Arc<dyn Meta> = Arc::new(SqliteMeta::open(&path, "sqlite://bench").unwrap());

@@ -260,6 +260,7 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
         },
         compress: spec.compress,
         encryption,
+        quotas: false,
     };
     match &url {
         MetaUrl::Sqlite(path) => {

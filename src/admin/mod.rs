@@ -10,3 +10,4 @@ pub mod destroy;
 pub mod fsck;
 pub mod gc;
 pub mod objbench;
+pub mod quota;

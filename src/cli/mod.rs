@@ -13,6 +13,7 @@ mod gc;
 mod helper;
 mod mount;
 mod objbench;
+mod quota;
 mod restore;
 mod status;
 mod umount;
@@ -47,6 +48,7 @@ enum Command {
     Clone(clone::Args),
     Destroy(destroy::Args),
     Restore(restore::Args),
+    Quota(quota::Args),
     Mount(mount::Args),
     Umount(umount::Args),
     Status(status::Args),
@@ -134,6 +136,7 @@ pub fn main() -> i32 {
         Command::Clone(a) => clone::run(a),
         Command::Destroy(a) => destroy::run(a),
         Command::Restore(a) => restore::run(a),
+        Command::Quota(a) => quota::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Status(a) => status::run(a),

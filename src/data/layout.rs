@@ -198,6 +198,7 @@ mod tests {
             layout: 0,
             compress: Default::default(),
             encryption: None,
+            quotas: false,
         }
     }
 

@@ -17,6 +17,7 @@ use super::slice;
 use super::slice::SliceRec;
 use super::{
     Attr, Change, ChangeSink, DeadSlice, DirEntry, EngineKind, Error, Ino, Kind, LockKind, Nanos,
+    Quota,
 };
 use super::{EntryVisitor, Result, Usage};
 
@@ -260,6 +261,16 @@ pub(crate) fn attr_from<E>(
 }
 
 /// The records of chunk `index` of inode `ino` from its stored form.
+fn quota_from(r: &SqlRow) -> TxResult<Quota> {
+    Ok(Quota {
+        ino: r.int(0)? as Ino,
+        max_bytes: r.int(1)?.max(0) as u64,
+        max_inodes: r.int(2)?.max(0) as u64,
+        used_bytes: r.int(3)?,
+        used_inodes: r.int(4)?,
+    })
+}
+
 pub(crate) fn decode_chunk(b: &[u8], ino: Ino, index: u32) -> TxResult<Vec<SliceRec>> {
     slice::decode(b).ok_or_else(|| corrupt(format!("chunk {index} of inode {ino} is corrupt")))
 }
@@ -428,6 +439,7 @@ pub trait Txn {
             "DELETE FROM unkai_plock",
             "DELETE FROM unkai_reserved",
             "DELETE FROM unkai_session",
+            "DELETE FROM unkai_quota",
             "DELETE FROM unkai_xattr",
             "DELETE FROM unkai_chunk",
             "DELETE FROM unkai_slice_ref",
@@ -522,6 +534,73 @@ pub trait Txn {
             used_bytes: get(3)?,
             inodes: get(4)?,
         })
+    }
+
+    // ---- directory quotas (see `meta::quota`) ----
+    /// The directories that have a quota.
+    fn quota_dirs(&mut self) -> TxResult<Vec<Ino>> {
+        let mut out = Vec::new();
+        self.scan("SELECT ino FROM unkai_quota", &[], &mut |r| {
+            out.push(r.int(0)? as Ino);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+    /// Every quota, by directory.
+    fn quotas(&mut self) -> TxResult<Vec<Quota>> {
+        let mut out = Vec::new();
+        let sql = "SELECT ino, max_bytes, max_inodes, used_bytes, used_inodes FROM unkai_quota
+                   ORDER BY ino";
+        self.scan(sql, &[], &mut |r| {
+            out.push(quota_from(&r)?);
+            Ok(())
+        })?;
+        Ok(out)
+    }
+    /// Adds to a quota's usage; returns it after, or None if `dir` has no quota. An engine
+    /// whose writers run at once holds the row until commit, so that racing clients take
+    /// turns at the limit.
+    fn quota_add(&mut self, dir: Ino, bytes: i64, inodes: i64) -> TxResult<Option<Quota>> {
+        let r = self.row(
+            "UPDATE unkai_quota SET used_bytes = used_bytes + $2, used_inodes = used_inodes + $3
+             WHERE ino = $1 RETURNING ino, max_bytes, max_inodes, used_bytes, used_inodes",
+            &[ino(dir), Val::Int(bytes), Val::Int(inodes)],
+        )?;
+        r.map(|r| quota_from(&r)).transpose()
+    }
+    /// Creates or replaces a quota.
+    fn put_quota(&mut self, q: &Quota) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_quota (ino, max_bytes, max_inodes, used_bytes, used_inodes)
+             VALUES ($1, $2, $3, $4, $5)
+             ON CONFLICT (ino) DO UPDATE SET max_bytes = $2, max_inodes = $3,
+               used_bytes = $4, used_inodes = $5",
+            &[
+                ino(q.ino),
+                Val::Int(q.max_bytes as i64),
+                Val::Int(q.max_inodes as i64),
+                Val::Int(q.used_bytes),
+                Val::Int(q.used_inodes),
+            ],
+        )?;
+        Ok(())
+    }
+    /// Deletes a directory's quota; whether it had one.
+    fn delete_quota(&mut self, dir: Ino) -> TxResult<bool> {
+        Ok(self.exec("DELETE FROM unkai_quota WHERE ino = $1", &[ino(dir)])? > 0)
+    }
+    /// The directories holding an entry of inode `i`, once per entry.
+    fn link_parents(&mut self, i: Ino) -> TxResult<Vec<Ino>> {
+        let mut out = Vec::new();
+        self.scan(
+            "SELECT parent FROM unkai_edge WHERE ino = $1",
+            &[ino(i)],
+            &mut |r| {
+                out.push(r.int(0)? as Ino);
+                Ok(())
+            },
+        )?;
+        Ok(out)
     }
 
     // ---- directory entries ----

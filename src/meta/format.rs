@@ -50,6 +50,10 @@ pub struct Format {
     /// are stored as they are.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<Encryption>,
+    /// Some directory has a quota (`unkai quota`): every client then keeps the quotas'
+    /// usage in the transactions that change it (see `meta::quota`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub quotas: bool,
 }
 
 impl Format {
@@ -159,6 +163,7 @@ impl Format {
             layout: 0,
             compress: Compression::None,
             encryption: None,
+            quotas: false,
         }
     }
 }
@@ -181,5 +186,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT_ENCODED;
 /// so that `gc` leaves alone uploads a live client may still commit. Volumes of older schemas
 /// are upgraded when opened (binaries that do not record what they need then refuse them).
 /// 4: inodes carry their `chattr` flags and the bytes their data really covers (`flags`,
-/// `stored`), counted from the chunks when an older volume is upgraded.
-pub const SCHEMA_VERSION: u32 = 4;
+/// `stored`), counted from the chunks when an older volume is upgraded. 5: directory quotas
+/// (`quota`/`unkai_quota`) and an index of entries by inode (a file's parents, whose quotas
+/// its writes count in); binaries that do not keep quotas' usage must refuse such volumes.
+pub const SCHEMA_VERSION: u32 = 5;

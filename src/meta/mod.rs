@@ -17,6 +17,7 @@ pub mod lock;
 mod opens;
 mod ops;
 pub mod postgres;
+pub mod quota;
 pub mod session;
 pub mod slice;
 pub mod sqlite;
@@ -373,6 +374,17 @@ pub struct SessionInfo {
     pub staged_bytes: u64,
 }
 
+/// A directory's quota (`unkai quota`): its limits (0: none) and what its tree holds now,
+/// the directory itself not counted. See [`quota`] for what counts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Quota {
+    pub ino: Ino,
+    pub max_bytes: u64,
+    pub max_inodes: u64,
+    pub used_bytes: i64,
+    pub used_inodes: i64,
+}
+
 /// A slice whose objects are no longer referenced and may be deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeadSlice {
@@ -432,6 +444,31 @@ pub trait Meta: Send + Sync {
     /// Deletes the volume's metadata, all of it (`unkai destroy`); refuses (`Refused`) while
     /// a live client other than this one has it mounted.
     fn destroy(&self) -> Result<()>;
+
+    // ---- directory quotas (see [`quota`]) ----
+    /// Every directory quota, with what its tree holds.
+    fn quotas(&self) -> Result<Vec<Quota>>;
+    /// Sets a directory's limits (None keeps the current one; 0 is none); a new quota counts
+    /// its tree first. ENOTDIR for a file; `Refused` for the root (the volume's limits).
+    fn set_quota(&self, dir: Ino, max_bytes: Option<u64>, max_inodes: Option<u64>)
+    -> Result<Quota>;
+    /// Makes every client keep quotas from its next heartbeat on (call before the first
+    /// [`set_quota`](Meta::set_quota) while other clients are mounted); whether it was off.
+    fn start_quotas(&self) -> Result<bool>;
+    /// Deletes a directory's quota; whether there was one.
+    fn delete_quota(&self, dir: Ino) -> Result<bool>;
+    /// Counts a directory's tree as its quota counts it: the quota as stored and the count
+    /// (bytes, inodes); with `repair`, the count becomes the quota's usage.
+    fn recount_quota(&self, dir: Ino, repair: bool) -> Result<(Option<Quota>, (i64, i64))>;
+    /// Whether a write could pass a limit (the volume has a capacity, or quotas): then
+    /// writers ask [`room_for`](Meta::room_for) as a file grows.
+    fn limited(&self) -> bool;
+    /// Whether `bytes` more of file `ino` fit the volume's capacity and its directories'
+    /// quotas as they stand (ENOSPC, EDQUOT if not), so that `write` itself fails instead of
+    /// the later commit; the room left after them. The commit still checks, exactly.
+    fn room_for(&self, ino: Ino, bytes: u64) -> Result<u64>;
+    /// A directory's path from the root (`/a/b`; `/` for the root), through its names now.
+    fn dir_path(&self, dir: Ino) -> Result<Vec<u8>>;
 
     /// Which engine this is.
     fn engine(&self) -> EngineKind;

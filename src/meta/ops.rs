@@ -510,7 +510,9 @@ impl<E: Engine> EngineMeta<E> {
         time: Option<Nanos>,
     ) -> TxResult<()> {
         let max = self.format.read().capacity;
-        tx.charge(align4k(a.length) - align4k(old_len), 0, max, 0)?;
+        let grown = align4k(a.length) - align4k(old_len);
+        tx.charge(grown, 0, max, 0)?;
+        self.quota_file_grew(tx, a.ino, grown)?;
         if let Some(t) = time {
             a.mtime = t;
             a.ctime = t;
@@ -535,8 +537,11 @@ impl<E: Engine> EngineMeta<E> {
     }
 
     /// Deletes an inode whose last link and last open are gone, releasing its slices.
-    fn delete_inode(tx: &mut dyn Txn, a: &Attr, now: Nanos) -> TxResult<()> {
+    fn delete_inode(&self, tx: &mut dyn Txn, a: &Attr, now: Nanos) -> TxResult<()> {
         let recs = tx.delete_node_rows(a.ino)?;
+        if a.kind == Kind::Dir && self.quotas_kept() {
+            tx.delete_quota(a.ino)?;
+        }
         tx.decref(&recs, now)?;
         let used = if a.kind == Kind::File {
             -align4k(a.length)
@@ -561,7 +566,7 @@ impl<E: Engine> EngineMeta<E> {
         if open {
             tx.update_node(a)
         } else {
-            Self::delete_inode(tx, a, now)
+            self.delete_inode(tx, a, now)
         }
     }
 
@@ -619,7 +624,7 @@ impl<E: Engine> EngineMeta<E> {
             for ino in tx.take_session_opens(sid)? {
                 if let Some(a) = unless_gone(tx.lock_node(ino))? {
                     if a.nlink == 0 && !tx.open_anywhere(ino)? {
-                        Self::delete_inode(tx, &a, now)?;
+                        self.delete_inode(tx, &a, now)?;
                     }
                 }
             }
@@ -846,6 +851,8 @@ impl<E: Engine> EngineMeta<E> {
                 }
                 check_dir_change(&p, true)?;
                 check_protected(&a)?;
+                let (bytes, inodes) = quota::entry_use(&a);
+                self.quota_charge(tx, parent, (-bytes, -inodes))?;
                 let now = now_nanos();
                 p.mtime = now;
                 p.ctime = now;
@@ -928,6 +935,7 @@ impl<E: Engine> EngineMeta<E> {
                 if !tx.dir_is_empty(a.ino)? {
                     return fail(libc::ENOTEMPTY);
                 }
+                self.quota_charge(tx, parent, (0, -1))?;
                 let now = now_nanos();
                 p.mtime = now;
                 p.ctime = now;
@@ -997,6 +1005,43 @@ impl<E: Engine> Meta for EngineMeta<E> {
 
     fn engine(&self) -> EngineKind {
         self.engine.kind()
+    }
+
+    fn quotas(&self) -> Result<Vec<Quota>> {
+        self.list_quotas()
+    }
+
+    fn set_quota(
+        &self,
+        dir: Ino,
+        max_bytes: Option<u64>,
+        max_inodes: Option<u64>,
+    ) -> Result<Quota> {
+        self.put_quota(dir, max_bytes, max_inodes)
+    }
+
+    fn start_quotas(&self) -> Result<bool> {
+        EngineMeta::start_quotas(self)
+    }
+
+    fn delete_quota(&self, dir: Ino) -> Result<bool> {
+        self.remove_quota(dir)
+    }
+
+    fn recount_quota(&self, dir: Ino, repair: bool) -> Result<(Option<Quota>, (i64, i64))> {
+        EngineMeta::recount_quota(self, dir, repair)
+    }
+
+    fn limited(&self) -> bool {
+        EngineMeta::limited(self)
+    }
+
+    fn room_for(&self, ino: Ino, bytes: u64) -> Result<u64> {
+        EngineMeta::room_for(self, ino, bytes)
+    }
+
+    fn dir_path(&self, dir: Ino) -> Result<Vec<u8>> {
+        self.engine.read(|tx| quota::dir_path(tx, dir))
     }
 
     fn destroy(&self) -> Result<()> {
@@ -1342,6 +1387,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     tx.put_xattr(ino, acl::DEFAULT, d)?;
                 }
                 tx.charge(0, 1, 0, self.format.read().inodes)?;
+                self.quota_charge(tx, parent, (0, 1))?;
                 after = Some(p);
                 Ok(a)
             })
@@ -1396,6 +1442,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
                 let now = now_nanos();
                 tx.insert_edge(parent, name, ino, a.kind)?;
+                self.quota_charge(tx, parent, quota::entry_use(&a))?;
                 a.nlink += 1;
                 a.ctime = now;
                 tx.update_node(&a)?;
@@ -1509,11 +1556,17 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 if let Some((_, d)) = &dst {
                     check_protected(d)?;
                 }
+                let moved_attrs = self
+                    .quotas_kept()
+                    .then(|| (src.clone(), dst.as_ref().map(|d| d.1.clone())));
                 if flags.exchange {
                     let Some(dst) = dst else {
                         return fail(libc::ENOENT);
                     };
                     Self::exchange(tx, (p1, p2), (src_eid, src), dst, now)?;
+                    if let Some((s, d)) = &moved_attrs {
+                        self.quota_rename(tx, (parent, new_parent), s, d.as_ref(), true)?;
+                    }
                     return Ok(None);
                 }
                 let victim = self.move_entry(
@@ -1527,10 +1580,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     now,
                     (bin, &mut trashed),
                 )?;
+                if let Some((s, d)) = &moved_attrs {
+                    self.quota_rename(tx, (parent, new_parent), s, d.as_ref(), false)?;
+                }
                 if let Some(ino) = whiteout {
                     let w = new_node(ino, Kind::CharDev, 0, (ctx.uid, ctx.gid), parent, now);
                     tx.create_entry(&w, parent, name)?;
                     tx.charge(0, 1, 0, self.format.read().inodes)?;
+                    self.quota_charge(tx, parent, (0, 1))?;
                 }
                 Ok(victim)
             })
@@ -1722,7 +1779,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 tx.delete_sustained(ino, Some(sid))?;
                 if !tx.open_anywhere(ino)? {
                     tx.delete_sustained(ino, None)?;
-                    Self::delete_inode(tx, &a, now_nanos())?;
+                    self.delete_inode(tx, &a, now_nanos())?;
                 }
             }
             Ok(())
@@ -2147,7 +2204,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 }
                 Fix::DeleteInode { ino } => {
                     let a = tx.lock_node(*ino)?;
-                    Self::delete_inode(tx, &a, now)?;
+                    self.delete_inode(tx, &a, now)?;
                     tx.delete_sustained(*ino, None)?;
                     tx.delete_open(*ino, None)?;
                 }

@@ -75,6 +75,10 @@ CREATE TABLE IF NOT EXISTS open_file (
 CREATE TABLE IF NOT EXISTS reserved (
   session INTEGER NOT NULL, lo INTEGER NOT NULL, hi INTEGER NOT NULL,
   PRIMARY KEY (session, lo)) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS edge_ino ON edge(ino);
+CREATE TABLE IF NOT EXISTS quota (
+  ino INTEGER PRIMARY KEY, max_bytes INTEGER NOT NULL, max_inodes INTEGER NOT NULL,
+  used_bytes INTEGER NOT NULL, used_inodes INTEGER NOT NULL);
 ";
 
 const TABLES: &[&str] = &[
@@ -92,6 +96,7 @@ const TABLES: &[&str] = &[
     "plock",
     "open_file",
     "reserved",
+    "quota",
 ];
 
 impl From<rusqlite::Error> for Error {

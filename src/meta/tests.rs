@@ -301,6 +301,7 @@ fn test_format(name: &str) -> Format {
         layout: 0,
         compress: Default::default(),
         encryption: None,
+        quotas: false,
     }
 }
 
@@ -3052,12 +3053,12 @@ fn an_old_schema_counts_what_files_store(e: Engine) {
         drop(m);
         (place.sql)(match e {
             Engine::Sqlite => {
-                "UPDATE setting SET value = replace(value, '\"schema\":4', '\"schema\":3')
+                "UPDATE setting SET value = replace(value, '\"schema\":5', '\"schema\":3')
                    WHERE name = 'format';
                  ALTER TABLE node DROP COLUMN flags; ALTER TABLE node DROP COLUMN stored"
             }
             Engine::Postgres => {
-                "UPDATE unkai_setting SET value = replace(value, '\"schema\":4', '\"schema\":3')
+                "UPDATE unkai_setting SET value = replace(value, '\"schema\":5', '\"schema\":3')
                    WHERE name = 'format';
                  ALTER TABLE unkai_node DROP COLUMN flags, DROP COLUMN stored"
             }

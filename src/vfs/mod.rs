@@ -786,6 +786,18 @@ impl Vfs {
             {
                 return sys(libc::EFBIG);
             }
+            let end = off + data.len() as u64;
+            if end > w.room_to && self.meta.limited() {
+                // A write past the volume's capacity or a directory's quota fails here, not
+                // only at the commit (which checks again, exactly). Asked again when the file
+                // passes half the room left (at most 4 MiB on), so rarely far from a limit.
+                let committed = self.meta.getattr(h.ino)?.length;
+                let left = match end.checked_sub(committed) {
+                    Some(grow) if grow > 0 => self.meta.room_for(h.ino, grow)?,
+                    _ => u64::MAX,
+                };
+                w.room_to = end + (left / 2).min(4 << 20);
+            }
             tracing::trace!("write inode {} at {off} len {}", h.ino, data.len());
             self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
             let before = w.buffered();

@@ -87,6 +87,9 @@ pub struct FileWriter {
     /// What writes through this writer already dropped ([`Privs`]): checked once, not per
     /// write, until a chmod or setxattr through this mount makes it worth checking again.
     pub privs_dropped: Privs,
+    /// The end of the file up to which writes were found to fit the volume's limits (see
+    /// `Vfs::write`): past it, the writer asks again.
+    pub room_to: u64,
 }
 
 /// What a write drops, as Linux does (see `Vfs::drop_privs`): file capabilities (on any
@@ -110,6 +113,7 @@ impl FileWriter {
             packs: Vec::new(),
             close_failed: false,
             privs_dropped: Privs::default(),
+            room_to: 0,
         }
     }
 
