@@ -1,7 +1,8 @@
 //! Directory quotas through real mounts (`unkai quota`): bytes and inodes enforced with
 //! EDQUOT at `write` and at create, kept right across truncate, hard links, renames between
 //! quota trees (a whole directory's usage moves), the trash and restore; `check --repair`
-//! recounts; on SQLite and on PostgreSQL, where two clients race to a quota's limit.
+//! recounts; on SQLite and on PostgreSQL, where two clients race to a quota's limit. Also
+//! `unkai summary` and `unkai info`, which count a tree as a quota counts it.
 
 mod common;
 
@@ -348,4 +349,99 @@ fn two_clients_race_to_a_quota_on_postgres() {
     drop(m);
     assert_eq!(used(&vol, "/p").0, 20 * MIB as i64);
     check_agrees(&vol);
+}
+
+/// `unkai summary` and `unkai info` read a mount's own view through its virtual xattrs:
+/// what a tree holds (the trash not counted), and where a file's data lives.
+#[test]
+fn summary_and_info_through_the_mount() {
+    let mut env = fast_heartbeat();
+    env.push(("UNKAI_TRASH_DAYS".into(), "1".into()));
+    let vol = Volume::with_env(&["--trash-days", "1"], env);
+    let m = vol.mount();
+    fs::create_dir_all(m.p("t/d/e")).unwrap();
+    assert_eq!(write_file(&m.p("t/d/big"), 5 * MIB).1, Ok(()));
+    fs::write(m.p("t/small"), b"hello").unwrap();
+    std::os::unix::fs::symlink("small", m.p("t/link")).unwrap();
+    fs::write(m.p("t/gone"), b"to the trash").unwrap();
+    fs::remove_file(m.p("t/gone")).unwrap();
+    let f = File::options()
+        .write(true)
+        .create(true)
+        .open(m.p("t/sparse"))
+        .unwrap();
+    f.set_len(3 * MIB).unwrap();
+    drop(f);
+    let json = |cmd: &str, p: &Path| -> serde_json::Value {
+        let (ok, out, err) = run(&[cmd, "--json", p.to_str().unwrap()]);
+        assert!(ok, "{cmd} {}: {out}{err}", p.display());
+        serde_json::from_str(out.trim()).unwrap()
+    };
+    let s = json("summary", &m.p("t"));
+    assert_eq!(
+        (
+            s["files"].as_u64(),
+            s["dirs"].as_u64(),
+            s["symlinks"].as_u64()
+        ),
+        (Some(3), Some(2), Some(1)),
+        "{s}"
+    );
+    assert_eq!(s["length"].as_u64(), Some(8 * MIB + 5), "{s}");
+    assert_eq!(
+        s["stored"].as_u64(),
+        Some(5 * MIB + 5),
+        "holes do not count: {s}"
+    );
+    let root = json("summary", &m.path);
+    assert_eq!(
+        root["files"].as_u64(),
+        Some(3),
+        "the trash is not counted: {root}"
+    );
+    assert_eq!(root["dirs"].as_u64(), Some(3), "{root}");
+
+    let i = json("info", &m.p("t/d/big"));
+    assert_eq!(i["length"].as_u64(), Some(5 * MIB), "{i}");
+    let keys: Vec<String> = i["chunks"][0]["slices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|s| s["objects"].as_array().unwrap().clone())
+        .map(|k| k.as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(keys.len() as u64, i["objects"].as_u64().unwrap());
+    assert!(keys.len() >= 2, "5 MiB in 4 MiB blocks: {i}");
+    drop(m);
+    for k in &keys {
+        assert!(
+            vol.bucket().join(k).exists(),
+            "object {k} is not in the bucket"
+        );
+    }
+    let m = remount(&vol);
+    let (ok, _, err) = run(&["summary", m.p("t/small").to_str().unwrap()]);
+    assert!(!ok && err.contains("not a directory"), "{err}");
+    let (ok, _, err) = run(&["info", vol.dir.path().to_str().unwrap()]);
+    assert!(
+        !ok && err.contains("not in a mounted unkai volume"),
+        "{err}"
+    );
+    assert_eq!(
+        xattr_set(&m.p("t/small"), "user.unkai.info"),
+        Err(libc::EPERM),
+        "the virtual xattrs cannot be set"
+    );
+}
+
+fn xattr_set(p: &Path, name: &str) -> Result<(), i32> {
+    let c = cpath(p);
+    let n = std::ffi::CString::new(name).unwrap();
+    // SAFETY: NUL-terminated strings and a valid one-byte buffer.
+    let r = unsafe { libc::setxattr(c.as_ptr(), n.as_ptr(), b"x".as_ptr().cast(), 1, 0) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
+    }
 }

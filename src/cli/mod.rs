@@ -11,6 +11,7 @@ mod format;
 mod fsck;
 mod gc;
 mod helper;
+mod info;
 mod mount;
 mod objbench;
 mod quota;
@@ -49,6 +50,8 @@ enum Command {
     Destroy(destroy::Args),
     Restore(restore::Args),
     Quota(quota::Args),
+    Info(info::InfoArgs),
+    Summary(info::SummaryArgs),
     Mount(mount::Args),
     Umount(umount::Args),
     Status(status::Args),
@@ -137,6 +140,8 @@ pub fn main() -> i32 {
         Command::Destroy(a) => destroy::run(a),
         Command::Restore(a) => restore::run(a),
         Command::Quota(a) => quota::run(a),
+        Command::Info(a) => info::info(a),
+        Command::Summary(a) => info::summary(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Status(a) => status::run(a),

@@ -17,7 +17,7 @@ use super::slice;
 use super::slice::SliceRec;
 use super::{
     Attr, Change, ChangeSink, DeadSlice, DirEntry, EngineKind, Error, Ino, Kind, LockKind, Nanos,
-    Quota,
+    Quota, Summary,
 };
 use super::{EntryVisitor, Result, Usage};
 
@@ -588,6 +588,41 @@ pub trait Txn {
     /// Deletes a directory's quota; whether it had one.
     fn delete_quota(&mut self, dir: Ino) -> TxResult<bool> {
         Ok(self.exec("DELETE FROM unkai_quota WHERE ino = $1", &[ino(dir)])? > 0)
+    }
+    /// What the entries of `dir` hold, its subdirectories' trees not included, and the
+    /// subdirectories: one aggregate in the database, whatever the number of files.
+    fn dir_summary(&mut self, dir: Ino) -> TxResult<(Summary, Vec<Ino>)> {
+        let mut sum = Summary::default();
+        let sql = "SELECT n.kind, count(*), CAST(coalesce(sum(n.length), 0) AS BIGINT),
+                     CAST(coalesce(sum((n.length + 4095) / 4096 * 4096), 0) AS BIGINT),
+                     CAST(coalesce(sum(n.stored), 0) AS BIGINT)
+                   FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino
+                   WHERE e.parent = $1 GROUP BY n.kind";
+        self.scan(sql, &[ino(dir)], &mut |r| {
+            let n = r.int(1)?.max(0) as u64;
+            match Kind::from_u8(r.int(0)? as u8) {
+                Some(Kind::File) => {
+                    sum.files += n;
+                    sum.length += r.int(2)?.max(0) as u64;
+                    sum.size += r.int(3)?.max(0) as u64;
+                    sum.stored += r.int(4)?.max(0) as u64;
+                }
+                Some(Kind::Dir) => sum.dirs += n,
+                Some(Kind::Symlink) => sum.symlinks += n,
+                _ => sum.others += n,
+            }
+            Ok(())
+        })?;
+        let mut subdirs = Vec::new();
+        self.scan(
+            "SELECT ino FROM unkai_edge WHERE parent = $1 AND kind = $2",
+            &[ino(dir), Val::Int(Kind::Dir as i64)],
+            &mut |r| {
+                subdirs.push(r.int(0)? as Ino);
+                Ok(())
+            },
+        )?;
+        Ok((sum, subdirs))
     }
     /// The directories holding an entry of inode `i`, once per entry.
     fn link_parents(&mut self, i: Ino) -> TxResult<Vec<Ino>> {

@@ -385,6 +385,52 @@ pub struct Quota {
     pub used_inodes: i64,
 }
 
+/// What a directory's tree holds (`unkai summary`), the directory itself not counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Summary {
+    pub files: u64,
+    pub dirs: u64,
+    pub symlinks: u64,
+    /// Fifos, sockets and devices.
+    pub others: u64,
+    /// The files' lengths.
+    pub length: u64,
+    /// The files' lengths rounded up to 4 KiB each: what quotas and the volume's usage count.
+    pub size: u64,
+    /// The bytes the files' data really covers (holes not counted), as `du` shows.
+    pub stored: u64,
+}
+
+impl Summary {
+    pub fn add(&mut self, o: &Summary) {
+        self.files += o.files;
+        self.dirs += o.dirs;
+        self.symlinks += o.symlinks;
+        self.others += o.others;
+        self.length += o.length;
+        self.size += o.size;
+        self.stored += o.stored;
+    }
+
+    /// What `self` holds beyond `o` (a part of it).
+    pub fn minus(&self, o: &Summary) -> Summary {
+        Summary {
+            files: self.files.saturating_sub(o.files),
+            dirs: self.dirs.saturating_sub(o.dirs),
+            symlinks: self.symlinks.saturating_sub(o.symlinks),
+            others: self.others.saturating_sub(o.others),
+            length: self.length.saturating_sub(o.length),
+            size: self.size.saturating_sub(o.size),
+            stored: self.stored.saturating_sub(o.stored),
+        }
+    }
+
+    /// Every entry: files, directories, symlinks and the rest.
+    pub fn entries(&self) -> u64 {
+        self.files + self.dirs + self.symlinks + self.others
+    }
+}
+
 /// A slice whose objects are no longer referenced and may be deleted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct DeadSlice {
@@ -467,6 +513,8 @@ pub trait Meta: Send + Sync {
     /// quotas as they stand (ENOSPC, EDQUOT if not), so that `write` itself fails instead of
     /// the later commit; the room left after them. The commit still checks, exactly.
     fn room_for(&self, ino: Ino, bytes: u64) -> Result<u64>;
+    /// What a directory's tree holds (one consistent read; an aggregate per directory).
+    fn summary(&self, dir: Ino) -> Result<Summary>;
     /// A directory's path from the root (`/a/b`; `/` for the root), through its names now.
     fn dir_path(&self, dir: Ino) -> Result<Vec<u8>>;
 

@@ -1040,6 +1040,24 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::room_for(self, ino, bytes)
     }
 
+    fn summary(&self, dir: Ino) -> Result<Summary> {
+        self.engine.snapshot(|tx| {
+            if tx.get_node(dir)?.kind != Kind::Dir {
+                return fail(libc::ENOTDIR);
+            }
+            let mut s = quota::tree_summary(tx, dir)?;
+            // The trash is not part of the tree a program sees (the root does not list it).
+            if dir == ROOT_INO {
+                if let Some((_, t)) = tx.get_edge(ROOT_INO, trash::TRASH_NAME)? {
+                    let mut gone = quota::tree_summary(tx, t)?;
+                    gone.dirs += 1;
+                    s = s.minus(&gone);
+                }
+            }
+            Ok(s)
+        })
+    }
+
     fn dir_path(&self, dir: Ino) -> Result<Vec<u8>> {
         self.engine.read(|tx| quota::dir_path(tx, dir))
     }

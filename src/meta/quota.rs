@@ -23,7 +23,7 @@
 
 use super::engine::{Engine, TxResult, Txn, fail};
 use super::ops::{EngineMeta, align4k, parse_format};
-use super::{Attr, Ino, Kind, Quota, ROOT_INO};
+use super::{Attr, Ino, Kind, Quota, ROOT_INO, Summary};
 
 /// What an entry counts in a quota: (bytes, inodes).
 pub type Use = (i64, i64);
@@ -83,29 +83,20 @@ fn over(q: &Quota, bytes: i64, inodes: i64) -> bool {
 
 /// What a directory's tree holds, as its quota counts it (the directory itself not counted).
 pub(crate) fn tree_use(tx: &mut dyn Txn, dir: Ino) -> TxResult<Use> {
-    const PAGE: i64 = 1000;
-    let (mut bytes, mut inodes) = (0i64, 0i64);
+    let s = tree_summary(tx, dir)?;
+    Ok((s.size as i64, s.entries() as i64))
+}
+
+/// What a directory's tree holds: an aggregate in the database per directory.
+pub(crate) fn tree_summary(tx: &mut dyn Txn, dir: Ino) -> TxResult<Summary> {
+    let mut total = Summary::default();
     let mut todo = vec![dir];
     while let Some(d) = todo.pop() {
-        let mut after = 0i64;
-        loop {
-            let page = tx.list_entries(d, after, PAGE, true)?;
-            for e in &page {
-                let Some(a) = &e.attr else { continue };
-                let (b, i) = entry_use(a);
-                bytes += b;
-                inodes += i;
-                if a.kind == Kind::Dir {
-                    todo.push(a.ino);
-                }
-            }
-            match page.last() {
-                Some(last) if page.len() as i64 == PAGE => after = last.cookie as i64 - 2,
-                _ => break,
-            }
-        }
+        let (s, subdirs) = tx.dir_summary(d)?;
+        total.add(&s);
+        todo.extend(subdirs);
     }
-    Ok((bytes, inodes))
+    Ok(total)
 }
 
 /// What an entry counts with its subtree (a directory's tree and the directory's own entry).

@@ -9,6 +9,7 @@
 pub mod atime;
 pub mod background;
 pub mod handle;
+pub mod inspect;
 pub mod locks;
 pub mod reader;
 pub mod writer;
@@ -1107,6 +1108,9 @@ impl Vfs {
             libc::XATTR_REPLACE => XattrSet::Replace,
             _ => return sys(libc::EINVAL),
         };
+        if inspect::is_virtual(name) {
+            return sys(libc::EPERM);
+        }
         self.meta.set_xattr(ctx, ino, name, value, how)?;
         if name == meta::CAPABILITY {
             self.recheck_privs(ino);
@@ -1115,6 +1119,9 @@ impl Vfs {
     }
 
     pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
+        if let Some(v) = self.virtual_xattr(ino, name) {
+            return v;
+        }
         Ok(self.meta.get_xattr(ino, name)?)
     }
 
@@ -1128,6 +1135,9 @@ impl Vfs {
     }
 
     pub fn remove_xattr(&self, ctx: &Ctx, ino: Ino, name: &[u8]) -> Result<()> {
+        if inspect::is_virtual(name) {
+            return sys(libc::EPERM);
+        }
         Ok(self.meta.remove_xattr(ctx, ino, name)?)
     }
 
