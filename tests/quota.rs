@@ -365,11 +365,7 @@ fn summary_and_info_through_the_mount() {
     std::os::unix::fs::symlink("small", m.p("t/link")).unwrap();
     fs::write(m.p("t/gone"), b"to the trash").unwrap();
     fs::remove_file(m.p("t/gone")).unwrap();
-    let f = File::options()
-        .write(true)
-        .create(true)
-        .open(m.p("t/sparse"))
-        .unwrap();
+    let f = File::create(m.p("t/sparse")).unwrap();
     f.set_len(3 * MIB).unwrap();
     drop(f);
     let json = |cmd: &str, p: &Path| -> serde_json::Value {
