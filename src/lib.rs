@@ -15,6 +15,7 @@ pub mod data;
 pub mod fuse;
 pub mod garbage;
 pub mod meta;
+pub mod metrics;
 pub mod object;
 pub mod vfs;
 pub mod volume;
