@@ -236,14 +236,14 @@ fn answer<B>(figures: &Figures, req: &Request<B>) -> Response<Full<Bytes>> {
     }
 }
 
-/// Checks that `addr` is one `--metrics` may take (any address and port; refuses none yet,
-/// but names the one a user most likely meant when the port is missing).
+/// Parses `--metrics ADDR` as [`parse_addr`] does, naming what a user most likely meant when
+/// a part is missing (a bare port, a bare address).
 pub fn check_addr(s: &str) -> anyhow::Result<SocketAddr> {
+    if s.parse::<u16>().is_ok() {
+        bail!("invalid --metrics '{s}': give an address too, e.g. 127.0.0.1:{s}");
+    }
     if !s.contains(':') {
-        bail!(
-            "invalid --metrics '{s}': give a port too, e.g. {s}:9567 (the address alone is not \
-             enough)"
-        );
+        bail!("invalid --metrics '{s}': give a port too, e.g. {s}:9567");
     }
     parse_addr(s)
 }
@@ -264,6 +264,8 @@ mod tests {
         );
         let e = check_addr("127.0.0.1").unwrap_err().to_string();
         assert!(e.contains("127.0.0.1:9567"), "{e}");
+        let e = check_addr("9567").unwrap_err().to_string();
+        assert!(e.contains("e.g. 127.0.0.1:9567"), "{e}");
         let e = format!("{:#}", check_addr("127.0.0.1:notaport").unwrap_err());
         assert!(e.contains("e.g. 127.0.0.1:9567"), "{e}");
         assert_eq!(
