@@ -397,8 +397,10 @@ impl Engine for Postgres {
     }
 
     /// A lone statement is atomic on its own: no transaction to open.
-    fn single<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
-        self.read(f)
+    fn single<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        // It may write: timed as a write.
+        let _timed = self.stats.begin(TxKind::Write);
+        self.on_conn(|c| f(&mut db(c)))
     }
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
