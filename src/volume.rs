@@ -5,6 +5,7 @@
 //! Not for: parsing flags (that is `cli`), or the file system a mount serves (that is `vfs`
 //! + `fuse`).
 
+pub mod metrics;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //!
 //! A remount is done here with the mount(2) remount call; a new mount takes SOURCE as the
 //! META-URL and runs `unkai mount -d` (`-o encrypt_key_file=FILE` becomes its
-//! `--encrypt-key-file FILE`).
+//! `--encrypt-key-file FILE`, `-o metrics=ADDR` its `--metrics ADDR`).
 
 use anyhow::{Context, bail};
 use nix::mount::MsFlags;
@@ -70,6 +70,10 @@ pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()
         .find_map(|o| o.strip_prefix("encrypt_key_file="))
     {
         cmd.arg("--encrypt-key-file").arg(f);
+    }
+    // Where to serve the mount's metrics (`metrics=127.0.0.1:9567`).
+    if let Some(a) = opts.iter().rev().find_map(|o| o.strip_prefix("metrics=")) {
+        cmd.arg("--metrics").arg(a);
     }
     let flags = mount_flags(opts);
     if !flags.is_empty() {

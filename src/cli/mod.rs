@@ -16,6 +16,7 @@ mod mount;
 mod objbench;
 mod quota;
 mod restore;
+mod stats;
 mod status;
 mod umount;
 mod warmup;
@@ -55,6 +56,7 @@ enum Command {
     Mount(mount::Args),
     Umount(umount::Args),
     Status(status::Args),
+    Stats(stats::Args),
     Fsck(fsck::Args),
     Gc(gc::Args),
     Objbench(objbench::Args),
@@ -145,6 +147,7 @@ pub fn main() -> i32 {
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
         Command::Status(a) => status::run(a),
+        Command::Stats(a) => stats::run(a),
         Command::Fsck(a) => fsck::run(a),
         Command::Gc(a) => gc::run(a),
         Command::Objbench(a) => objbench::run(a),

@@ -26,7 +26,7 @@ use crate::volume::{
 #[derive(clap::Args, Clone)]
 #[command(
     override_usage = "unkai mount [OPTIONS] [META-URL] <MOUNTPOINT>",
-    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol"
+    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --metrics 127.0.0.1:9567 sqlite:///var/lib/unkai/vol.db /mnt/vol    # Prometheus scrapes /metrics"
 )]
 pub struct Args {
     /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
@@ -130,6 +130,12 @@ pub struct Args {
     /// encrypted with an RSA key needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
     #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
     encrypt_key_file: Option<PathBuf>,
+    /// Serve the mount's figures at http://ADDR/metrics in Prometheus' text format (FUSE
+    /// requests, bytes read and written, object requests, caches, staging, metadata
+    /// transactions, memory), e.g. 127.0.0.1:9567. Off by default; `unkai stats MOUNTPOINT`
+    /// needs no address.
+    #[arg(long, value_name = "ADDR", env = "UNKAI_METRICS")]
+    metrics: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -265,6 +271,11 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     }
     let stage_bytes = volume::parse_size_flag("--stage-size", &a.stage_size, "MiB")?;
     let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
+    let metrics = a
+        .metrics
+        .as_deref()
+        .map(crate::volume::metrics::check_addr)
+        .transpose()?;
     let io_timeout = serve::ttl(a.io_timeout, "io-timeout")?;
     let io_deadline = serve::ttl(a.io_deadline, "io-deadline")?;
     if io_timeout.is_zero() || io_deadline < io_timeout {
@@ -322,6 +333,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         io_deadline,
         foreground: daemon.is_none(),
         data_key,
+        metrics,
     };
     serve::serve(meta, &cfg, || ready.report(Ok(())))
 }

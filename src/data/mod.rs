@@ -451,6 +451,95 @@ impl DataStore {
             .map_or(0, |u| u.uploaded.load(std::sync::atomic::Ordering::Relaxed))
     }
 
+    /// The data layer's figures as the mount's metrics: the block caches, the staging area
+    /// and its uploads, the block bytes in flight, and the bucket's traffic.
+    pub fn figures(&self, out: &mut crate::metrics::Families) {
+        use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+        let n = |a: &AtomicU64| a.load(Relaxed);
+        let s = &self.shared;
+        let mem = &s.cache;
+        let mut levels = vec![("memory", n(&mem.hits), n(&mem.hit_bytes), n(&mem.misses))];
+        if let Some(d) = &s.disk {
+            let st = &d.stats;
+            levels.push(("disk", n(&st.hits), n(&st.hit_bytes), n(&st.misses)));
+        }
+        for &(level, hits, _, _) in &levels {
+            out.counter(
+                "unkai_cache_hits_total",
+                "Blocks found in the block cache, by level (memory, then disk).",
+                &[("level", level)],
+                hits,
+            );
+        }
+        for &(level, _, bytes, _) in &levels {
+            out.counter(
+                "unkai_cache_hit_bytes_total",
+                "Bytes of the blocks found in the block cache, by level.",
+                &[("level", level)],
+                bytes,
+            );
+        }
+        for &(level, _, _, misses) in &levels {
+            out.counter(
+                "unkai_cache_misses_total",
+                "Blocks looked for in the block cache and not found there, by level.",
+                &[("level", level)],
+                misses,
+            );
+        }
+        let mut cached = vec![("memory", mem.used() as u64)];
+        if let Some(d) = &s.disk {
+            cached.push(("disk", d.usage().1));
+        }
+        for (level, bytes) in cached {
+            out.gauge(
+                "unkai_cache_bytes",
+                "Bytes of blocks in the block cache now, by level.",
+                &[("level", level)],
+                bytes,
+            );
+        }
+        let (blocks, bytes) = self.staged();
+        out.gauge(
+            "unkai_staged_blocks",
+            "Blocks staged on local disk (write-back), not uploaded yet.",
+            &[],
+            blocks,
+        );
+        out.gauge(
+            "unkai_staged_bytes",
+            "Bytes staged on local disk (write-back), not uploaded yet.",
+            &[],
+            bytes,
+        );
+        let uploading = s.uploader.as_ref().map_or(0, |u| u.busy());
+        out.gauge(
+            "unkai_uploading_blocks",
+            "Staged blocks queued for upload or being uploaded now.",
+            &[],
+            uploading,
+        );
+        out.counter(
+            "unkai_uploaded_blocks_total",
+            "Staged blocks uploaded to the object store.",
+            &[],
+            self.uploaded(),
+        );
+        out.gauge(
+            "unkai_memory_bytes",
+            crate::metrics::MEMORY_HELP,
+            &[("use", "cache")],
+            mem.used() as u64,
+        );
+        out.gauge(
+            "unkai_memory_bytes",
+            crate::metrics::MEMORY_HELP,
+            &[("use", "in_flight")],
+            self.in_flight_bytes() as u64,
+        );
+        self.traffic().figures(out);
+    }
+
     /// Waits until everything staged is uploaded, and every upload has ended (one whose block
     /// was unstaged meanwhile still has to delete what it put); `progress(blocks, bytes)` is
     /// called about once a second while some are left.

@@ -76,18 +76,24 @@ pub struct Adapter {
     /// Whether the kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`); without it, setting one is
     /// refused rather than kept and ignored.
     acl: bool,
-    /// The requests served, by kind (logged at unmount).
-    requests: Requests,
+    /// The requests served, by kind, and the bytes read and written (logged at unmount,
+    /// served as metrics).
+    requests: Arc<Requests>,
 }
 
 impl Adapter {
-    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig, coherence: Arc<Coherence>) -> Adapter {
+    pub fn new(
+        vfs: Arc<Vfs>,
+        cache: CacheConfig,
+        coherence: Arc<Coherence>,
+        requests: Arc<Requests>,
+    ) -> Adapter {
         Adapter {
             vfs,
             cache,
             coherence,
             acl: false,
-            requests: Requests::default(),
+            requests,
         }
     }
 
@@ -618,7 +624,10 @@ impl Filesystem for Adapter {
     ) {
         let _answering = self.requests.start(Req::Read);
         match self.vfs.read(fh.0, offset, size) {
-            Ok(d) => reply.data(&d),
+            Ok(d) => {
+                self.requests.read(d.len());
+                reply.data(&d)
+            }
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -647,6 +656,7 @@ impl Filesystem for Adapter {
                     // safe within a request).
                     self.coherence.forget_attr(ino.0);
                 }
+                self.requests.written(n as usize);
                 reply.written(n)
             }
             Err(e) => reply.error(errno(&e)),

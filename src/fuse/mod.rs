@@ -38,6 +38,8 @@ pub struct MountOptions {
     pub coherence: Arc<Coherence>,
     /// The mount's flags from `-o` (nosuid, nodev, noexec, atime).
     pub flags: MountFlags,
+    /// Where the requests served are counted (the mount's metrics read them).
+    pub requests: Arc<requests::Requests>,
 }
 
 /// When reads move access times: the mount's flag, which `vfs` applies (see `vfs::atime`).
@@ -177,7 +179,12 @@ pub fn mount(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    let adapter = Adapter::new(vfs, opts.cache.clone(), opts.coherence.clone());
+    let adapter = Adapter::new(
+        vfs,
+        opts.cache.clone(),
+        opts.coherence.clone(),
+        opts.requests.clone(),
+    );
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
     if opts.flags.atime == Atime::Strict {
         // Only a remount of the mount itself can set it (as root); on failure the session,

@@ -1,12 +1,15 @@
 //! Counts of the FUSE requests a mount served, by kind, and the time the daemon spent
-//! answering them: logged at unmount, so that what a workload costs in round trips can be
-//! read off (requests per extracted file, per `stat`) and where the daemon's time goes;
-//! the request metrics to come read them too.
+//! answering them (a latency histogram per kind), and the bytes read and written through the
+//! mount: logged at unmount, so that what a workload costs in round trips can be read off
+//! (requests per extracted file, per `stat`) and where the daemon's time goes, and served as
+//! the mount's metrics ([`Requests::figures`]).
 //!
 //! Not for: anything a request does (that is the adapter and `vfs`).
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
+
+use crate::metrics::{self, Families, Histogram};
 
 macro_rules! kinds {
     ($($kind:ident => $name:literal),* $(,)?) => {
@@ -38,13 +41,16 @@ kinds! {
     CopyFileRange => "copy_file_range",
 }
 
-/// How many requests of each kind a mount served, and in how long.
+/// How many requests of each kind a mount served, and in how long; bytes read and written.
+#[derive(Debug)]
 pub struct Requests {
-    counts: Vec<AtomicU64>,
-    nanos: Vec<AtomicU64>,
+    /// By kind (`Req as usize`): each request's time; its count is the requests answered.
+    latency: Vec<Histogram>,
+    read_bytes: AtomicU64,
+    written_bytes: AtomicU64,
 }
 
-/// One request being answered: its time is added when this is dropped (when the adapter's
+/// One request being answered: its time is recorded when this is dropped (when the adapter's
 /// method returns, having replied).
 pub struct Answering<'a> {
     requests: &'a Requests,
@@ -54,25 +60,33 @@ pub struct Answering<'a> {
 
 impl Drop for Answering<'_> {
     fn drop(&mut self) {
-        let ns = self.start.elapsed().as_nanos() as u64;
-        self.requests.nanos[self.kind as usize].fetch_add(ns, Relaxed);
+        let secs = self.start.elapsed().as_secs_f64();
+        self.requests.latency[self.kind as usize].observe(secs);
     }
 }
 
 impl Default for Requests {
     fn default() -> Self {
-        let zeros = || Req::ALL.iter().map(|_| AtomicU64::new(0)).collect();
         Requests {
-            counts: zeros(),
-            nanos: zeros(),
+            latency: Req::ALL
+                .iter()
+                .map(|r| {
+                    metrics::latency(
+                        "unkai_fuse_op_duration_seconds",
+                        "FUSE requests answered, by kind, and the daemon's time on each.",
+                        ("op", r.name()),
+                    )
+                })
+                .collect(),
+            read_bytes: AtomicU64::new(0),
+            written_bytes: AtomicU64::new(0),
         }
     }
 }
 
 impl Requests {
-    /// Counts a request of kind `r` and times it until the result is dropped.
+    /// Times a request of kind `r` until the result is dropped, and counts it then.
     pub fn start(&self, r: Req) -> Answering<'_> {
-        self.counts[r as usize].fetch_add(1, Relaxed);
         Answering {
             requests: self,
             kind: r,
@@ -80,12 +94,44 @@ impl Requests {
         }
     }
 
+    /// Counts `n` bytes returned by a read.
+    pub fn read(&self, n: usize) {
+        self.read_bytes.fetch_add(n as u64, Relaxed);
+    }
+
+    /// Counts `n` bytes taken by a write.
+    pub fn written(&self, n: usize) {
+        self.written_bytes.fetch_add(n as u64, Relaxed);
+    }
+
+    /// Requests of kind `r` answered so far.
     pub fn get(&self, r: Req) -> u64 {
-        self.counts[r as usize].load(Relaxed)
+        self.latency[r as usize].get_sample_count()
     }
 
     pub fn total(&self) -> u64 {
-        self.counts.iter().map(|c| c.load(Relaxed)).sum()
+        Req::ALL.iter().map(|&r| self.get(r)).sum()
+    }
+
+    fn nanos(&self, r: Req) -> u64 {
+        (self.latency[r as usize].get_sample_sum() * 1e9) as u64
+    }
+
+    /// The figures as the mount's metrics.
+    pub fn figures(&self, out: &mut Families) {
+        out.histograms(&self.latency);
+        out.counter(
+            "unkai_fuse_read_bytes_total",
+            "Bytes applications read through the mount (FUSE reads).",
+            &[],
+            self.read_bytes.load(Relaxed),
+        );
+        out.counter(
+            "unkai_fuse_written_bytes_total",
+            "Bytes applications wrote through the mount (FUSE writes).",
+            &[],
+            self.written_bytes.load(Relaxed),
+        );
     }
 
     /// Each kind served at least once, with its count and nanoseconds, the largest `key`
@@ -93,7 +139,7 @@ impl Requests {
     fn served(&self, key: impl Fn(&(Req, u64, u64)) -> u64) -> Vec<(Req, u64, u64)> {
         let mut seen: Vec<(Req, u64, u64)> = Req::ALL
             .iter()
-            .map(|&r| (r, self.get(r), self.nanos[r as usize].load(Relaxed)))
+            .map(|&r| (r, self.get(r), self.nanos(r)))
             .filter(|&(_, n, _)| n > 0)
             .collect();
         seen.sort_by(|a, b| key(b).cmp(&key(a)).then(a.0.name().cmp(b.0.name())));

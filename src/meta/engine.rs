@@ -77,6 +77,95 @@ pub(crate) fn unless_gone<T>(r: TxResult<T>) -> TxResult<Option<T>> {
     }
 }
 
+/// What an engine's transactions did since it opened, for the mount's metrics
+/// ([`Meta::figures`](super::Meta::figures)): each transaction's time by kind (a write's
+/// retries included) and the conflicts that made one run again. Atomics only.
+#[derive(Debug)]
+pub struct TxStats {
+    /// By [`TxKind`]: `Write` (write transactions and lone statements), `Read`.
+    latency: [crate::metrics::Histogram; 2],
+    retries: std::sync::atomic::AtomicU64,
+}
+
+/// The kind of a transaction, as [`TxStats`] counts it.
+#[derive(Clone, Copy, Debug)]
+pub enum TxKind {
+    Write,
+    Read,
+}
+
+impl Default for TxStats {
+    fn default() -> Self {
+        let h = |kind| {
+            crate::metrics::latency(
+                "unkai_meta_transaction_duration_seconds",
+                "Metadata transactions by kind (write, read), and their time, retries included.",
+                ("kind", kind),
+            )
+        };
+        TxStats {
+            latency: [h("write"), h("read")],
+            retries: Default::default(),
+        }
+    }
+}
+
+/// A transaction being timed: recorded when dropped, unless [`Timed::cancel`]ed.
+pub struct Timed<'a> {
+    stats: Option<&'a TxStats>,
+    kind: TxKind,
+    start: std::time::Instant,
+}
+
+impl Timed<'_> {
+    /// Records nothing (the transaction is handed to another method, which times it).
+    pub fn cancel(mut self) {
+        self.stats = None;
+    }
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        if let Some(s) = self.stats {
+            s.latency[self.kind as usize].observe(self.start.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl TxStats {
+    /// Times a transaction of `kind` until the result is dropped.
+    pub fn begin(&self, kind: TxKind) -> Timed<'_> {
+        Timed {
+            stats: Some(self),
+            kind,
+            start: std::time::Instant::now(),
+        }
+    }
+
+    /// Counts a transaction run again after a conflict (SQLite busy, PostgreSQL
+    /// serialization failure or deadlock).
+    pub fn retried(&self) {
+        self.retries
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Transactions of `kind` so far.
+    pub fn count(&self, kind: TxKind) -> u64 {
+        self.latency[kind as usize].get_sample_count()
+    }
+
+    /// The figures as the mount's metrics.
+    pub fn figures(&self, out: &mut crate::metrics::Families) {
+        out.histograms(&self.latency);
+        out.counter(
+            "unkai_meta_retries_total",
+            "Metadata transactions run again after a conflict with another transaction.",
+            &[],
+            self.retries.load(std::sync::atomic::Ordering::Relaxed),
+        );
+    }
+}
+
 /// A session as stored: (id, its `SessionInfo` as JSON, last heartbeat).
 pub type SessionRow = (u64, String, Nanos);
 
@@ -89,6 +178,9 @@ pub trait Engine: Send + Sync + 'static {
     const RECORDS_OPENS: bool;
 
     fn kind(&self) -> EngineKind;
+
+    /// What its transactions did (the mount's metrics).
+    fn stats(&self) -> &TxStats;
 
     /// Runs `f` in one write transaction, again from the start after a conflict. `lock`: the
     /// inodes `f` will lock (an engine with row locks may lock them in its first round trip);

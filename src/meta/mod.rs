@@ -521,6 +521,12 @@ pub trait Meta: Send + Sync {
     /// Which engine this is.
     fn engine(&self) -> EngineKind;
 
+    /// The metadata's figures as the mount's metrics: transactions by kind, their time and
+    /// retries (see `engine::TxStats`).
+    fn figures(&self, out: &mut crate::metrics::Families) {
+        let _ = out;
+    }
+
     /// The engine's own check of the database file (SQLite's `quick_check`, a read of every
     /// page): the problems found, none when it is sound. Run before mounting, so that a
     /// damaged database is refused at once instead of failing later with EIO.

@@ -1003,6 +1003,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         Ok(())
     }
 
+    fn figures(&self, out: &mut crate::metrics::Families) {
+        self.engine.stats().figures(out);
+    }
+
     fn engine(&self) -> EngineKind {
         self.engine.kind()
     }

@@ -27,7 +27,9 @@ use rusqlite::{
     Connection, OpenFlags, OptionalExtension, TransactionBehavior, params, params_from_iter,
 };
 
-use super::engine::{Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, decode_chunk};
+use super::engine::{
+    Cell, Engine, SqlRow, TxError, TxKind, TxResult, TxStats, Txn, Val, decode_chunk,
+};
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
 use super::*;
@@ -190,6 +192,8 @@ pub struct Sqlite {
     /// a finished fsync (under this lock, which also makes fsyncs take turns).
     sync_tickets: AtomicU64,
     synced: Mutex<u64>,
+    /// What its transactions did (the mount's metrics).
+    stats: TxStats,
 }
 
 impl EngineMeta<Sqlite> {
@@ -295,6 +299,7 @@ impl EngineMeta<Sqlite> {
             group,
             sync_tickets: AtomicU64::new(0),
             synced: Mutex::new(0),
+            stats: TxStats::default(),
         };
         Ok(EngineMeta::new(engine, format))
     }
@@ -421,6 +426,10 @@ impl Engine for Sqlite {
         EngineKind::Sqlite
     }
 
+    fn stats(&self) -> &TxStats {
+        &self.stats
+    }
+
     /// Runs `f` in a write transaction of the one writer, retrying while the database is
     /// busy. Nothing to lock: writes take turns. An open group (see `group`) takes `f` and
     /// commits with it.
@@ -430,6 +439,7 @@ impl Engine for Sqlite {
         _rename_lock: bool,
         mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
+        let _timed = self.stats.begin(TxKind::Write);
         let mut conn = self.writer.lock();
         if !conn.is_autocommit() {
             let res = in_savepoint(&mut conn, &mut f);
@@ -450,6 +460,7 @@ impl Engine for Sqlite {
             match attempt {
                 Err(TxError::Conflict(e)) => {
                     tracing::debug!("metadata database busy, retrying: {e}");
+                    self.stats.retried();
                     backoff(&mut delay);
                 }
                 other => return other.map_err(TxError::into_meta),
@@ -468,6 +479,7 @@ impl Engine for Sqlite {
         if !self.group.enabled() {
             return self.write(lock, rename_lock, f);
         }
+        let timed = self.stats.begin(TxKind::Write);
         let mut conn = self.writer.lock();
         let mut delay = Duration::from_millis(1);
         while conn.is_autocommit() {
@@ -476,6 +488,7 @@ impl Engine for Sqlite {
                 Err(e) => match TxError::from(e) {
                     TxError::Conflict(e) => {
                         tracing::debug!("metadata database busy, retrying: {e}");
+                        self.stats.retried();
                         backoff(&mut delay);
                         continue;
                     }
@@ -487,6 +500,7 @@ impl Engine for Sqlite {
                 // group just begun takes `f` and commits with it.
                 self.group.enable(false, || None);
                 drop(conn);
+                timed.cancel();
                 return self.write(lock, rename_lock, f);
             }
         }
@@ -504,6 +518,7 @@ impl Engine for Sqlite {
 
     /// Runs `f` in a read transaction, retrying while busy.
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        let _timed = self.stats.begin(TxKind::Read);
         // SQLite drops a connection's page cache whenever another connection changed the
         // database, so a reader between two writes reads every page again; the writer's
         // cache survives its own commits. An idle writer answers reads itself. While a group
@@ -531,7 +546,10 @@ impl Engine for Sqlite {
         let mut delay = Duration::from_millis(1);
         let out = loop {
             match read_once(&mut conn, &mut f) {
-                Err(TxError::Conflict(_)) => backoff(&mut delay),
+                Err(TxError::Conflict(_)) => {
+                    self.stats.retried();
+                    backoff(&mut delay)
+                }
                 other => break other,
             }
         };

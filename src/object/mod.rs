@@ -112,6 +112,9 @@ enum Native {
 pub struct ObjectStorage {
     /// The store's requests, wrapped (see [`stack`]).
     bucket: Box<dyn Bucket>,
+    /// The same, counted apart: the probe of [`ObjectStorage::check`], which is not the
+    /// traffic of what the store is used for.
+    probe: Box<dyn Bucket>,
     url: String,
     kind: StorageUrl,
     native: Native,
@@ -229,6 +232,7 @@ impl ObjectStorage {
         };
         let traffic = Arc::<Traffic>::default();
         Ok(ObjectStorage {
+            probe: stack(store.clone(), &policy, faults.clone(), Arc::default()),
             bucket: stack(store, &policy, faults.clone(), traffic.clone()),
             url: url.into(),
             kind,
@@ -308,8 +312,8 @@ impl ObjectStorage {
         }
     }
 
-    /// Proves the storage usable: put, get, list and delete a probe object (not counted in
-    /// [`ObjectStorage::traffic`]).
+    /// Proves the storage usable: put, get, list and delete a probe object (through a stack
+    /// of its own: not counted in [`ObjectStorage::traffic`]).
     pub async fn check(&self, prefix: &str) -> Result<()> {
         let key = format!(
             "{prefix}/.probe-{}-{}",
@@ -324,28 +328,33 @@ impl ObjectStorage {
             errno: e.errno(),
         };
         let body = Bytes::from_static(b"unkai probe");
-        self.put(&key, body.clone())
+        let probe = &self.probe;
+        probe
+            .put(&key, body.clone().into())
             .await
-            .map_err(|e| fail("writing a probe object", e))?;
-        let got = self
-            .get(&key)
-            .await
-            .map_err(|e| fail("reading the probe object", e))?;
+            .map_err(|e| fail("writing a probe object", e.into()))?;
+        let got = match probe.get(&key).await {
+            Err(object_store::Error::NotFound { .. }) => Err(Error::NotFound(key.clone())),
+            other => other.map_err(Error::from),
+        }
+        .map_err(|e| fail("reading the probe object", e))?;
         if got != body {
             return Err(fail(
                 "reading the probe object",
                 Error::NotFound("content differs".into()),
             ));
         }
-        let listed = self.list(prefix).await.map_err(|e| fail("listing", e))?;
+        let listed = probe
+            .list(prefix)
+            .await
+            .map_err(|e| fail("listing", e.into()))?;
         if !listed.iter().any(|o| o.key == key) {
             return Err(fail("listing", Error::NotFound(key.clone())));
         }
-        self.delete(&key)
-            .await
-            .map_err(|e| fail("deleting the probe object", e))?;
-        self.traffic.forget_round_trip(body.len() as u64);
-        Ok(())
+        match probe.delete(&key).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(fail("deleting the probe object", e.into())),
+        }
     }
 
     /// Creates the bucket, where the backend and the credentials allow it.

@@ -222,6 +222,19 @@ impl Vfs {
         &self.store
     }
 
+    /// The figures of the layers under the mount as its metrics: the write buffers, then
+    /// the data layer's and the metadata's own.
+    pub fn figures(&self, out: &mut crate::metrics::Families) {
+        out.gauge(
+            "unkai_memory_bytes",
+            crate::metrics::MEMORY_HELP,
+            &[("use", "buffers")],
+            self.buffered.load(Ordering::Relaxed) as u64,
+        );
+        self.store.figures(out);
+        self.meta.figures(out);
+    }
+
     fn writer(&self, ino: Ino) -> Option<SharedWriter> {
         self.writers.lock().get(&ino).cloned()
     }

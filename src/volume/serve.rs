@@ -89,6 +89,8 @@ pub struct MountConfig {
     pub foreground: bool,
     /// The data key of an encrypted volume, unwrapped (`volume::data_key`).
     pub data_key: Option<Arc<crate::data::keys::DataKey>>,
+    /// Where to serve `/metrics` (None: nowhere; the stats socket is always served).
+    pub metrics: Option<std::net::SocketAddr>,
 }
 
 impl MountConfig {
@@ -412,6 +414,8 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     // Signals are handled by one thread: block them before any thread starts so every thread
     // inherits the mask.
     let sigs = block_signals()?;
+    // Before the mount: an address already taken is an error on the terminal.
+    let metrics_listener = cfg.metrics.map(super::metrics::bind).transpose()?;
     let open_obj = || {
         super::open_storage_with(
             &fmt,
@@ -532,6 +536,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         },
         if cache.writeback { "on" } else { "off" }
     );
+    let requests = Arc::new(fuse::requests::Requests::default());
     let vfs = Arc::new(Vfs::new(
         meta.clone(),
         store,
@@ -550,6 +555,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         volume: fmt.name.clone(),
         cache,
         coherence: coherence.clone(),
+        requests: requests.clone(),
     };
     let mountpoint = &cfg.mountpoint;
     let mut session = match fuse::mount(vfs.clone(), mountpoint, &opts) {
@@ -566,6 +572,21 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         mountpoint.display(),
         std::process::id()
     );
+    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
+    let figures = super::metrics::Figures {
+        volume: fmt.name.clone(),
+        requests,
+        vfs: vfs.clone(),
+    };
+    let socket = super::metrics::socket_path(&cfg.pid_file, std::process::id());
+    // The figures are counts, never names: every user of the mount may read them.
+    let exporter =
+        super::metrics::Exporter::start(figures, socket, cfg.allow_other, metrics_listener)
+            .inspect_err(|e| tracing::warn!("{e:#}: `unkai stats` cannot show this mount"))
+            .ok();
+    if let Some(a) = metrics_addr {
+        tracing::info!("metrics served at http://{a}/metrics");
+    }
     if cfg.foreground {
         eprintln!(
             "unkai: volume '{}' mounted at {} (Ctrl-C to unmount)",
@@ -595,6 +616,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     let progress_file = cfg.pid_file.with_extension("staged");
     let progress = upload_progress(vfs.store().clone(), progress_file.clone());
     let res = vfs.shutdown();
+    drop(exporter);
     drop(progress);
     let _ = std::fs::remove_file(&progress_file);
     let _ = std::fs::remove_file(&cfg.pid_file);
@@ -633,6 +655,7 @@ mod tests {
             io_deadline: Duration::from_secs(60),
             foreground: true,
             data_key: None,
+            metrics: None,
         }
     }
 

@@ -4,6 +4,8 @@
 //! Blocks are immutable (a key never changes meaning), so a cached block is never stale.
 //! Not for: partial blocks or anything mutable.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
 use bytes::Bytes;
 use hashlink::LruCache;
 use parking_lot::Mutex;
@@ -11,6 +13,10 @@ use parking_lot::Mutex;
 pub struct MemoryCache {
     capacity: usize,
     inner: Mutex<Inner>,
+    /// Lookups that found their block (and its bytes), and those that did not.
+    pub hits: AtomicU64,
+    pub hit_bytes: AtomicU64,
+    pub misses: AtomicU64,
 }
 
 struct Inner {
@@ -27,11 +33,24 @@ impl MemoryCache {
                 blocks: LruCache::new_unbounded(),
                 size: 0,
             }),
+            hits: AtomicU64::new(0),
+            hit_bytes: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
         }
     }
 
     pub fn get(&self, key: &str) -> Option<Bytes> {
-        self.inner.lock().blocks.get(key).cloned()
+        let got = self.inner.lock().blocks.get(key).cloned();
+        match &got {
+            Some(b) => {
+                self.hits.fetch_add(1, Relaxed);
+                self.hit_bytes.fetch_add(b.len() as u64, Relaxed);
+            }
+            None => {
+                self.misses.fetch_add(1, Relaxed);
+            }
+        }
+        got
     }
 
     pub fn put(&self, key: &str, block: Bytes) {
@@ -88,5 +107,8 @@ mod tests {
         assert_eq!(c.used(), 4);
         c.put("huge", Bytes::from(vec![0u8; 11]));
         assert!(c.get("huge").is_none());
+        assert_eq!(c.hits.load(Relaxed), 3);
+        assert_eq!(c.hit_bytes.load(Relaxed), 12);
+        assert_eq!(c.misses.load(Relaxed), 2);
     }
 }

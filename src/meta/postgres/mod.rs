@@ -37,8 +37,8 @@ use self::pool::{Conn, P, Pool, connect_creating, pg_err};
 use self::url::PgUrl;
 use self::watch::Watch;
 use super::engine::{
-    Cell, Engine, SqlRow, TxError, TxResult, Txn, Val, attr_from, corrupt, decode_chunk, fail,
-    node_cols, node_vals,
+    Cell, Engine, SqlRow, TxError, TxKind, TxResult, TxStats, Txn, Val, attr_from, corrupt,
+    decode_chunk, fail, node_cols, node_vals,
 };
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
@@ -119,6 +119,8 @@ pub struct Postgres {
     pool: Pool,
     /// Change notification to and from the other clients (started by `watch`).
     watch: Watch,
+    /// What its transactions did (the mount's metrics).
+    stats: TxStats,
 }
 
 /// Runs `f` in a transaction holding the database's format lock (one format or schema upgrade
@@ -256,6 +258,7 @@ impl EngineMeta<Postgres> {
             url,
             pool,
             watch: Watch::default(),
+            stats: TxStats::default(),
         };
         Ok(EngineMeta::new(engine, format))
     }
@@ -303,6 +306,10 @@ impl Engine for Postgres {
         EngineKind::Postgres
     }
 
+    fn stats(&self) -> &TxStats {
+        &self.stats
+    }
+
     /// A write transaction (READ COMMITTED) whose first round trip also takes the volume's
     /// rename lock (if `rename_lock`) and locks and reads `lock` (in inode order), for
     /// [`Txn::lock_node`] to hand out without asking again. Conflicts run it again; counter
@@ -335,6 +342,7 @@ impl Engine for Postgres {
                 list.join(", ")
             ));
         }
+        let _timed = self.stats.begin(TxKind::Write);
         let mut delay = Duration::from_millis(1);
         loop {
             let mut lent = self.pool.get()?;
@@ -378,6 +386,7 @@ impl Engine for Postgres {
                 Ok(v) => return Ok(v),
                 Err(TxError::Conflict(e)) => {
                     tracing::debug!("metadata transaction conflict, retrying: {e}");
+                    self.stats.retried();
                     drop(lent);
                     backoff(&mut delay);
                 }
@@ -392,15 +401,19 @@ impl Engine for Postgres {
     }
 
     /// A lone statement is atomic on its own: no transaction to open.
-    fn single<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
-        self.read(f)
+    fn single<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        // It may write: timed as a write.
+        let _timed = self.stats.begin(TxKind::Write);
+        self.on_conn(|c| f(&mut db(c)))
     }
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        let _timed = self.stats.begin(TxKind::Read);
         self.on_conn(|c| f(&mut db(c)))
     }
 
     fn snapshot<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        let _timed = self.stats.begin(TxKind::Read);
         self.on_conn(|c| {
             c.client
                 .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;

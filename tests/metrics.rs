@@ -1,0 +1,343 @@
+//! A mount's figures: `/metrics` (Prometheus' text format, `mount --metrics ADDR`) scraped
+//! with a real HTTP client during a workload, the listener's address, and `unkai stats`.
+
+mod common;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A port of 127.0.0.1 free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// GET `url` with reqwest (the HTTP client unkai's object stores use): status and body.
+fn get(url: &str) -> (u16, String, String) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .unwrap();
+        let res = client.get(url).send().await.expect("GET");
+        let status = res.status().as_u16();
+        let kind = res
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().unwrap().to_string())
+            .unwrap_or_default();
+        (status, kind, res.text().await.unwrap())
+    })
+}
+
+/// The samples of a scrape: `name{labels}` -> value, labels as the text has them.
+struct Scrape(HashMap<String, f64>, String);
+
+impl Scrape {
+    fn of(port: u16) -> Scrape {
+        let (status, kind, text) = get(&format!("http://127.0.0.1:{port}/metrics"));
+        assert_eq!(status, 200, "{text}");
+        assert!(kind.starts_with("text/plain; version=0.0.4"), "{kind}");
+        let mut samples = HashMap::new();
+        for l in text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+        {
+            let (series, value) = l.rsplit_once(' ').expect("a sample line");
+            samples.insert(series.to_string(), value.parse().expect("a number"));
+        }
+        Scrape(samples, text)
+    }
+
+    /// The value of `name` with `labels` (after the volume's, as `op="put"`); 0 if absent.
+    fn get(&self, name: &str, labels: &str) -> f64 {
+        let vol = "volume=\"testvol\"";
+        let key = match labels {
+            "" => format!("{name}{{{vol}}}"),
+            l => format!("{name}{{{vol},{l}}}"),
+        };
+        self.0.get(&key).copied().unwrap_or(0.0)
+    }
+}
+
+/// A workload of N bytes written and read back and K files created moves the counters by
+/// as much; the histograms agree with themselves; every sample names the volume.
+fn metrics_follow_a_workload(vol: &Volume) {
+    let port = free_port();
+    let addr = format!("127.0.0.1:{port}");
+    let m = vol.mount_with(&["--metrics", &addr]);
+    let before = Scrape::of(port);
+    const N: usize = 9 << 20;
+    const K: usize = 25;
+    let data = pattern(N, 7);
+    std::fs::write(m.p("big"), &data).unwrap();
+    for i in 0..K {
+        std::fs::write(m.p(&format!("f{i}")), b"small").unwrap();
+    }
+    let f = std::fs::File::open(m.p("big")).unwrap();
+    drop_cache(&f);
+    let mut back = Vec::new();
+    (&f).read_to_end(&mut back).unwrap();
+    assert!(back == data, "read back what was written");
+    drop(f);
+
+    let d = |after: &Scrape, name: &str, labels: &str| {
+        after.get(name, labels) - before.get(name, labels)
+    };
+    // What the kernel asked is counted once the reply is sent: wait for the last of it.
+    let mut after = Scrape::of(port);
+    let settled = eventually(Duration::from_secs(30), || {
+        after = Scrape::of(port);
+        d(
+            &after,
+            "unkai_fuse_op_duration_seconds_count",
+            "op=\"create\"",
+        ) >= (K + 1) as f64
+            && d(
+                &after,
+                "unkai_object_request_duration_seconds_count",
+                "op=\"put\"",
+            ) > 0.0
+    });
+    assert!(settled, "creates and PUTs counted:\n{}", after.1);
+    let fuse = "unkai_fuse_op_duration_seconds_count";
+    assert_eq!(
+        d(&after, fuse, "op=\"create\""),
+        (K + 1) as f64,
+        "{}",
+        after.1
+    );
+    assert!(
+        d(&after, "unkai_fuse_written_bytes_total", "") >= N as f64,
+        "{}",
+        after.1
+    );
+    assert!(
+        d(&after, "unkai_fuse_read_bytes_total", "") >= N as f64,
+        "{}",
+        after.1
+    );
+    assert!(
+        d(&after, fuse, "op=\"write\"") >= 9.0,
+        "1 MiB writes at most: {}",
+        after.1
+    );
+    assert!(d(&after, fuse, "op=\"read\"") >= 1.0, "{}", after.1);
+    // The bucket took at least the bytes written (checksums add to them).
+    assert!(
+        d(&after, "unkai_object_put_bytes_total", "") >= N as f64,
+        "{}",
+        after.1
+    );
+    assert_eq!(
+        after.get("unkai_object_request_errors_total", "op=\"put\""),
+        0.0
+    );
+    // Each file's data and names are committed: at least a transaction per file.
+    let writes = d(
+        &after,
+        "unkai_meta_transaction_duration_seconds_count",
+        "kind=\"write\"",
+    );
+    assert!(writes >= K as f64, "{}", after.1);
+    // What was just written is read back from the memory cache.
+    assert!(
+        d(&after, "unkai_cache_hits_total", "level=\"memory\"") > 0.0,
+        "{}",
+        after.1
+    );
+
+    // Histograms: buckets never decrease, the last (+Inf) is the count, the sum is positive
+    // where there were observations.
+    let text = &after.1;
+    let mut checked = 0;
+    for l in text.lines().filter(|l| l.contains("_count{")) {
+        let (series, count) = l.rsplit_once(' ').unwrap();
+        let count: f64 = count.parse().unwrap();
+        let (name, labels) = series.split_once('{').unwrap();
+        let base = name.trim_end_matches("_count");
+        let labels = labels.trim_end_matches('}');
+        let buckets: Vec<f64> = text
+            .lines()
+            .filter(|b| b.starts_with(&format!("{base}_bucket{{{labels},le=")))
+            .map(|b| b.rsplit_once(' ').unwrap().1.parse().unwrap())
+            .collect();
+        assert_eq!(buckets.len(), 17, "16 bounds and +Inf: {l}");
+        assert!(buckets.windows(2).all(|w| w[0] <= w[1]), "{l}");
+        assert_eq!(*buckets.last().unwrap(), count, "+Inf is the count: {l}");
+        let sum = after.0[&format!("{base}_sum{{{labels}}}")];
+        assert_eq!(sum > 0.0, count > 0.0, "{l}");
+        checked += 1;
+    }
+    assert!(checked >= 35 + 5 + 2, "every histogram checked: {checked}");
+    // Every sample is labelled with the volume.
+    for l in text.lines().filter(|l| !l.starts_with('#')) {
+        assert!(l.contains("{volume=\"testvol\""), "{l}");
+    }
+    // Anything but /metrics is refused; `/` points to it.
+    let (status, _, body) = get(&format!("http://{addr}/"));
+    assert!(status == 200 && body.contains("/metrics"), "{body}");
+    assert_eq!(get(&format!("http://{addr}/nope")).0, 404);
+    m.unmount();
+}
+
+both_engines!(metrics_follow_a_workload(Vec::new()));
+
+/// The inodes of the sockets the process `pid` holds.
+fn socket_inodes(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+        .filter_map(|l| {
+            let l = l.to_string_lossy().into_owned();
+            Some(
+                l.strip_prefix("socket:[")?
+                    .trim_end_matches(']')
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// The TCP addresses (as /proc/net/tcp writes them: `0100007F:2557`) process `pid` listens
+/// on, IPv4 and IPv6.
+fn listening(pid: u32) -> Vec<String> {
+    let mine = socket_inodes(pid);
+    let mut out = Vec::new();
+    for table in ["tcp", "tcp6"] {
+        let text = std::fs::read_to_string(format!("/proc/{pid}/net/{table}")).unwrap_or_default();
+        for l in text.lines().skip(1) {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // local address, state (0A: LISTEN), inode
+            if f.len() > 9 && f[3] == "0A" && mine.iter().any(|i| i == f[9]) {
+                out.push(f[1].to_string());
+            }
+        }
+    }
+    out
+}
+
+/// `--metrics` listens where it is told and nowhere else; without it the mount listens on
+/// no TCP port at all; an address already taken is refused before mounting.
+#[test]
+fn the_listener_binds_where_told_and_nowhere_else() {
+    let vol = Volume::new();
+    let m = vol.mount();
+    assert_eq!(listening(m.pid()), Vec::<String>::new(), "off by default");
+    m.unmount();
+
+    let port = free_port();
+    let m = vol.mount_with(&["--metrics", &format!("127.0.0.1:{port}")]);
+    assert_eq!(
+        listening(m.pid()),
+        vec![format!("0100007F:{port:04X}")],
+        "127.0.0.1:{port} alone"
+    );
+    assert_eq!(Scrape::of(port).get("unkai_meta_retries_total", ""), 0.0);
+    // A second mount asking for the same address is refused, on the terminal, in one line.
+    let mp = tempfile::tempdir().unwrap();
+    let (ok, out, err) = run_env(
+        &[
+            "mount",
+            "-d",
+            "--log",
+            &vol.dir.path().join("second.log").display().to_string(),
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+            &vol.meta_url,
+            mp.path().to_str().unwrap(),
+        ],
+        &vol.env,
+    );
+    assert!(!ok, "{out}{err}");
+    assert!(
+        err.contains(&format!("cannot serve metrics on 127.0.0.1:{port}"))
+            && err.trim().lines().count() == 1,
+        "{err}"
+    );
+    let (ok, _, err) = run_env(
+        &[
+            "mount",
+            "--metrics",
+            "9567",
+            &vol.meta_url,
+            mp.path().to_str().unwrap(),
+        ],
+        &vol.env,
+    );
+    assert!(
+        !ok && err.contains("invalid --metrics '9567'") && err.contains("e.g. 127.0.0.1:9567"),
+        "{err}"
+    );
+    m.unmount();
+}
+
+/// `unkai stats --count 2` prints a header and two lines of rates that show a workload
+/// running meanwhile; without a terminal it prints no escape sequences.
+#[test]
+fn stats_shows_what_a_mount_is_doing() {
+    let vol = Volume::new();
+    let m = vol.mount();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (stop, dir) = (stop.clone(), m.path.clone());
+        std::thread::spawn(move || {
+            let start = Instant::now();
+            let block = pattern(256 << 10, 3);
+            let mut i = 0;
+            while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(120) {
+                let mut f = std::fs::File::create(dir.join(format!("w{}", i % 20))).unwrap();
+                f.write_all(&block).unwrap();
+                i += 1;
+            }
+            i
+        })
+    };
+    let mut stats = None;
+    // The stats socket is made once the mount is in place: its first moments may miss it.
+    let served = eventually(Duration::from_secs(30), || {
+        let (ok, out, err) = run(&["stats", "--count", "2", m.path.to_str().unwrap()]);
+        stats = Some((ok, out, err));
+        ok
+    });
+    stop.store(true, Ordering::Relaxed);
+    let files = writer.join().unwrap();
+    let (_, out, err) = stats.unwrap();
+    assert!(served, "{out}{err}");
+    assert!(files > 0);
+    assert!(!out.contains('\x1b'), "no escapes into a pipe: {out:?}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 4, "two header lines, two samples: {out}");
+    assert!(
+        lines[0].contains("fuse") && lines[0].contains("object"),
+        "{out}"
+    );
+    let names: Vec<&str> = lines[1].split_whitespace().collect();
+    let col = |name: &str| names.iter().position(|n| *n == name).unwrap();
+    let (ops, write) = (col("ops"), col("write"));
+    let moved = lines[2..].iter().any(|l| {
+        let cells: Vec<&str> = l.split_whitespace().collect();
+        assert_eq!(cells.len(), names.len(), "{out}");
+        cells[ops] != "0" && cells[write] != "0"
+    });
+    assert!(moved, "the writes show: {out}");
+
+    // Not an unkai mount: one line saying so.
+    let other = tempfile::tempdir().unwrap();
+    let (ok, _, err) = run(&["stats", "--count", "1", other.path().to_str().unwrap()]);
+    assert!(!ok && err.contains("is not mounted"), "{err}");
+    m.unmount();
+}
