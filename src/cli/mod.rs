@@ -14,6 +14,7 @@ mod helper;
 mod info;
 mod mount;
 mod objbench;
+mod profile;
 mod quota;
 mod restore;
 mod stats;
@@ -52,6 +53,7 @@ enum Command {
     Restore(restore::Args),
     Quota(quota::Args),
     Info(info::InfoArgs),
+    Profile(profile::Args),
     Summary(info::SummaryArgs),
     Mount(mount::Args),
     Umount(umount::Args),
@@ -143,6 +145,7 @@ pub fn main() -> i32 {
         Command::Restore(a) => restore::run(a),
         Command::Quota(a) => quota::run(a),
         Command::Info(a) => info::info(a),
+        Command::Profile(a) => profile::run(a),
         Command::Summary(a) => info::summary(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),

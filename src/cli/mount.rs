@@ -136,6 +136,11 @@ pub struct Args {
     /// needs no address.
     #[arg(long, value_name = "ADDR", env = "UNKAI_METRICS")]
     metrics: Option<String>,
+    /// Also write the access log (one line per request: time, uid, gid, pid, process,
+    /// operation, inodes and names, result, duration) to FILE; it is always readable live
+    /// from MOUNTPOINT/.accesslog (by root), and `unkai profile` summarises either.
+    #[arg(long, value_name = "FILE", env = "UNKAI_ACCESS_LOG")]
+    access_log: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -334,6 +339,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         foreground: daemon.is_none(),
         data_key,
         metrics,
+        access_log: a.access_log,
     };
     serve::serve(meta, &cfg, || ready.report(Ok(())))
 }

@@ -6,11 +6,15 @@
 //!
 //! Not for: any file-system logic; if a method here does more than translate, it belongs in vfs.
 
+use std::cell::Cell;
+use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use parking_lot::Mutex;
 
 use fuser::{
     AccessFlags, BsdFileFlags, CopyFileRangeFlags, Errno, FileAttr, FileHandle, FileType,
@@ -21,7 +25,8 @@ use fuser::{
 };
 
 use super::Coherence;
-use super::requests::{Req, Requests};
+use super::accesslog::{self, AccessLog};
+use super::requests::{Answering, Req, Requests};
 use crate::meta::{
     Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
 };
@@ -79,14 +84,110 @@ pub struct Adapter {
     /// The requests served, by kind, and the bytes read and written (logged at unmount,
     /// served as metrics).
     requests: Arc<Requests>,
+    /// The access log (`.accesslog`, `--access-log`), and the readers of `.accesslog` by
+    /// their handles.
+    log: Arc<AccessLog>,
+    log_readers: Mutex<HashMap<u64, Arc<accesslog::Reader>>>,
+}
+
+/// Handles of `.accesslog` readers: apart from the volume's (which count up from 1).
+const LOG_FH: u64 = 1 << 62;
+
+/// A request being answered: timed (`requests`), and logged if the access log is on.
+struct Op<'a> {
+    _answering: Answering<'a>,
+    log: Option<(&'a AccessLog, String, Instant)>,
+    err: Cell<Option<i32>>,
+}
+
+impl Op<'_> {
+    /// Notes the result of a request answered from `r`; returns it.
+    fn noted<T>(&self, r: vfs::Result<T>) -> vfs::Result<T> {
+        if let Err(e) = &r {
+            self.err.set(Some(e.errno()));
+        }
+        r
+    }
+
+    /// Notes the request failed with `e`; returns it.
+    fn failed(&self, e: Errno) -> Errno {
+        self.err.set(Some(e.code()));
+        e
+    }
+}
+
+impl Drop for Op<'_> {
+    fn drop(&mut self) {
+        if let Some((log, head, start)) = self.log.take() {
+            let res = match self.err.get() {
+                None => "OK".to_string(),
+                Some(e) => std::io::Error::from_raw_os_error(e)
+                    .to_string()
+                    .split(" (os error")
+                    .next()
+                    .unwrap_or("error")
+                    .to_string(),
+            };
+            log.record(format!(
+                "{head}: {res} <{:.6}>",
+                start.elapsed().as_secs_f64()
+            ));
+        }
+    }
 }
 
 impl Adapter {
+    /// Starts answering a request of kind `r`; `args` (its inodes, names, offsets) is made
+    /// only if the access log is on.
+    fn op(&self, req: &Request, r: Req, args: impl FnOnce() -> String) -> Op<'_> {
+        let log = self.log.on().then(|| {
+            let head = format!(
+                "{} [uid:{},gid:{},pid:{},comm:{}] {} {}",
+                accesslog::stamp(),
+                req.uid(),
+                req.gid(),
+                req.pid(),
+                accesslog::comm(req.pid()),
+                r.name(),
+                args()
+            );
+            (&*self.log, head, Instant::now())
+        });
+        Op {
+            _answering: self.requests.start(r),
+            log,
+            err: Cell::new(None),
+        }
+    }
+
+    /// The attributes of `.accesslog`: a file only its readers may read.
+    fn log_attr(&self) -> FileAttr {
+        let now = SystemTime::now();
+        FileAttr {
+            ino: INodeNo(accesslog::INO),
+            size: 0,
+            blocks: 0,
+            atime: now,
+            mtime: now,
+            ctime: now,
+            crtime: now,
+            kind: FileType::RegularFile,
+            perm: 0o400,
+            nlink: 1,
+            uid: 0,
+            gid: 0,
+            rdev: 0,
+            blksize: 4096,
+            flags: 0,
+        }
+    }
+
     pub fn new(
         vfs: Arc<Vfs>,
         cache: CacheConfig,
         coherence: Arc<Coherence>,
         requests: Arc<Requests>,
+        log: Arc<AccessLog>,
     ) -> Adapter {
         Adapter {
             vfs,
@@ -94,6 +195,8 @@ impl Adapter {
             coherence,
             acl: false,
             requests,
+            log,
+            log_readers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -392,9 +495,15 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let _answering = self.requests.start(Req::Lookup);
+        let op = self.op(req, Req::Lookup, || {
+            format!("({},{})", parent.0, name.to_string_lossy())
+        });
+        if parent.0 == crate::meta::ROOT_INO && name.as_bytes() == accesslog::NAME {
+            return reply.entry(&Duration::from_secs(1), &self.log_attr(), Generation(0));
+        }
         match self.vfs.lookup(&ctx(req), parent.0, name.as_bytes()) {
             Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent.0).is_zero() => {
+                op.failed(Errno::ENOENT);
                 // A negative entry: the kernel remembers the name is absent.
                 let mut attr = file_attr(&Attr {
                     ino: 0,
@@ -420,15 +529,18 @@ impl Filesystem for Adapter {
                     Generation(0),
                 );
             }
-            res => self.reply_entry(reply, res),
+            res => self.reply_entry(reply, op.noted(res)),
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let _answering = self.requests.start(Req::Getattr);
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let op = self.op(req, Req::Getattr, || format!("({})", ino.0));
+        if ino.0 == accesslog::INO {
+            return reply.attr(&Duration::from_secs(1), &self.log_attr());
+        }
         match self.vfs.getattr(ino.0) {
             Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -450,7 +562,7 @@ impl Filesystem for Adapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let _answering = self.requests.start(Req::Setattr);
+        let op = self.op(req, Req::Setattr, || format!("({})", ino.0));
         // A SETATTR that sets nothing (or the ctime alone) is chown(-1, -1), or the kernel
         // asking to drop privileges it found (under FUSE_HANDLE_KILLPRIV_V2 it strips the
         // mode it would have set): both drop setuid, setgid and capabilities, as a chown.
@@ -467,15 +579,15 @@ impl Filesystem for Adapter {
         };
         match self.vfs.setattr(&ctx(req), ino.0, &set, size, chown) {
             Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
-        let _answering = self.requests.start(Req::Readlink);
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let op = self.op(req, Req::Readlink, || format!("({})", ino.0));
         match self.vfs.readlink(ino.0) {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -489,9 +601,18 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let _answering = self.requests.start(Req::Mknod);
+        let op = self.op(req, Req::Mknod, || {
+            format!(
+                "({},{},{},{},{})",
+                parent.0,
+                name.to_string_lossy(),
+                mode,
+                umask,
+                rdev
+            )
+        });
         let Some(kind) = Kind::from_mode(mode) else {
-            return reply.error(Errno::EINVAL);
+            return reply.error(op.failed(Errno::EINVAL));
         };
         let res = self.vfs.mknod(
             &creator(req, umask),
@@ -501,7 +622,7 @@ impl Filesystem for Adapter {
             mode & 0o7777,
             rdev,
         );
-        self.reply_entry(reply, res);
+        self.reply_entry(reply, op.noted(res));
     }
 
     fn mkdir(
@@ -513,7 +634,15 @@ impl Filesystem for Adapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let _answering = self.requests.start(Req::Mkdir);
+        let op = self.op(req, Req::Mkdir, || {
+            format!(
+                "({},{},{},{})",
+                parent.0,
+                name.to_string_lossy(),
+                mode,
+                umask
+            )
+        });
         let res = self.vfs.mknod(
             &creator(req, umask),
             parent.0,
@@ -522,22 +651,26 @@ impl Filesystem for Adapter {
             mode & 0o7777,
             0,
         );
-        self.reply_entry(reply, res);
+        self.reply_entry(reply, op.noted(res));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _answering = self.requests.start(Req::Unlink);
+        let op = self.op(req, Req::Unlink, || {
+            format!("({},{})", parent.0, name.to_string_lossy())
+        });
         match self.vfs.unlink(&ctx(req), parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _answering = self.requests.start(Req::Rmdir);
+        let op = self.op(req, Req::Rmdir, || {
+            format!("({},{})", parent.0, name.to_string_lossy())
+        });
         match self.vfs.rmdir(&ctx(req), parent.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -549,14 +682,21 @@ impl Filesystem for Adapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let _answering = self.requests.start(Req::Symlink);
+        let op = self.op(req, Req::Symlink, || {
+            format!(
+                "({},{},{})",
+                parent.0,
+                link_name.to_string_lossy(),
+                target.display()
+            )
+        });
         let res = self.vfs.symlink(
             &ctx(req),
             parent.0,
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
         );
-        self.reply_entry(reply, res);
+        self.reply_entry(reply, op.noted(res));
     }
 
     fn rename(
@@ -569,7 +709,15 @@ impl Filesystem for Adapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Rename);
+        let op = self.op(req, Req::Rename, || {
+            format!(
+                "({},{},{},{})",
+                parent.0,
+                name.to_string_lossy(),
+                newparent.0,
+                newname.to_string_lossy()
+            )
+        });
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
@@ -584,7 +732,7 @@ impl Filesystem for Adapter {
             f,
         ) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -596,24 +744,36 @@ impl Filesystem for Adapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let _answering = self.requests.start(Req::Link);
+        let op = self.op(req, Req::Link, || {
+            format!("({},{},{})", ino.0, newparent.0, newname.to_string_lossy())
+        });
         let res = self
             .vfs
             .link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
-        self.reply_entry(reply, res);
+        self.reply_entry(reply, op.noted(res));
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _answering = self.requests.start(Req::Open);
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let op = self.op(req, Req::Open, || format!("({})", ino.0));
+        if ino.0 == accesslog::INO {
+            if req.uid() != 0 {
+                return reply.error(op.failed(Errno::EACCES));
+            }
+            let mut rs = self.log_readers.lock();
+            let fh = LOG_FH + rs.len() as u64 + 1;
+            let fh = (fh..).find(|f| !rs.contains_key(f)).unwrap_or(fh);
+            rs.insert(fh, self.log.open_reader());
+            return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
+        }
         match self.vfs.open(ino.0, flags.0) {
             Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -622,13 +782,21 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        let _answering = self.requests.start(Req::Read);
+        if fh.0 > LOG_FH {
+            // Not logged: reading the log would log itself.
+            let r = self.log_readers.lock().get(&fh.0).cloned();
+            return match r {
+                Some(r) => reply.data(&r.read(size as usize, Duration::from_secs(1))),
+                None => reply.error(Errno::EBADF),
+            };
+        }
+        let op = self.op(req, Req::Read, || format!("({},{},{})", fh.0, offset, size));
         match self.vfs.read(fh.0, offset, size) {
             Ok(d) => {
                 self.requests.read(d.len());
                 reply.data(&d)
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -644,7 +812,9 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let _answering = self.requests.start(Req::Write);
+        let op = self.op(req, Req::Write, || {
+            format!("({},{},{},{})", ino.0, fh.0, offset, data.len())
+        });
         // Under FUSE_HANDLE_KILLPRIV_V2: the writer lacks CAP_FSETID.
         let kill = write_flags
             .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
@@ -659,13 +829,13 @@ impl Filesystem for Adapter {
                 self.requests.written(n as usize);
                 reply.written(n)
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn getlk(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         lock_owner: LockOwner,
@@ -675,20 +845,22 @@ impl Filesystem for Adapter {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        let _answering = self.requests.start(Req::Getlk);
+        let op = self.op(req, Req::Getlk, || {
+            format!("({},{},{},{})", ino.0, start, end, typ)
+        });
         let Some(kind) = lock_kind(typ) else {
-            return reply.error(Errno::EINVAL);
+            return reply.error(op.failed(Errno::EINVAL));
         };
         match self.vfs.getlk(ino.0, lock_owner.0, kind, start, end) {
             Ok(Some(l)) => reply.locked(l.start, l.end, lock_type(l.kind), l.pid),
             Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn setlk(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
@@ -699,12 +871,14 @@ impl Filesystem for Adapter {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Setlk);
+        let op = self.op(req, Req::Setlk, || {
+            format!("({},{},{},{},{},{})", ino.0, fh.0, start, end, typ, pid)
+        });
         let kind = match typ {
             libc::F_UNLCK => None,
             t => match lock_kind(t) {
                 Some(k) => Some(k),
-                None => return reply.error(Errno::EINVAL),
+                None => return reply.error(op.failed(Errno::EINVAL)),
             },
         };
         let req = LockRequest {
@@ -744,13 +918,13 @@ impl Filesystem for Adapter {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Flush);
+        let op = self.op(req, Req::Flush, || format!("({},{})", ino.0, fh.0));
         // A close by a process drops its fcntl locks on the file (the kernel leaves that to
         // a file system that keeps the locks).
         let res = self
@@ -759,13 +933,13 @@ impl Filesystem for Adapter {
             .and(self.vfs.locks_closed_by(ino.0, lock_owner.0));
         match res {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -775,7 +949,13 @@ impl Filesystem for Adapter {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Release);
+        if fh.0 > LOG_FH {
+            if let Some(r) = self.log_readers.lock().remove(&fh.0) {
+                self.log.close_reader(r);
+            }
+            return reply.ok();
+        }
+        let op = self.op(req, Req::Release, || format!("({},{})", ino.0, fh.0));
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
         if let Err(e) = self.vfs.locks_released(ino.0, fh.0) {
@@ -783,30 +963,30 @@ impl Filesystem for Adapter {
         }
         match res {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Fsync);
+        let op = self.op(req, Req::Fsync, || format!("({})", fh.0));
         match self.vfs.fsync(fh.0) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let _answering = self.requests.start(Req::Opendir);
+    fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let op = self.op(req, Req::Opendir, || format!("({})", ino.0));
         match self.vfs.opendir(ino.0, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -818,12 +998,12 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let _answering = self.requests.start(Req::Readdir);
+        let op = self.op(req, Req::Readdir, || format!("({},{})", ino.0, offset));
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 256, false) {
                 Ok(e) => e,
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return reply.error(op.failed(errno(&e))),
             };
             if entries.is_empty() {
                 break;
@@ -851,12 +1031,12 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let _answering = self.requests.start(Req::Readdirplus);
+        let op = self.op(req, Req::Readdirplus, || format!("({},{})", ino.0, offset));
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 128, true) {
                 Ok(e) => e,
-                Err(e) => return reply.error(errno(&e)),
+                Err(e) => return reply.error(op.failed(errno(&e))),
             };
             if entries.is_empty() {
                 break;
@@ -881,36 +1061,36 @@ impl Filesystem for Adapter {
 
     fn releasedir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Releasedir);
+        let op = self.op(req, Req::Releasedir, || format!("({})", fh.0));
         match self.vfs.releasedir(fh.0) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Fsyncdir);
+        let op = self.op(req, Req::Fsyncdir, || String::from("()"));
         match self.vfs.fsyncdir() {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let _answering = self.requests.start(Req::Statfs);
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let op = self.op(req, Req::Statfs, || String::from("()"));
         match self.vfs.statfs() {
             Ok(s) => {
                 let bs = 4096u64;
@@ -925,7 +1105,7 @@ impl Filesystem for Adapter {
                     bs as u32,
                 )
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -939,61 +1119,73 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Setxattr);
+        let op = self.op(req, Req::Setxattr, || {
+            format!(
+                "({},{},{},{})",
+                ino.0,
+                name.to_string_lossy(),
+                value.len(),
+                flags
+            )
+        });
         if !self.acl && acl::is_acl(name.as_bytes()) {
-            return reply.error(Errno::EOPNOTSUPP);
+            return reply.error(op.failed(Errno::EOPNOTSUPP));
         }
         match self
             .vfs
             .set_xattr(&ctx(req), ino.0, name.as_bytes(), value, flags)
         {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
-    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let _answering = self.requests.start(Req::Getxattr);
+    fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let op = self.op(req, Req::Getxattr, || {
+            format!("({},{},{})", ino.0, name.to_string_lossy(), size)
+        });
         match self.vfs.get_xattr(ino.0, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) if v.len() > size as usize => reply.error(op.failed(Errno::ERANGE)),
             Ok(v) => reply.data(&v),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
-    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let _answering = self.requests.start(Req::Listxattr);
+    fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let op = self.op(req, Req::Listxattr, || format!("({},{})", ino.0, size));
         match self.vfs.list_xattr(ino.0) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
+            Ok(v) if v.len() > size as usize => reply.error(op.failed(Errno::ERANGE)),
             Ok(v) => reply.data(&v),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let _answering = self.requests.start(Req::Removexattr);
+        let op = self.op(req, Req::Removexattr, || {
+            format!("({},{})", ino.0, name.to_string_lossy())
+        });
         if !self.acl && acl::is_acl(name.as_bytes()) {
-            return reply.error(Errno::EOPNOTSUPP);
+            return reply.error(op.failed(Errno::EOPNOTSUPP));
         }
         match self.vfs.remove_xattr(&ctx(req), ino.0, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let _answering = self.requests.start(Req::Access);
+        let op = self.op(req, Req::Access, || format!("({})", ino.0));
         // Only called without default_permissions; check the mode bits like the kernel would.
         let a = match self.vfs.getattr(ino.0) {
             Ok(a) => a,
-            Err(e) => return reply.error(errno(&e)),
+            Err(e) => return reply.error(op.failed(errno(&e))),
         };
         if vfs::may(&ctx(req), &a, (mask.bits() & 7) as u32) {
             reply.ok()
         } else {
-            reply.error(Errno::EACCES)
+            reply.error(op.failed(Errno::EACCES))
         }
     }
 
@@ -1007,7 +1199,16 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let _answering = self.requests.start(Req::Create);
+        let op = self.op(req, Req::Create, || {
+            format!(
+                "({},{},{},{},{})",
+                parent.0,
+                name.to_string_lossy(),
+                mode,
+                umask,
+                flags
+            )
+        });
         match self.vfs.create(
             &creator(req, umask),
             parent.0,
@@ -1031,7 +1232,7 @@ impl Filesystem for Adapter {
                     f,
                 )
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -1048,7 +1249,9 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let _answering = self.requests.start(Req::Ioctl);
+        let op = self.op(req, Req::Ioctl, || {
+            format!("({},{},{},{})", ino.0, cmd, in_data.len(), out_size)
+        });
         const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
         const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
         const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
@@ -1096,7 +1299,7 @@ impl Filesystem for Adapter {
                 out.truncate(out_size as usize);
                 reply.ioctl(0, &out)
             }
-            Err(e) => reply.error(e),
+            Err(e) => reply.error(op.failed(e)),
         }
     }
 
@@ -1110,35 +1313,39 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let _answering = self.requests.start(Req::Fallocate);
+        let op = self.op(req, Req::Fallocate, || {
+            format!("({},{},{},{})", fh.0, offset, length, mode)
+        });
         match self.vfs.fallocate(&ctx(req), fh.0, offset, length, mode) {
             Ok(_) => reply.ok(),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn lseek(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let _answering = self.requests.start(Req::Lseek);
+        let op = self.op(req, Req::Lseek, || {
+            format!("({},{},{})", fh.0, offset, whence)
+        });
         if self.cache.writeback {
             // Dirty pages the kernel has not handed over yet are invisible here, so holes
             // cannot be told apart from unwritten data: the kernel's fallback (the whole
             // file is data) is the safe answer. ENOSYS makes it use that from now on.
-            return reply.error(Errno::ENOSYS);
+            return reply.error(op.failed(Errno::ENOSYS));
         }
         if offset < 0 {
-            return reply.error(Errno::ENXIO);
+            return reply.error(op.failed(Errno::ENXIO));
         }
         match self.vfs.lseek(fh.0, offset as u64, whence) {
             Ok(o) => reply.offset(o as i64),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
@@ -1155,14 +1362,19 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let _answering = self.requests.start(Req::CopyFileRange);
+        let op = self.op(req, Req::CopyFileRange, || {
+            format!(
+                "({},{},{},{},{})",
+                fh_in.0, offset_in, fh_out.0, offset_out, len
+            )
+        });
         let len = len.min(u32::MAX as u64 & !0xfff);
         match self
             .vfs
             .copy_file_range(&ctx(req), fh_in.0, offset_in, fh_out.0, offset_out, len)
         {
             Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 }

@@ -3,6 +3,7 @@
 //! [`adapter`] translates requests, [`mounts`] reads and changes the mount table.
 //! Not for: file-system logic (vfs), volume setup (cli).
 
+pub mod accesslog;
 pub mod adapter;
 pub mod coherence;
 pub mod mounts;
@@ -40,6 +41,8 @@ pub struct MountOptions {
     pub flags: MountFlags,
     /// Where the requests served are counted (the mount's metrics read them).
     pub requests: Arc<requests::Requests>,
+    /// The access log (`.accesslog`, `--access-log`).
+    pub log: Arc<accesslog::AccessLog>,
 }
 
 /// When reads move access times: the mount's flag, which `vfs` applies (see `vfs::atime`).
@@ -184,6 +187,7 @@ pub fn mount(
         opts.cache.clone(),
         opts.coherence.clone(),
         opts.requests.clone(),
+        opts.log.clone(),
     );
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
     if opts.flags.atime == Atime::Strict {

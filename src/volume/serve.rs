@@ -91,6 +91,8 @@ pub struct MountConfig {
     pub data_key: Option<Arc<crate::data::keys::DataKey>>,
     /// Where to serve `/metrics` (None: nowhere; the stats socket is always served).
     pub metrics: Option<std::net::SocketAddr>,
+    /// A file the access log is also written to (`--access-log`).
+    pub access_log: Option<PathBuf>,
 }
 
 impl MountConfig {
@@ -556,6 +558,17 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         cache,
         coherence: coherence.clone(),
         requests: requests.clone(),
+        log: Arc::new(
+            fuse::accesslog::AccessLog::new(cfg.access_log.as_deref()).with_context(|| {
+                format!(
+                    "cannot open the access log {}",
+                    cfg.access_log
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
+                )
+            })?,
+        ),
     };
     let mountpoint = &cfg.mountpoint;
     let mut session = match fuse::mount(vfs.clone(), mountpoint, &opts) {
@@ -656,6 +669,7 @@ mod tests {
             foreground: true,
             data_key: None,
             metrics: None,
+            access_log: None,
         }
     }
 
