@@ -21,6 +21,7 @@ use fuser::{
 };
 
 use super::Coherence;
+use super::inodes::Inodes;
 use super::requests::{Req, Requests};
 use crate::meta::{
     Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
@@ -78,16 +79,24 @@ pub struct Adapter {
     acl: bool,
     /// The requests served, by kind (logged at unmount).
     requests: Requests,
+    /// The kernel's inode numbers of the volume's (a subdir mount's root is the kernel's 1).
+    inodes: Inodes,
 }
 
 impl Adapter {
-    pub fn new(vfs: Arc<Vfs>, cache: CacheConfig, coherence: Arc<Coherence>) -> Adapter {
+    pub fn new(
+        vfs: Arc<Vfs>,
+        cache: CacheConfig,
+        coherence: Arc<Coherence>,
+        inodes: Inodes,
+    ) -> Adapter {
         Adapter {
             vfs,
             cache,
             coherence,
             acl: false,
             requests: Requests::default(),
+            inodes,
         }
     }
 
@@ -316,12 +325,20 @@ fn setattr_nanos(t: SystemTime) -> Nanos {
 }
 
 impl Adapter {
+    /// `a` as the kernel sees it: numbered by [`Inodes`].
+    fn kernel_attr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: self.inodes.kernel(a.ino),
+            ..file_attr(a)
+        }
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, res: vfs::Result<Attr>) {
         match res {
             Ok(a) => reply.entry_with_ttls(
                 &self.attr_ttl(&a),
                 &self.entry_ttl(a.parent),
-                &file_attr(&a),
+                &self.kernel_attr(&a),
                 Generation(0),
             ),
             Err(e) => reply.error(errno(&e)),
@@ -372,7 +389,13 @@ impl Filesystem for Adapter {
             InitFlags::FUSE_MAX_PAGES,
             // File handles (name_to_handle_at, NFS re-export): an inode is found again by
             // number through a lookup of "." (and a directory's parent through "..").
-            InitFlags::FUSE_EXPORT_SUPPORT,
+            // Not in a subdir mount: a handle names any inode of the volume, and the
+            // directory mounted must be all that can be reached.
+            if self.inodes.is_subdir() {
+                InitFlags::empty()
+            } else {
+                InitFlags::FUSE_EXPORT_SUPPORT
+            },
             // Setuid, setgid and file capabilities dropped by us on write, truncate and
             // chown (vfs::drop_privs): the kernel then stops asking for security.capability
             // before every write, a round trip that halved small-write rates.
@@ -387,8 +410,14 @@ impl Filesystem for Adapter {
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _answering = self.requests.start(Req::Lookup);
-        match self.vfs.lookup(&ctx(req), parent.0, name.as_bytes()) {
-            Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent.0).is_zero() => {
+        let parent = self.inodes.volume(parent);
+        let found = if self.inodes.is_root_parent(parent, name.as_bytes()) {
+            self.vfs.getattr(parent)
+        } else {
+            self.vfs.lookup(&ctx(req), parent, name.as_bytes())
+        };
+        match found {
+            Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent).is_zero() => {
                 // A negative entry: the kernel remembers the name is absent.
                 let mut attr = file_attr(&Attr {
                     ino: 0,
@@ -409,7 +438,7 @@ impl Filesystem for Adapter {
                 attr.ino = INodeNo(0);
                 reply.entry_with_ttls(
                     &Duration::ZERO,
-                    &self.negative_ttl(parent.0),
+                    &self.negative_ttl(parent),
                     &attr,
                     Generation(0),
                 );
@@ -420,8 +449,9 @@ impl Filesystem for Adapter {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let _answering = self.requests.start(Req::Getattr);
-        match self.vfs.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
+        let ino = self.inodes.volume(ino);
+        match self.vfs.getattr(ino) {
+            Ok(a) => reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -445,6 +475,7 @@ impl Filesystem for Adapter {
         reply: ReplyAttr,
     ) {
         let _answering = self.requests.start(Req::Setattr);
+        let ino = self.inodes.volume(ino);
         // A SETATTR that sets nothing (or the ctime alone) is chown(-1, -1), or the kernel
         // asking to drop privileges it found (under FUSE_HANDLE_KILLPRIV_V2 it strips the
         // mode it would have set): both drop setuid, setgid and capabilities, as a chown.
@@ -459,15 +490,16 @@ impl Filesystem for Adapter {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
         };
-        match self.vfs.setattr(&ctx(req), ino.0, &set, size, chown) {
-            Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
+        match self.vfs.setattr(&ctx(req), ino, &set, size, chown) {
+            Ok(a) => reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a)),
             Err(e) => reply.error(errno(&e)),
         }
     }
 
     fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
         let _answering = self.requests.start(Req::Readlink);
-        match self.vfs.readlink(ino.0) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.readlink(ino) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(errno(&e)),
         }
@@ -484,12 +516,13 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _answering = self.requests.start(Req::Mknod);
+        let parent = self.inodes.volume(parent);
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(Errno::EINVAL);
         };
         let res = self.vfs.mknod(
             &creator(req, umask),
-            parent.0,
+            parent,
             name.as_bytes(),
             kind,
             mode & 0o7777,
@@ -508,9 +541,10 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _answering = self.requests.start(Req::Mkdir);
+        let parent = self.inodes.volume(parent);
         let res = self.vfs.mknod(
             &creator(req, umask),
-            parent.0,
+            parent,
             name.as_bytes(),
             Kind::Dir,
             mode & 0o7777,
@@ -521,7 +555,8 @@ impl Filesystem for Adapter {
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _answering = self.requests.start(Req::Unlink);
-        match self.vfs.unlink(&ctx(req), parent.0, name.as_bytes()) {
+        let parent = self.inodes.volume(parent);
+        match self.vfs.unlink(&ctx(req), parent, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -529,7 +564,8 @@ impl Filesystem for Adapter {
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _answering = self.requests.start(Req::Rmdir);
-        match self.vfs.rmdir(&ctx(req), parent.0, name.as_bytes()) {
+        let parent = self.inodes.volume(parent);
+        match self.vfs.rmdir(&ctx(req), parent, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -544,9 +580,10 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _answering = self.requests.start(Req::Symlink);
+        let parent = self.inodes.volume(parent);
         let res = self.vfs.symlink(
             &ctx(req),
-            parent.0,
+            parent,
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
         );
@@ -564,6 +601,8 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _answering = self.requests.start(Req::Rename);
+        let parent = self.inodes.volume(parent);
+        let newparent = self.inodes.volume(newparent);
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
@@ -571,9 +610,9 @@ impl Filesystem for Adapter {
         };
         match self.vfs.rename(
             &ctx(req),
-            parent.0,
+            parent,
             name.as_bytes(),
-            newparent.0,
+            newparent,
             newname.as_bytes(),
             f,
         ) {
@@ -591,16 +630,17 @@ impl Filesystem for Adapter {
         reply: ReplyEntry,
     ) {
         let _answering = self.requests.start(Req::Link);
-        let res = self
-            .vfs
-            .link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
+        let ino = self.inodes.volume(ino);
+        let newparent = self.inodes.volume(newparent);
+        let res = self.vfs.link(&ctx(req), ino, newparent, newname.as_bytes());
         self.reply_entry(reply, res);
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _answering = self.requests.start(Req::Open);
-        match self.vfs.open(ino.0, flags.0) {
-            Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep)),
+        let ino = self.inodes.volume(ino);
+        match self.vfs.open(ino, flags.0) {
+            Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
             Err(e) => reply.error(errno(&e)),
         }
     }
@@ -636,6 +676,7 @@ impl Filesystem for Adapter {
         reply: ReplyWrite,
     ) {
         let _answering = self.requests.start(Req::Write);
+        let ino = self.inodes.volume(ino);
         // Under FUSE_HANDLE_KILLPRIV_V2: the writer lacks CAP_FSETID.
         let kill = write_flags
             .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
@@ -645,7 +686,7 @@ impl Filesystem for Adapter {
                 if changed {
                     // Setuid or setgid dropped: the kernel still has them (attributes only:
                     // safe within a request).
-                    self.coherence.forget_attr(ino.0);
+                    self.coherence.forget_attr(ino);
                 }
                 reply.written(n)
             }
@@ -666,10 +707,11 @@ impl Filesystem for Adapter {
         reply: ReplyLock,
     ) {
         let _answering = self.requests.start(Req::Getlk);
+        let ino = self.inodes.volume(ino);
         let Some(kind) = lock_kind(typ) else {
             return reply.error(Errno::EINVAL);
         };
-        match self.vfs.getlk(ino.0, lock_owner.0, kind, start, end) {
+        match self.vfs.getlk(ino, lock_owner.0, kind, start, end) {
             Ok(Some(l)) => reply.locked(l.start, l.end, lock_type(l.kind), l.pid),
             Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
             Err(e) => reply.error(errno(&e)),
@@ -690,6 +732,7 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _answering = self.requests.start(Req::Setlk);
+        let ino = self.inodes.volume(ino);
         let kind = match typ {
             libc::F_UNLCK => None,
             t => match lock_kind(t) {
@@ -705,19 +748,18 @@ impl Filesystem for Adapter {
         };
         let vfs = self.vfs.clone();
         let coherence = self.coherence.clone();
-        let set = move || match vfs.setlk(ino.0, fh.0, lock_owner.0, req, sleep, &|| {
-            signal_pending(pid)
-        }) {
-            Ok(()) => {
-                if kind.is_some() {
-                    // As NFS does: a lock taken means the pages and attributes this kernel
-                    // cached may predate another client's writes under that lock.
-                    coherence.forget_file(ino.0);
+        let set =
+            move || match vfs.setlk(ino, fh.0, lock_owner.0, req, sleep, &|| signal_pending(pid)) {
+                Ok(()) => {
+                    if kind.is_some() {
+                        // As NFS does: a lock taken means the pages and attributes this kernel
+                        // cached may predate another client's writes under that lock.
+                        coherence.forget_file(ino);
+                    }
+                    reply.ok()
                 }
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        };
+                Err(e) => reply.error(errno(&e)),
+            };
         if sleep {
             // A wait may be long: not on a FUSE worker thread, which other requests need
             // (among them the unlock that ends the wait).
@@ -741,12 +783,13 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _answering = self.requests.start(Req::Flush);
+        let ino = self.inodes.volume(ino);
         // A close by a process drops its fcntl locks on the file (the kernel leaves that to
         // a file system that keeps the locks).
         let res = self
             .vfs
             .flush(fh.0)
-            .and(self.vfs.locks_closed_by(ino.0, lock_owner.0));
+            .and(self.vfs.locks_closed_by(ino, lock_owner.0));
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -766,10 +809,11 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _answering = self.requests.start(Req::Release);
+        let ino = self.inodes.volume(ino);
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
-        if let Err(e) = self.vfs.locks_released(ino.0, fh.0) {
-            tracing::error!("inode {}: locks of a released file: {e}", ino.0);
+        if let Err(e) = self.vfs.locks_released(ino, fh.0) {
+            tracing::error!("inode {}: locks of a released file: {e}", ino);
         }
         match res {
             Ok(()) => reply.ok(),
@@ -794,7 +838,8 @@ impl Filesystem for Adapter {
 
     fn opendir(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let _answering = self.requests.start(Req::Opendir);
-        match self.vfs.opendir(ino.0, flags.0) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.opendir(ino, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(errno(&e)),
         }
@@ -809,9 +854,10 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectory,
     ) {
         let _answering = self.requests.start(Req::Readdir);
+        let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 256, false) {
+            let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 256, false) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -820,7 +866,7 @@ impl Filesystem for Adapter {
             }
             for e in &entries {
                 if reply.add(
-                    INodeNo(e.ino),
+                    self.inodes.entry(ino, &e.name, e.ino),
                     e.cookie,
                     file_type(e.kind),
                     OsStr::from_bytes(&e.name),
@@ -842,9 +888,10 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectoryPlus,
     ) {
         let _answering = self.requests.start(Req::Readdirplus);
+        let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 128, true) {
+            let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 128, true) {
                 Ok(e) => e,
                 Err(e) => return reply.error(errno(&e)),
             };
@@ -854,11 +901,11 @@ impl Filesystem for Adapter {
             for e in &entries {
                 let Some(a) = &e.attr else { continue };
                 if reply.add(
-                    INodeNo(e.ino),
+                    self.inodes.entry(ino, &e.name, e.ino),
                     e.cookie,
                     OsStr::from_bytes(&e.name),
-                    &self.entry_ttl(ino.0),
-                    &file_attr(a),
+                    &self.entry_ttl(ino),
+                    &self.kernel_attr(a),
                     Generation(0),
                 ) {
                     return reply.ok();
@@ -930,12 +977,13 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let _answering = self.requests.start(Req::Setxattr);
+        let ino = self.inodes.volume(ino);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(Errno::EOPNOTSUPP);
         }
         match self
             .vfs
-            .set_xattr(&ctx(req), ino.0, name.as_bytes(), value, flags)
+            .set_xattr(&ctx(req), ino, name.as_bytes(), value, flags)
         {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
@@ -944,7 +992,8 @@ impl Filesystem for Adapter {
 
     fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
         let _answering = self.requests.start(Req::Getxattr);
-        match self.vfs.get_xattr(ino.0, name.as_bytes()) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.get_xattr(ino, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
@@ -954,7 +1003,8 @@ impl Filesystem for Adapter {
 
     fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let _answering = self.requests.start(Req::Listxattr);
-        match self.vfs.list_xattr(ino.0) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.list_xattr(ino) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(Errno::ERANGE),
             Ok(v) => reply.data(&v),
@@ -964,10 +1014,11 @@ impl Filesystem for Adapter {
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _answering = self.requests.start(Req::Removexattr);
+        let ino = self.inodes.volume(ino);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(Errno::EOPNOTSUPP);
         }
-        match self.vfs.remove_xattr(&ctx(req), ino.0, name.as_bytes()) {
+        match self.vfs.remove_xattr(&ctx(req), ino, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(&e)),
         }
@@ -975,8 +1026,9 @@ impl Filesystem for Adapter {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let _answering = self.requests.start(Req::Access);
+        let ino = self.inodes.volume(ino);
         // Only called without default_permissions; check the mode bits like the kernel would.
-        let a = match self.vfs.getattr(ino.0) {
+        let a = match self.vfs.getattr(ino) {
             Ok(a) => a,
             Err(e) => return reply.error(errno(&e)),
         };
@@ -998,9 +1050,10 @@ impl Filesystem for Adapter {
         reply: ReplyCreate,
     ) {
         let _answering = self.requests.start(Req::Create);
+        let parent = self.inodes.volume(parent);
         match self.vfs.create(
             &creator(req, umask),
-            parent.0,
+            parent,
             name.as_bytes(),
             mode & 0o7777,
             flags,
@@ -1014,8 +1067,8 @@ impl Filesystem for Adapter {
                     FopenFlags::empty()
                 };
                 reply.created(
-                    &self.attr_ttl(&a).min(self.entry_ttl(parent.0)),
-                    &file_attr(&a),
+                    &self.attr_ttl(&a).min(self.entry_ttl(parent)),
+                    &self.kernel_attr(&a),
                     Generation(0),
                     FileHandle(fh),
                     f,
@@ -1039,6 +1092,7 @@ impl Filesystem for Adapter {
         reply: ReplyIoctl,
     ) {
         let _answering = self.requests.start(Req::Ioctl);
+        let ino = self.inodes.volume(ino);
         const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
         const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
         const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
@@ -1050,13 +1104,13 @@ impl Filesystem for Adapter {
             Some(b) => Ok(u32::from_ne_bytes(b.try_into().expect("4 bytes"))),
             None => Err(Errno::EINVAL),
         };
-        let set = |flags: u32| match self.vfs.set_flags(&ctx(req), ino.0, flags) {
+        let set = |flags: u32| match self.vfs.set_flags(&ctx(req), ino, flags) {
             Ok(_) => Ok(Vec::new()),
             Err(e) => Err(errno(&e)),
         };
         let flags = || {
             self.vfs
-                .getattr(ino.0)
+                .getattr(ino)
                 .map(|a| a.flags & crate::meta::flags::KEPT)
                 .map_err(|e| errno(&e))
         };
@@ -1077,7 +1131,7 @@ impl Filesystem for Adapter {
             }),
             FS_IOC_FSSETXATTR => given().and_then(|x| set(flags_of_xflags(x))),
             _ => {
-                tracing::debug!("ioctl {cmd:#x} of inode {}: ENOTTY", ino.0);
+                tracing::debug!("ioctl {cmd:#x} of inode {}: ENOTTY", ino);
                 Err(Errno::ENOTTY)
             }
         };
