@@ -23,8 +23,7 @@ fn mount_flags(path: &Path) -> Vec<String> {
     let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
     let p = path.to_string_lossy().replace(' ', "\\040");
     info.lines()
-        .filter(|l| l.split(' ').nth(4) == Some(p.as_str()))
-        .last()
+        .rfind(|l| l.split(' ').nth(4) == Some(p.as_str()))
         .and_then(|l| l.split(' ').nth(5))
         .map(|o| o.split(',').map(str::to_string).collect())
         .unwrap_or_default()
