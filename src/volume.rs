@@ -315,6 +315,50 @@ pub fn open_meta(meta_url: &str) -> anyhow::Result<Arc<dyn Meta>> {
     Ok(url.open()?)
 }
 
+/// The inode of the directory `path` of the volume (`mount --subdir`): `/a/b` or `a/b`, from
+/// the volume's root. It must exist and be a directory; `..` is refused (a subdir mount must
+/// not name what lies above it), and so is the trash (it stays the volume's own: deletions
+/// in a subdir mount still go to `/.trash`, reachable from a mount of the whole volume).
+pub fn subdir_ino(meta: &dyn Meta, path: &str) -> anyhow::Result<meta::Ino> {
+    let parts: Vec<&str> = path
+        .split('/')
+        .filter(|p| !p.is_empty() && *p != ".")
+        .collect();
+    if parts.contains(&"..") {
+        bail!(
+            "invalid --subdir {path}: give a path from the volume's root without '..', e.g. /projects/a"
+        );
+    }
+    if parts.first().map(|p| p.as_bytes()) == Some(meta::trash::TRASH_NAME) {
+        bail!(
+            "invalid --subdir {path}: the trash cannot be mounted on its own; mount the whole \
+             volume and use `unkai restore`"
+        );
+    }
+    let mut ino = meta::ROOT_INO;
+    for (i, part) in parts.iter().enumerate() {
+        let shown = format!("/{}", parts[..=i].join("/"));
+        let a = match meta.lookup(&meta::Ctx::ROOT, ino, part.as_bytes()) {
+            Ok(a) => a,
+            Err(e) if e.errno() == libc::ENOENT => bail!(
+                "--subdir {path}: volume '{}' has no directory {shown}: create it through a \
+                 mount of the whole volume (`mkdir -p MOUNTPOINT/{}`)",
+                meta.format().name,
+                parts.join("/")
+            ),
+            Err(e) => bail!("--subdir {path}: looking up {shown}: {e}"),
+        };
+        if a.kind != meta::Kind::Dir {
+            bail!(
+                "--subdir {path}: {shown} is not a directory in volume '{}'",
+                meta.format().name
+            );
+        }
+        ino = a.ino;
+    }
+    Ok(ino)
+}
+
 /// Opens the bucket a volume records, proving it usable. A bucket whose disk is full is
 /// still opened (with a warning): mounting is how a user gets to delete files.
 pub fn open_storage(fmt: &Format) -> anyhow::Result<ObjectStorage> {

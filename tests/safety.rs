@@ -321,7 +321,10 @@ fn the_mount_helper_mounts_quietly() {
     let mp = tempfile::tempdir().unwrap();
     let mps = mp.path().to_str().unwrap();
     let _unmount = Unmount(mp.path());
-    let (ok, out, err) = run_env(&[&vol.meta_url, mps, "-o", "nosuid,_netdev"], &vol.env);
+    // Its log in the volume's directory, not a file of its own in /var/log/unkai.
+    let log = format!("log={}", vol.dir.path().join("helper.log").display());
+    let opts = format!("nosuid,_netdev,{log}");
+    let (ok, out, err) = run_env(&[&vol.meta_url, mps, "-o", &opts], &vol.env);
     assert!(ok, "helper mount failed: {out}{err}");
     assert_eq!(out, "", "the helper printed on stdout");
     let flags = mount_flags(mp.path());

@@ -15,7 +15,9 @@ use crate::volume;
     after_help = "Examples:\n  unkai config sqlite:///var/lib/unkai/vol.db                       # show the settings\n  unkai config --capacity 200G --inodes 5000000 sqlite:///var/lib/unkai/vol.db\n  unkai config --trash-days 7 postgres://unkai@db.example:5432/unkai\n  unkai config --capacity 0 sqlite:///var/lib/unkai/vol.db          # no byte limit"
 )]
 pub struct Args {
-    /// The volume's META-URL (default: the embedded default volume).
+    /// The volume's META-URL, or the mountpoint of a mounted volume (default: the embedded
+    /// default volume).
+    #[arg(value_name = "META-URL|MOUNTPOINT")]
     meta_url: Option<String>,
     /// Days deleted data is kept before its objects are deleted (0: delete at once).
     #[arg(long)]
@@ -50,7 +52,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
              are stored with it); format a new volume and copy the data to change it"
         );
     }
-    let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
+    let url = super::meta_url_of(a.meta_url)?;
     let meta = volume::open_meta(&url)?;
     let old = meta.format();
     let mut new = old.clone();

@@ -47,10 +47,12 @@ fn upload_staged(
 /// are harmless garbage: `unkai gc --delete` removes them), 1 otherwise.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai fsck sqlite:///var/lib/unkai/vol.db\n  unkai fsck --repair sqlite:///var/lib/unkai/vol.db     # on an unmounted volume\n  unkai fsck --verify sqlite:///var/lib/unkai/vol.db     # read and check every object"
+    after_help = "Examples:\n  unkai fsck sqlite:///var/lib/unkai/vol.db\n  unkai fsck /mnt/vol                                   # the volume mounted there\n  unkai fsck --repair sqlite:///var/lib/unkai/vol.db     # on an unmounted volume\n  unkai fsck --verify sqlite:///var/lib/unkai/vol.db     # read and check every object"
 )]
 pub struct Args {
-    /// The volume's META-URL (default: the embedded default volume).
+    /// The volume's META-URL, or the mountpoint of a mounted volume (default: the embedded
+    /// default volume).
+    #[arg(value_name = "META-URL|MOUNTPOINT")]
     meta_url: Option<String>,
     /// Fix what is safe to fix (link counts, entries pointing nowhere, orphans, reference
     /// counts, counters; unreachable inodes go to /lost+found). The volume must be unmounted.
@@ -77,7 +79,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
+    let url = super::meta_url_of(a.meta_url)?;
     let meta = volume::open_meta(&url)?;
     let damage = meta.check_storage()?;
     if !damage.is_empty() {

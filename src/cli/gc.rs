@@ -9,10 +9,12 @@ use crate::volume;
 /// --delete, delete them together with the objects of dead slices whose trash period is over.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai gc sqlite:///var/lib/unkai/vol.db              # report only\n  unkai gc --delete sqlite:///var/lib/unkai/vol.db"
+    after_help = "Examples:\n  unkai gc sqlite:///var/lib/unkai/vol.db              # report only\n  unkai gc /mnt/vol                                    # the volume mounted there\n  unkai gc --delete sqlite:///var/lib/unkai/vol.db"
 )]
 pub struct Args {
-    /// The volume's META-URL (default: the embedded default volume).
+    /// The volume's META-URL, or the mountpoint of a mounted volume (default: the embedded
+    /// default volume).
+    #[arg(value_name = "META-URL|MOUNTPOINT")]
     meta_url: Option<String>,
     /// Delete what is found (without it, only report).
     #[arg(long)]
@@ -31,7 +33,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
+    let url = super::meta_url_of(a.meta_url)?;
     let meta = volume::open_meta(&url)?;
     let store = volume::open_data(
         &meta.format(),

@@ -3,18 +3,23 @@
 //! through the FUSE helper `mount.fuse3`.
 //!
 //! A remount is done here with the mount(2) remount call; a new mount takes SOURCE as the
-//! META-URL and runs `unkai mount -d` (`-o encrypt_key_file=FILE` becomes its
-//! `--encrypt-key-file FILE`, `-o metrics=ADDR` its `--metrics ADDR`).
+//! META-URL and runs `unkai mount -d` with the options as its flags (`cli::options`:
+//! `cache_size=100G` becomes `--cache-size 100G`, `_netdev` and the like are left out, an
+//! unknown option is an error). The command line is checked here first, so that a bad value
+//! is one line from mount(8) too.
 
 use anyhow::{Context, bail};
 use nix::mount::MsFlags;
 
 /// The helper's arguments, if the command line has that shape (`SOURCE MOUNTPOINT -o OPTS`).
 pub fn parse(args: &[String]) -> Option<(String, String, Vec<String>)> {
-    const SUBCOMMANDS: &[&str] = &["format", "mount", "umount", "status", "fsck", "gc", "help"];
+    use clap::CommandFactory;
     if args.len() < 3
         || args[1].starts_with('-')
-        || SUBCOMMANDS.contains(&args[1].as_str())
+        || args[1] == "help"
+        || super::Cli::command()
+            .get_subcommands()
+            .any(|c| c.get_name() == args[1])
         || !args.iter().any(|a| a == "-o")
     {
         return None;
@@ -54,35 +59,22 @@ pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()
     if !source.contains("://") {
         bail!("mount source '{source}' is not a META-URL (e.g. sqlite:///var/lib/unkai/vol.db)");
     }
-    let exe = std::env::current_exe()?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.args(["mount", "-d"]);
-    if has("ro") {
-        cmd.arg("--read-only");
-    }
-    if has("allow_other") {
-        cmd.arg("--allow-other");
-    }
-    // An encrypted volume's key file, from an /etc/fstab line (`encrypt_key_file=/etc/x.key`).
-    if let Some(f) = opts
-        .iter()
-        .rev()
-        .find_map(|o| o.strip_prefix("encrypt_key_file="))
-    {
-        cmd.arg("--encrypt-key-file").arg(f);
-    }
-    // Where to serve the mount's metrics (`metrics=127.0.0.1:9567`).
-    if let Some(a) = opts.iter().rev().find_map(|o| o.strip_prefix("metrics=")) {
-        cmd.arg("--metrics").arg(a);
-    }
-    let flags = mount_flags(opts);
-    if !flags.is_empty() {
-        cmd.arg("-o").arg(flags.join(","));
+    // Checked as `unkai mount` will take it, so that a bad option or value is one line.
+    let mut argv: Vec<String> = vec!["unkai".into(), "mount".into(), "-d".into()];
+    argv.extend(super::options::expand(opts)?);
+    argv.extend([source.to_string(), mountpoint.to_string()]);
+    if let Err(e) = <super::Cli as clap::Parser>::try_parse_from(&argv) {
+        let msg = e.to_string();
+        let first = msg.lines().next().unwrap_or_default();
+        bail!(
+            "{} (from -o {})",
+            first.strip_prefix("error: ").unwrap_or(first),
+            opts.join(",")
+        );
     }
     // mount(8) and its callers expect nothing on stdout; errors still reach stderr.
-    let st = cmd
-        .arg(source)
-        .arg(mountpoint)
+    let st = std::process::Command::new(std::env::current_exe()?)
+        .args(&argv[1..])
         .stdout(std::process::Stdio::null())
         .status()?;
     if !st.success() {
@@ -116,17 +108,6 @@ fn remount_flags(mountpoint: &str, opts: &[String]) -> MsFlags {
     flags.ms_flags(ro)
 }
 
-/// The kernel flags among `opts` (nosuid, nodev, noexec, noatime, ...), for `unkai mount -o`:
-/// only those that differ from the default, the last one of each kind winning. Options the
-/// helper has no use for (`_netdev`, `nofail`, ...) are left out as before.
-fn mount_flags(opts: &[String]) -> Vec<&'static str> {
-    let mut flags = crate::fuse::MountFlags::default();
-    for o in opts {
-        flags.apply(o);
-    }
-    flags.to_options()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,23 +125,5 @@ mod tests {
         assert!(parse(&s(&["unkai", "mount", "-d", "/mnt/x"])).is_none());
         assert!(parse(&s(&["unkai", "status"])).is_none());
         assert!(parse(&s(&["unkai", "--help"])).is_none());
-    }
-
-    #[test]
-    fn passes_the_kernel_flags_on() {
-        assert_eq!(
-            mount_flags(&s(&[
-                "rw", "nosuid", "_netdev", "nodev", "noexec", "noatime"
-            ])),
-            ["nosuid", "nodev", "noexec", "noatime"]
-        );
-        assert_eq!(
-            mount_flags(&s(&["nosuid", "suid", "relatime"])),
-            Vec::<&str>::new()
-        );
-        assert_eq!(
-            mount_flags(&s(&["noatime", "strictatime"])),
-            ["strictatime"]
-        );
     }
 }

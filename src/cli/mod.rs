@@ -5,6 +5,7 @@
 
 mod bench;
 mod clone;
+mod completion;
 mod config;
 mod destroy;
 mod format;
@@ -14,6 +15,7 @@ mod helper;
 mod info;
 mod mount;
 mod objbench;
+mod options;
 mod profile;
 mod quota;
 mod restore;
@@ -22,7 +24,7 @@ mod status;
 mod umount;
 mod warmup;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 
 #[derive(Parser)]
 #[command(
@@ -64,6 +66,8 @@ enum Command {
     Objbench(objbench::Args),
     Bench(bench::Args),
     Warmup(warmup::Args),
+    Completion(completion::Args),
+    Manpage(completion::ManArgs),
 }
 
 fn init_logging(filter: &str) {
@@ -83,9 +87,100 @@ fn init_logging(filter: &str) {
             tracing_subscriber::fmt::layer()
                 .with_writer(std::io::stderr)
                 .with_ansi(std::io::stderr().is_terminal())
-                .with_target(false),
+                .event_format(Tagged(tracing_subscriber::fmt::format().with_target(false))),
         )
         .try_init();
+}
+
+/// What starts every log line of a mount once it knows its volume: `NAME[PID]`.
+static LOG_TAG: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Set by `mount -d` for its daemon: the volume's name, so that the daemon's first log line
+/// names it already.
+pub(crate) const LOG_VOLUME_ENV: &str = "UNKAI_LOG_VOLUME";
+
+/// From now on every log line of this process starts with `volume[pid]` (several mounts may
+/// log to one file or journal: each line says whose it is). The first call wins.
+pub(crate) fn tag_log(volume: &str) {
+    let _ = LOG_TAG.set(format!("{volume}[{}]", std::process::id()));
+}
+
+/// The log's lines, tagged with [`LOG_TAG`] once it is set.
+struct Tagged<F>(F);
+
+impl<S, N, F> tracing_subscriber::fmt::FormatEvent<S, N> for Tagged<F>
+where
+    S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>,
+    N: for<'a> tracing_subscriber::fmt::FormatFields<'a> + 'static,
+    F: tracing_subscriber::fmt::FormatEvent<S, N>,
+{
+    fn format_event(
+        &self,
+        ctx: &tracing_subscriber::fmt::FmtContext<'_, S, N>,
+        mut writer: tracing_subscriber::fmt::format::Writer<'_>,
+        event: &tracing::Event<'_>,
+    ) -> std::fmt::Result {
+        if let Some(tag) = LOG_TAG.get() {
+            write!(writer, "{tag} ")?;
+        }
+        self.0.format_event(ctx, writer, event)
+    }
+}
+
+/// The definition of `unkai mount` (its flags are the options of `-o`: `options`).
+fn mount_command() -> clap::Command {
+    Cli::command()
+        .find_subcommand("mount")
+        .cloned()
+        .expect("unkai mount is defined")
+}
+
+/// The META-URL a command was given in `target`: a META-URL as it is; the mountpoint of an
+/// unkai mount on this machine (or a path inside one) as the META-URL that mount was made
+/// with; none, the default volume's.
+pub(crate) fn meta_url_of(target: Option<String>) -> anyhow::Result<String> {
+    let Some(t) = target else {
+        return Ok(crate::volume::default_meta_url());
+    };
+    if t.contains("://") {
+        return Ok(t);
+    }
+    let path = std::path::Path::new(&t);
+    if !path.exists() {
+        anyhow::bail!(
+            "'{t}' is neither a META-URL (e.g. sqlite:///var/lib/unkai/vol.db) nor a \
+             mountpoint"
+        );
+    }
+    let Some(m) = crate::fuse::mounts::containing(path).filter(crate::fuse::mounts::is_unkai)
+    else {
+        anyhow::bail!(
+            "{t} is not in an unkai mount: give the volume's META-URL (e.g. \
+             sqlite:///var/lib/unkai/vol.db) or the mountpoint of a mounted volume"
+        );
+    };
+    let file = crate::volume::serve::meta_url_file(&pid_file(&m.mountpoint));
+    // Mounts by root keep theirs under /run/unkai, others under their own runtime dir.
+    let root_file =
+        crate::volume::serve::meta_url_file(&pid_file_in("/run/unkai".as_ref(), &m.mountpoint));
+    for f in [&file, &root_file] {
+        match std::fs::read_to_string(f) {
+            Ok(url) if !url.trim().is_empty() => return Ok(url.trim().to_string()),
+            Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => anyhow::bail!(
+                "cannot read the META-URL of the mount at {} ({}: {e}): run as the user who \
+                 mounted it, or give the META-URL",
+                m.mountpoint.display(),
+                f.display()
+            ),
+            _ => {}
+        }
+    }
+    anyhow::bail!(
+        "the mount at {} ({}) left no record of its META-URL ({}): give the META-URL",
+        m.mountpoint.display(),
+        m.source,
+        file.display()
+    )
 }
 
 /// Drops fuser's error for a reply the kernel no longer waits for ("Failed to send FUSE
@@ -135,7 +230,12 @@ pub fn main() -> i32 {
         init_logging("info");
         return finish(helper::run(&source, &mountpoint, &opts));
     }
-    let cli = Cli::parse();
+    // `unkai mount -o cache_size=...`: the options as the flags they name.
+    let args = match options::expand_mount_args(args) {
+        Ok(a) => a,
+        Err(e) => return finish(Err(e)),
+    };
+    let cli = Cli::parse_from(args);
     init_logging(&cli.log_level);
     let res = match cli.cmd {
         Command::Format(a) => format::run(a),
@@ -156,6 +256,8 @@ pub fn main() -> i32 {
         Command::Objbench(a) => objbench::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Warmup(a) => warmup::run(a),
+        Command::Completion(a) => completion::run(a, Cli::command()),
+        Command::Manpage(a) => completion::manpage(a, Cli::command()),
     };
     finish(res)
 }
@@ -244,13 +346,18 @@ pub(crate) fn runtime_dir() -> std::path::PathBuf {
 
 /// The pid file of the mount at `mountpoint` (canonical path).
 pub(crate) fn pid_file(mountpoint: &std::path::Path) -> std::path::PathBuf {
+    pid_file_in(&runtime_dir(), mountpoint)
+}
+
+/// The pid file of the mount at `mountpoint` in the runtime directory `dir`.
+fn pid_file_in(dir: &std::path::Path, mountpoint: &std::path::Path) -> std::path::PathBuf {
     let hex: String = mountpoint
         .as_os_str()
         .as_encoded_bytes()
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect();
-    runtime_dir().join("mounts").join(format!("{hex}.pid"))
+    dir.join("mounts").join(format!("{hex}.pid"))
 }
 
 /// A progress bar of `len` steps labelled `what` (hidden with `quiet`).

@@ -26,7 +26,9 @@ use crate::volume::{
 #[derive(clap::Args, Clone)]
 #[command(
     override_usage = "unkai mount [OPTIONS] [META-URL] <MOUNTPOINT>",
-    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --metrics 127.0.0.1:9567 sqlite:///var/lib/unkai/vol.db /mnt/vol    # Prometheus scrapes /metrics"
+    // A flag given twice, or as a flag and again in -o, takes the last (as mount(8) does).
+    args_override_self = true,
+    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --subdir /projects/a sqlite:///var/lib/unkai/vol.db /mnt/a   # one directory of the volume\n  unkai mount -d --metrics 127.0.0.1:9567 sqlite:///var/lib/unkai/vol.db /mnt/vol    # Prometheus scrapes /metrics\n  unkai mount -d -o nosuid,cache_size=50G,writeback=on sqlite:///var/lib/unkai/vol.db /mnt/vol"
 )]
 pub struct Args {
     /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
@@ -36,10 +38,16 @@ pub struct Args {
     /// Run in the background, logging to a file; returns once the mount is ready.
     #[arg(short = 'd', long = "background")]
     background: bool,
-    /// Log file of a background mount (default: unkai.log beside the default volume, or
-    /// /var/log/unkai.log for root).
+    /// Log file of a background mount [default: one per mount, NAME@MOUNTPOINT.log (the
+    /// mountpoint's '/' as '-') in /var/log/unkai for root, in ~/.local/share/unkai/log
+    /// otherwise]. Every line names the volume and the pid; SIGHUP reopens the file.
     #[arg(long, env = "UNKAI_LOG_FILE")]
     log: Option<PathBuf>,
+    /// Mount this directory of the volume (a path from its root, e.g. /projects/a) instead
+    /// of its root; it must exist. Nothing above it can be reached through the mount (its
+    /// `..` is itself); deletions still go to the volume's trash, at its root.
+    #[arg(long, value_name = "PATH")]
+    subdir: Option<String>,
     /// Let other users use the mount (always on when mounting as root).
     #[arg(long)]
     allow_other: bool,
@@ -47,7 +55,9 @@ pub struct Args {
     #[arg(long)]
     read_only: bool,
     /// Mount options, comma-separated: nosuid, nodev, noexec (and suid, dev, exec, the
-    /// defaults), noatime, relatime (the default), strictatime, ro, rw, allow_other.
+    /// defaults), noatime, relatime (the default), strictatime, ro, rw, allow_other; every
+    /// flag of this command as NAME=VALUE or NAME (cache_size=50G, subdir=/a, read_only);
+    /// mount(8)'s _netdev, nofail, noauto, defaults and x-* are ignored.
     #[arg(
         short = 'o',
         long = "options",
@@ -210,6 +220,10 @@ fn check_mountpoint(mp: &Path) -> anyhow::Result<PathBuf> {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
+    if let Ok(v) = std::env::var(crate::cli::LOG_VOLUME_ENV) {
+        // A daemon: its log's lines name the volume from the first one.
+        crate::cli::tag_log(&v);
+    }
     let mut ready = Ready(
         std::env::var(READY_FD_ENV)
             .ok()
@@ -304,6 +318,11 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         }
     }
     let fmt = meta.format().clone();
+    crate::cli::tag_log(&fmt.name);
+    let subdir = match &a.subdir {
+        Some(path) => Some((volume::subdir_ino(&*meta, path)?, path.clone())),
+        None => None,
+    };
     // Unwrapped here, so that a missing or wrong key is said on the terminal (a daemon
     // unwraps again: the key never crosses the pipe).
     let data_key = volume::data_key(&fmt, a.encrypt_key_file.as_deref())?;
@@ -340,6 +359,8 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         data_key,
         metrics,
         access_log: a.access_log,
+        subdir,
+        meta_url,
     };
     serve::serve(meta, &cfg, || ready.report(Ok(())))
 }
@@ -371,6 +392,9 @@ struct Ready(Option<i32>);
 
 impl Ready {
     fn report(&mut self, res: Result<(), &str>) {
+        if res.is_ok() {
+            notify_systemd();
+        }
         let Some(fd) = self.0.take() else { return };
         // SAFETY: the parent passed this descriptor for us alone; we close it after writing.
         let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
@@ -381,20 +405,60 @@ impl Ready {
     }
 }
 
-fn default_log_file() -> PathBuf {
-    if nix::unistd::geteuid().is_root() {
-        PathBuf::from("/var/log/unkai.log")
+/// Tells systemd the mount is ready when it runs us as a `Type=notify` service
+/// (contrib/unkai@.service): `READY=1` to the datagram socket `NOTIFY_SOCKET` names (a path,
+/// or `@name` in the abstract namespace), as sd_notify(3) does.
+fn notify_systemd() {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixDatagram};
+    let Some(path) = std::env::var_os("NOTIFY_SOCKET") else {
+        return;
+    };
+    let path = path.to_string_lossy().into_owned();
+    let addr = match path.strip_prefix('@') {
+        Some(name) => SocketAddr::from_abstract_name(name.as_bytes()),
+        None => SocketAddr::from_pathname(&path),
+    };
+    let sent = addr.and_then(|addr| {
+        let sock = UnixDatagram::unbound()?;
+        sock.send_to_addr(b"READY=1\n", &addr)
+    });
+    if let Err(e) = sent {
+        tracing::warn!("cannot tell systemd the mount is ready (NOTIFY_SOCKET={path}): {e}");
+    }
+}
+
+/// The log file of a background mount of volume `volume` at `mountpoint` when none is given:
+/// one per mount, `NAME@MOUNTPOINT.log` (`myvol@mnt-vol.log` for /mnt/vol), in /var/log/unkai
+/// for root and beside the default volume's directory otherwise.
+fn default_log_file(volume: &str, mountpoint: &Path) -> PathBuf {
+    let dir = if nix::unistd::geteuid().is_root() {
+        PathBuf::from("/var/log/unkai")
     } else {
         volume::default_dir()
             .parent()
-            .map(|d| d.join("unkai.log"))
-            .unwrap_or_else(|| "unkai.log".into())
-    }
+            .map(|d| d.join("log"))
+            .unwrap_or_else(|| "log".into())
+    };
+    let mp: String = mountpoint
+        .to_string_lossy()
+        .trim_matches('/')
+        .chars()
+        .map(|c| match c {
+            '/' => '-',
+            c if c.is_ascii_alphanumeric() || "._-".contains(c) => c,
+            _ => '_',
+        })
+        .collect();
+    dir.join(format!("{volume}@{mp}.log"))
 }
 
 /// Starts this same command as a daemon and waits until it reports the mount ready.
 fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()> {
-    let log = a.log.clone().unwrap_or_else(default_log_file);
+    let log = a
+        .log
+        .clone()
+        .unwrap_or_else(|| default_log_file(volume, mountpoint));
     if let Some(d) = log.parent() {
         std::fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
     }
@@ -413,6 +477,7 @@ fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()>
     cmd.args(&args)
         .env(READY_FD_ENV, "3")
         .env(crate::volume::serve::DAEMON_LOG_ENV, &log)
+        .env(crate::cli::LOG_VOLUME_ENV, volume)
         .stdin(std::process::Stdio::null())
         .stdout(logf.try_clone()?)
         .stderr(logf);

@@ -5,10 +5,12 @@ use crate::volume;
 /// Show a volume's settings, usage (bytes, inodes, objects) and the clients mounting it.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai status sqlite:///var/lib/unkai/vol.db\n  unkai status --json sqlite:///var/lib/unkai/vol.db"
+    after_help = "Examples:\n  unkai status sqlite:///var/lib/unkai/vol.db\n  unkai status --json sqlite:///var/lib/unkai/vol.db\n  unkai status /mnt/vol                           # the volume mounted there"
 )]
 pub struct Args {
-    /// The volume's META-URL (default: the embedded default volume).
+    /// The volume's META-URL, or the mountpoint of a mounted volume (default: the embedded
+    /// default volume).
+    #[arg(value_name = "META-URL|MOUNTPOINT")]
     meta_url: Option<String>,
     /// Print JSON instead of text.
     #[arg(long)]
@@ -16,7 +18,7 @@ pub struct Args {
 }
 
 pub fn run(a: Args) -> anyhow::Result<()> {
-    let url = a.meta_url.unwrap_or_else(volume::default_meta_url);
+    let url = super::meta_url_of(a.meta_url)?;
     let meta = volume::open_meta(&url)?;
     let fmt = meta.format().clone();
     let usage = meta.usage()?;

@@ -26,6 +26,7 @@ use fuser::{
 
 use super::Coherence;
 use super::accesslog::{self, AccessLog};
+use super::inodes::Inodes;
 use super::requests::{Answering, Req, Requests};
 use crate::meta::{
     Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
@@ -88,7 +89,12 @@ pub struct Adapter {
     /// their handles.
     log: Arc<AccessLog>,
     log_readers: Mutex<HashMap<u64, Arc<accesslog::Reader>>>,
+    /// The kernel's inode numbers of the volume's (a subdir mount's root is the kernel's 1).
+    inodes: Inodes,
 }
+
+/// The kernel's inode of the mount's root (FUSE_ROOT_ID).
+const FUSE_ROOT: u64 = 1;
 
 /// Handles of `.accesslog` readers: apart from the volume's (which count up from 1).
 const LOG_FH: u64 = 1 << 62;
@@ -188,6 +194,7 @@ impl Adapter {
         coherence: Arc<Coherence>,
         requests: Arc<Requests>,
         log: Arc<AccessLog>,
+        inodes: Inodes,
     ) -> Adapter {
         Adapter {
             vfs,
@@ -197,6 +204,7 @@ impl Adapter {
             requests,
             log,
             log_readers: Mutex::new(HashMap::new()),
+            inodes,
         }
     }
 
@@ -425,12 +433,20 @@ fn setattr_nanos(t: SystemTime) -> Nanos {
 }
 
 impl Adapter {
+    /// `a` as the kernel sees it: numbered by [`Inodes`].
+    fn kernel_attr(&self, a: &Attr) -> FileAttr {
+        FileAttr {
+            ino: self.inodes.kernel(a.ino),
+            ..file_attr(a)
+        }
+    }
+
     fn reply_entry(&self, reply: ReplyEntry, res: vfs::Result<Attr>) {
         match res {
             Ok(a) => reply.entry_with_ttls(
                 &self.attr_ttl(&a),
                 &self.entry_ttl(a.parent),
-                &file_attr(&a),
+                &self.kernel_attr(&a),
                 Generation(0),
             ),
             Err(e) => reply.error(errno(&e)),
@@ -481,7 +497,13 @@ impl Filesystem for Adapter {
             InitFlags::FUSE_MAX_PAGES,
             // File handles (name_to_handle_at, NFS re-export): an inode is found again by
             // number through a lookup of "." (and a directory's parent through "..").
-            InitFlags::FUSE_EXPORT_SUPPORT,
+            // Not in a subdir mount: a handle names any inode of the volume, and the
+            // directory mounted must be all that can be reached.
+            if self.inodes.is_subdir() {
+                InitFlags::empty()
+            } else {
+                InitFlags::FUSE_EXPORT_SUPPORT
+            },
             // Setuid, setgid and file capabilities dropped by us on write, truncate and
             // chown (vfs::drop_privs): the kernel then stops asking for security.capability
             // before every write, a round trip that halved small-write rates.
@@ -498,11 +520,17 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Lookup, || {
             format!("({},{})", parent.0, name.to_string_lossy())
         });
-        if parent.0 == crate::meta::ROOT_INO && name.as_bytes() == accesslog::NAME {
+        if parent.0 == FUSE_ROOT && name.as_bytes() == accesslog::NAME {
             return reply.entry(&Duration::from_secs(1), &self.log_attr(), Generation(0));
         }
-        match self.vfs.lookup(&ctx(req), parent.0, name.as_bytes()) {
-            Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent.0).is_zero() => {
+        let parent = self.inodes.volume(parent);
+        let found = if self.inodes.is_root_parent(parent, name.as_bytes()) {
+            self.vfs.getattr(parent)
+        } else {
+            self.vfs.lookup(&ctx(req), parent, name.as_bytes())
+        };
+        match found {
+            Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent).is_zero() => {
                 op.failed(Errno::ENOENT);
                 // A negative entry: the kernel remembers the name is absent.
                 let mut attr = file_attr(&Attr {
@@ -524,7 +552,7 @@ impl Filesystem for Adapter {
                 attr.ino = INodeNo(0);
                 reply.entry_with_ttls(
                     &Duration::ZERO,
-                    &self.negative_ttl(parent.0),
+                    &self.negative_ttl(parent),
                     &attr,
                     Generation(0),
                 );
@@ -538,8 +566,9 @@ impl Filesystem for Adapter {
         if ino.0 == accesslog::INO {
             return reply.attr(&Duration::from_secs(1), &self.log_attr());
         }
-        match self.vfs.getattr(ino.0) {
-            Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
+        let ino = self.inodes.volume(ino);
+        match self.vfs.getattr(ino) {
+            Ok(a) => reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a)),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
@@ -563,6 +592,7 @@ impl Filesystem for Adapter {
         reply: ReplyAttr,
     ) {
         let op = self.op(req, Req::Setattr, || format!("({})", ino.0));
+        let ino = self.inodes.volume(ino);
         // A SETATTR that sets nothing (or the ctime alone) is chown(-1, -1), or the kernel
         // asking to drop privileges it found (under FUSE_HANDLE_KILLPRIV_V2 it strips the
         // mode it would have set): both drop setuid, setgid and capabilities, as a chown.
@@ -577,15 +607,16 @@ impl Filesystem for Adapter {
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
         };
-        match self.vfs.setattr(&ctx(req), ino.0, &set, size, chown) {
-            Ok(a) => reply.attr(&self.attr_ttl(&a), &file_attr(&a)),
+        match self.vfs.setattr(&ctx(req), ino, &set, size, chown) {
+            Ok(a) => reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a)),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
         let op = self.op(req, Req::Readlink, || format!("({})", ino.0));
-        match self.vfs.readlink(ino.0) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.readlink(ino) {
             Ok(t) => reply.data(&t),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
@@ -611,12 +642,13 @@ impl Filesystem for Adapter {
                 rdev
             )
         });
+        let parent = self.inodes.volume(parent);
         let Some(kind) = Kind::from_mode(mode) else {
             return reply.error(op.failed(Errno::EINVAL));
         };
         let res = self.vfs.mknod(
             &creator(req, umask),
-            parent.0,
+            parent,
             name.as_bytes(),
             kind,
             mode & 0o7777,
@@ -643,9 +675,10 @@ impl Filesystem for Adapter {
                 umask
             )
         });
+        let parent = self.inodes.volume(parent);
         let res = self.vfs.mknod(
             &creator(req, umask),
-            parent.0,
+            parent,
             name.as_bytes(),
             Kind::Dir,
             mode & 0o7777,
@@ -658,7 +691,8 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Unlink, || {
             format!("({},{})", parent.0, name.to_string_lossy())
         });
-        match self.vfs.unlink(&ctx(req), parent.0, name.as_bytes()) {
+        let parent = self.inodes.volume(parent);
+        match self.vfs.unlink(&ctx(req), parent, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
@@ -668,7 +702,8 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Rmdir, || {
             format!("({},{})", parent.0, name.to_string_lossy())
         });
-        match self.vfs.rmdir(&ctx(req), parent.0, name.as_bytes()) {
+        let parent = self.inodes.volume(parent);
+        match self.vfs.rmdir(&ctx(req), parent, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
@@ -690,9 +725,10 @@ impl Filesystem for Adapter {
                 target.display()
             )
         });
+        let parent = self.inodes.volume(parent);
         let res = self.vfs.symlink(
             &ctx(req),
-            parent.0,
+            parent,
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
         );
@@ -718,6 +754,8 @@ impl Filesystem for Adapter {
                 newname.to_string_lossy()
             )
         });
+        let parent = self.inodes.volume(parent);
+        let newparent = self.inodes.volume(newparent);
         let f = RenameFlags {
             noreplace: flags.contains(fuser::RenameFlags::RENAME_NOREPLACE),
             exchange: flags.contains(fuser::RenameFlags::RENAME_EXCHANGE),
@@ -725,9 +763,9 @@ impl Filesystem for Adapter {
         };
         match self.vfs.rename(
             &ctx(req),
-            parent.0,
+            parent,
             name.as_bytes(),
-            newparent.0,
+            newparent,
             newname.as_bytes(),
             f,
         ) {
@@ -747,9 +785,9 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Link, || {
             format!("({},{},{})", ino.0, newparent.0, newname.to_string_lossy())
         });
-        let res = self
-            .vfs
-            .link(&ctx(req), ino.0, newparent.0, newname.as_bytes());
+        let ino = self.inodes.volume(ino);
+        let newparent = self.inodes.volume(newparent);
+        let res = self.vfs.link(&ctx(req), ino, newparent, newname.as_bytes());
         self.reply_entry(reply, op.noted(res));
     }
 
@@ -760,13 +798,15 @@ impl Filesystem for Adapter {
                 return reply.error(op.failed(Errno::EACCES));
             }
             let mut rs = self.log_readers.lock();
-            let fh = LOG_FH + rs.len() as u64 + 1;
-            let fh = (fh..).find(|f| !rs.contains_key(f)).unwrap_or(fh);
+            let fh = (LOG_FH + 1..)
+                .find(|f| !rs.contains_key(f))
+                .unwrap_or(LOG_FH + 1);
             rs.insert(fh, self.log.open_reader());
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
         }
-        match self.vfs.open(ino.0, flags.0) {
-            Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino.0, o.keep)),
+        let ino = self.inodes.volume(ino);
+        match self.vfs.open(ino, flags.0) {
+            Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
     }
@@ -815,6 +855,7 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Write, || {
             format!("({},{},{},{})", ino.0, fh.0, offset, data.len())
         });
+        let ino = self.inodes.volume(ino);
         // Under FUSE_HANDLE_KILLPRIV_V2: the writer lacks CAP_FSETID.
         let kill = write_flags
             .contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID)
@@ -824,7 +865,7 @@ impl Filesystem for Adapter {
                 if changed {
                     // Setuid or setgid dropped: the kernel still has them (attributes only:
                     // safe within a request).
-                    self.coherence.forget_attr(ino.0);
+                    self.coherence.forget_attr(ino);
                 }
                 self.requests.written(n as usize);
                 reply.written(n)
@@ -848,10 +889,11 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Getlk, || {
             format!("({},{},{},{})", ino.0, start, end, typ)
         });
+        let ino = self.inodes.volume(ino);
         let Some(kind) = lock_kind(typ) else {
             return reply.error(op.failed(Errno::EINVAL));
         };
-        match self.vfs.getlk(ino.0, lock_owner.0, kind, start, end) {
+        match self.vfs.getlk(ino, lock_owner.0, kind, start, end) {
             Ok(Some(l)) => reply.locked(l.start, l.end, lock_type(l.kind), l.pid),
             Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
             Err(e) => reply.error(op.failed(errno(&e))),
@@ -874,6 +916,7 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Setlk, || {
             format!("({},{},{},{},{},{})", ino.0, fh.0, start, end, typ, pid)
         });
+        let ino = self.inodes.volume(ino);
         let kind = match typ {
             libc::F_UNLCK => None,
             t => match lock_kind(t) {
@@ -889,19 +932,18 @@ impl Filesystem for Adapter {
         };
         let vfs = self.vfs.clone();
         let coherence = self.coherence.clone();
-        let set = move || match vfs.setlk(ino.0, fh.0, lock_owner.0, req, sleep, &|| {
-            signal_pending(pid)
-        }) {
-            Ok(()) => {
-                if kind.is_some() {
-                    // As NFS does: a lock taken means the pages and attributes this kernel
-                    // cached may predate another client's writes under that lock.
-                    coherence.forget_file(ino.0);
+        let set =
+            move || match vfs.setlk(ino, fh.0, lock_owner.0, req, sleep, &|| signal_pending(pid)) {
+                Ok(()) => {
+                    if kind.is_some() {
+                        // As NFS does: a lock taken means the pages and attributes this kernel
+                        // cached may predate another client's writes under that lock.
+                        coherence.forget_file(ino);
+                    }
+                    reply.ok()
                 }
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(&e)),
-        };
+                Err(e) => reply.error(errno(&e)),
+            };
         if sleep {
             // A wait may be long: not on a FUSE worker thread, which other requests need
             // (among them the unlock that ends the wait).
@@ -925,12 +967,13 @@ impl Filesystem for Adapter {
         reply: ReplyEmpty,
     ) {
         let op = self.op(req, Req::Flush, || format!("({},{})", ino.0, fh.0));
+        let ino = self.inodes.volume(ino);
         // A close by a process drops its fcntl locks on the file (the kernel leaves that to
         // a file system that keeps the locks).
         let res = self
             .vfs
             .flush(fh.0)
-            .and(self.vfs.locks_closed_by(ino.0, lock_owner.0));
+            .and(self.vfs.locks_closed_by(ino, lock_owner.0));
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(op.failed(errno(&e))),
@@ -956,10 +999,11 @@ impl Filesystem for Adapter {
             return reply.ok();
         }
         let op = self.op(req, Req::Release, || format!("({},{})", ino.0, fh.0));
+        let ino = self.inodes.volume(ino);
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
-        if let Err(e) = self.vfs.locks_released(ino.0, fh.0) {
-            tracing::error!("inode {}: locks of a released file: {e}", ino.0);
+        if let Err(e) = self.vfs.locks_released(ino, fh.0) {
+            tracing::error!("inode {}: locks of a released file: {e}", ino);
         }
         match res {
             Ok(()) => reply.ok(),
@@ -984,7 +1028,8 @@ impl Filesystem for Adapter {
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let op = self.op(req, Req::Opendir, || format!("({})", ino.0));
-        match self.vfs.opendir(ino.0, flags.0) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.opendir(ino, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
@@ -999,9 +1044,10 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectory,
     ) {
         let op = self.op(req, Req::Readdir, || format!("({},{})", ino.0, offset));
+        let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 256, false) {
+            let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 256, false) {
                 Ok(e) => e,
                 Err(e) => return reply.error(op.failed(errno(&e))),
             };
@@ -1010,7 +1056,7 @@ impl Filesystem for Adapter {
             }
             for e in &entries {
                 if reply.add(
-                    INodeNo(e.ino),
+                    self.inodes.entry(ino, &e.name, e.ino),
                     e.cookie,
                     file_type(e.kind),
                     OsStr::from_bytes(&e.name),
@@ -1032,9 +1078,10 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectoryPlus,
     ) {
         let op = self.op(req, Req::Readdirplus, || format!("({},{})", ino.0, offset));
+        let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(&ctx(req), ino.0, cookie, 128, true) {
+            let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 128, true) {
                 Ok(e) => e,
                 Err(e) => return reply.error(op.failed(errno(&e))),
             };
@@ -1044,11 +1091,11 @@ impl Filesystem for Adapter {
             for e in &entries {
                 let Some(a) = &e.attr else { continue };
                 if reply.add(
-                    INodeNo(e.ino),
+                    self.inodes.entry(ino, &e.name, e.ino),
                     e.cookie,
                     OsStr::from_bytes(&e.name),
-                    &self.entry_ttl(ino.0),
-                    &file_attr(a),
+                    &self.entry_ttl(ino),
+                    &self.kernel_attr(a),
                     Generation(0),
                 ) {
                     return reply.ok();
@@ -1128,12 +1175,13 @@ impl Filesystem for Adapter {
                 flags
             )
         });
+        let ino = self.inodes.volume(ino);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(op.failed(Errno::EOPNOTSUPP));
         }
         match self
             .vfs
-            .set_xattr(&ctx(req), ino.0, name.as_bytes(), value, flags)
+            .set_xattr(&ctx(req), ino, name.as_bytes(), value, flags)
         {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(op.failed(errno(&e))),
@@ -1144,7 +1192,8 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Getxattr, || {
             format!("({},{},{})", ino.0, name.to_string_lossy(), size)
         });
-        match self.vfs.get_xattr(ino.0, name.as_bytes()) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.get_xattr(ino, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(op.failed(Errno::ERANGE)),
             Ok(v) => reply.data(&v),
@@ -1154,7 +1203,8 @@ impl Filesystem for Adapter {
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
         let op = self.op(req, Req::Listxattr, || format!("({},{})", ino.0, size));
-        match self.vfs.list_xattr(ino.0) {
+        let ino = self.inodes.volume(ino);
+        match self.vfs.list_xattr(ino) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
             Ok(v) if v.len() > size as usize => reply.error(op.failed(Errno::ERANGE)),
             Ok(v) => reply.data(&v),
@@ -1166,10 +1216,11 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Removexattr, || {
             format!("({},{})", ino.0, name.to_string_lossy())
         });
+        let ino = self.inodes.volume(ino);
         if !self.acl && acl::is_acl(name.as_bytes()) {
             return reply.error(op.failed(Errno::EOPNOTSUPP));
         }
-        match self.vfs.remove_xattr(&ctx(req), ino.0, name.as_bytes()) {
+        match self.vfs.remove_xattr(&ctx(req), ino, name.as_bytes()) {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(op.failed(errno(&e))),
         }
@@ -1177,8 +1228,9 @@ impl Filesystem for Adapter {
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
         let op = self.op(req, Req::Access, || format!("({})", ino.0));
+        let ino = self.inodes.volume(ino);
         // Only called without default_permissions; check the mode bits like the kernel would.
-        let a = match self.vfs.getattr(ino.0) {
+        let a = match self.vfs.getattr(ino) {
             Ok(a) => a,
             Err(e) => return reply.error(op.failed(errno(&e))),
         };
@@ -1209,9 +1261,10 @@ impl Filesystem for Adapter {
                 flags
             )
         });
+        let parent = self.inodes.volume(parent);
         match self.vfs.create(
             &creator(req, umask),
-            parent.0,
+            parent,
             name.as_bytes(),
             mode & 0o7777,
             flags,
@@ -1225,8 +1278,8 @@ impl Filesystem for Adapter {
                     FopenFlags::empty()
                 };
                 reply.created(
-                    &self.attr_ttl(&a).min(self.entry_ttl(parent.0)),
-                    &file_attr(&a),
+                    &self.attr_ttl(&a).min(self.entry_ttl(parent)),
+                    &self.kernel_attr(&a),
                     Generation(0),
                     FileHandle(fh),
                     f,
@@ -1252,6 +1305,7 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Ioctl, || {
             format!("({},{},{},{})", ino.0, cmd, in_data.len(), out_size)
         });
+        let ino = self.inodes.volume(ino);
         const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
         const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
         const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
@@ -1263,13 +1317,13 @@ impl Filesystem for Adapter {
             Some(b) => Ok(u32::from_ne_bytes(b.try_into().expect("4 bytes"))),
             None => Err(Errno::EINVAL),
         };
-        let set = |flags: u32| match self.vfs.set_flags(&ctx(req), ino.0, flags) {
+        let set = |flags: u32| match self.vfs.set_flags(&ctx(req), ino, flags) {
             Ok(_) => Ok(Vec::new()),
             Err(e) => Err(errno(&e)),
         };
         let flags = || {
             self.vfs
-                .getattr(ino.0)
+                .getattr(ino)
                 .map(|a| a.flags & crate::meta::flags::KEPT)
                 .map_err(|e| errno(&e))
         };
@@ -1290,7 +1344,7 @@ impl Filesystem for Adapter {
             }),
             FS_IOC_FSSETXATTR => given().and_then(|x| set(flags_of_xflags(x))),
             _ => {
-                tracing::debug!("ioctl {cmd:#x} of inode {}: ENOTTY", ino.0);
+                tracing::debug!("ioctl {cmd:#x} of inode {}: ENOTTY", ino);
                 Err(Errno::ENOTTY)
             }
         };

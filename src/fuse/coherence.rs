@@ -19,11 +19,13 @@ use std::sync::{Arc, OnceLock};
 
 use fuser::{INodeNo, Notifier};
 
-use crate::meta::{Change, ChangeSink};
+use super::inodes::Inodes;
+use crate::meta::{Change, ChangeSink, Ino};
 
 #[derive(Debug, Default)]
 pub struct Coherence {
-    notifier: OnceLock<Notifier>,
+    /// The session's notifier, and how the kernel numbers the volume's inodes.
+    notifier: OnceLock<(Notifier, Inodes)>,
     pushed: AtomicBool,
     alone: AtomicBool,
 }
@@ -56,24 +58,32 @@ impl Coherence {
         self.pushed.load(Ordering::Acquire)
     }
 
-    /// The session's notifier, once mounted (changes before that have nothing to invalidate).
-    pub fn set_notifier(&self, n: Notifier) {
-        let _ = self.notifier.set(n);
+    /// The session's notifier, once mounted (changes before that have nothing to invalidate),
+    /// and the mount's inode numbering.
+    pub fn set_notifier(&self, n: Notifier, inodes: Inodes) {
+        let _ = self.notifier.set((n, inodes));
     }
 
-    /// Drops the kernel's cached attributes of `ino` (not its pages).
-    pub fn forget_attr(&self, ino: u64) {
-        if let Some(n) = self.notifier.get() {
-            if let Err(e) = n.inval_inode(INodeNo(ino), -1, 0) {
+    /// The notifier and the kernel's number of the volume's inode `ino` (None: not mounted
+    /// yet, or an inode this mount cannot show).
+    fn target(&self, ino: Ino) -> Option<(&Notifier, INodeNo)> {
+        let (n, inodes) = self.notifier.get()?;
+        Some((n, inodes.notified(ino)?))
+    }
+
+    /// Drops the kernel's cached attributes of the volume's inode `ino` (not its pages).
+    pub fn forget_attr(&self, ino: Ino) {
+        if let Some((n, k)) = self.target(ino) {
+            if let Err(e) = n.inval_inode(k, -1, 0) {
                 tracing::debug!("invalidating attributes of inode {ino}: {e}");
             }
         }
     }
 
-    /// Drops the kernel's cached attributes and pages of `ino`.
-    pub fn forget_file(&self, ino: u64) {
-        if let Some(n) = self.notifier.get() {
-            if let Err(e) = n.inval_inode(INodeNo(ino), 0, 0) {
+    /// Drops the kernel's cached attributes and pages of the volume's inode `ino`.
+    pub fn forget_file(&self, ino: Ino) {
+        if let Some((n, k)) = self.target(ino) {
+            if let Err(e) = n.inval_inode(k, 0, 0) {
                 tracing::debug!("invalidating inode {ino}: {e}");
             }
         }
@@ -95,13 +105,13 @@ impl Coherence {
                 self.pushed.store(false, Ordering::Release);
                 Ok(())
             }
-            Change::Inode { ino, data } => match self.notifier.get() {
+            Change::Inode { ino, data } => match self.target(*ino) {
                 // Offset -1: attributes only; 0 with length 0: attributes and every page.
-                Some(n) => n.inval_inode(INodeNo(*ino), if *data { 0 } else { -1 }, 0),
+                Some((n, k)) => n.inval_inode(k, if *data { 0 } else { -1 }, 0),
                 None => Ok(()),
             },
-            Change::Entry { parent, name } => match self.notifier.get() {
-                Some(n) => n.inval_entry(INodeNo(*parent), OsStr::from_bytes(name)),
+            Change::Entry { parent, name } => match self.target(*parent) {
+                Some((n, k)) => n.inval_entry(k, OsStr::from_bytes(name)),
                 None => Ok(()),
             },
         };

@@ -1,11 +1,13 @@
 //! The FUSE front end: mounting a [`Vfs`](crate::vfs::Vfs) and serving kernel requests.
 //!
-//! [`adapter`] translates requests, [`mounts`] reads and changes the mount table.
+//! [`adapter`] translates requests, [`inodes`] numbers them for the kernel (a subdir mount's
+//! root), [`mounts`] reads and changes the mount table.
 //! Not for: file-system logic (vfs), volume setup (cli).
 
 pub mod accesslog;
 pub mod adapter;
 pub mod coherence;
+pub mod inodes;
 pub mod mounts;
 pub mod requests;
 
@@ -18,6 +20,7 @@ use nix::mount::MsFlags;
 
 pub use adapter::{Adapter, CacheConfig};
 pub use coherence::Coherence;
+pub use inodes::Inodes;
 
 use crate::vfs::Vfs;
 
@@ -43,6 +46,9 @@ pub struct MountOptions {
     pub requests: Arc<requests::Requests>,
     /// The access log (`.accesslog`, `--access-log`).
     pub log: Arc<accesslog::AccessLog>,
+    /// The volume's directory served as the mount's root (`--subdir`; the volume's root
+    /// otherwise).
+    pub root: crate::meta::Ino,
 }
 
 /// When reads move access times: the mount's flag, which `vfs` applies (see `vfs::atime`).
@@ -182,12 +188,14 @@ pub fn mount(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
+    let inodes = Inodes::at(opts.root);
     let adapter = Adapter::new(
         vfs,
         opts.cache.clone(),
         opts.coherence.clone(),
         opts.requests.clone(),
         opts.log.clone(),
+        inodes,
     );
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
     if opts.flags.atime == Atime::Strict {
@@ -197,6 +205,6 @@ pub fn mount(
         nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>)
             .map_err(|e| io::Error::other(format!("setting strictatime: {e}")))?;
     }
-    opts.coherence.set_notifier(session.notifier());
+    opts.coherence.set_notifier(session.notifier(), inodes);
     Ok(session)
 }

@@ -93,6 +93,18 @@ pub struct MountConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// A file the access log is also written to (`--access-log`).
     pub access_log: Option<PathBuf>,
+    /// The volume's directory served as the mount's root (`--subdir`): its inode
+    /// (`volume::subdir_ino`) and its path; None for a mount of the whole volume.
+    pub subdir: Option<(crate::meta::Ino, String)>,
+    /// The META-URL the volume was opened with: kept, readable by the mount's user only,
+    /// beside the pid file while mounted ([`meta_url_file`]), for commands given the
+    /// mountpoint instead.
+    pub meta_url: String,
+}
+
+/// Where a mount whose pid file is `pid_file` keeps its META-URL while mounted.
+pub fn meta_url_file(pid_file: &std::path::Path) -> PathBuf {
+    pid_file.with_extension("url")
 }
 
 impl MountConfig {
@@ -402,11 +414,28 @@ fn spawn_signal_thread(
     Ok(())
 }
 
-fn write_pid_file(path: &std::path::Path) {
+fn write_pid_file(path: &std::path::Path, meta_url: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
     if let Some(dir) = path.parent() {
         let _ = std::fs::create_dir_all(dir);
     }
     let _ = std::fs::write(path, format!("{}\n", std::process::id()));
+    // The URL may hold a password: mode 0600 from its creation on.
+    let url_file = meta_url_file(path);
+    let _ = std::fs::remove_file(&url_file);
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&url_file)
+        .and_then(|mut f| writeln!(f, "{meta_url}"));
+    if let Err(e) = written {
+        tracing::warn!(
+            "cannot write {}: commands given the mountpoint will need the META-URL ({e})",
+            url_file.display()
+        );
+    }
 }
 
 /// Serves the opened volume `meta` at `cfg.mountpoint` until it is unmounted (by a signal or
@@ -555,6 +584,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         flags: cfg.flags,
         threads: cfg.threads,
         volume: fmt.name.clone(),
+        root: cfg.subdir.as_ref().map_or(crate::meta::ROOT_INO, |s| s.0),
         cache,
         coherence: coherence.clone(),
         requests: requests.clone(),
@@ -578,10 +608,14 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             bail!("cannot mount at {}: {e}", mountpoint.display());
         }
     };
-    write_pid_file(&cfg.pid_file);
+    write_pid_file(&cfg.pid_file, &cfg.meta_url);
     tracing::info!(
-        "volume '{}' mounted at {} (pid {})",
+        "volume '{}'{} mounted at {} (pid {})",
         fmt.name,
+        match &cfg.subdir {
+            Some((_, path)) => format!(" (its directory {path})"),
+            None => String::new(),
+        },
         mountpoint.display(),
         std::process::id()
     );
@@ -632,6 +666,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     drop(exporter);
     drop(progress);
     let _ = std::fs::remove_file(&progress_file);
+    let _ = std::fs::remove_file(meta_url_file(&cfg.pid_file));
     let _ = std::fs::remove_file(&cfg.pid_file);
     served.context("serving FUSE requests")?;
     res.context("flushing at unmount")?;
@@ -670,6 +705,8 @@ mod tests {
             data_key: None,
             metrics: None,
             access_log: None,
+            subdir: None,
+            meta_url: "sqlite:///x".into(),
         }
     }
 
