@@ -183,6 +183,18 @@ fn quotas_kept_right(vol: &Volume) {
     );
     check_agrees(vol);
 
+    // A mount of the directory alone shows its quota to df.
+    let sub = vol.mount_with(&["--subdir", "/p"]);
+    let st = nix::sys::statvfs::statvfs(&sub.path).unwrap();
+    assert_eq!(
+        st.blocks() * st.fragment_size(),
+        4 * MIB,
+        "df of a subdir mount"
+    );
+    assert_eq!(st.files(), 8, "df -i of a subdir mount");
+    assert_eq!(st.files_free(), 0);
+    drop(sub);
+
     // Limits change; get and list show them.
     let (ok, out, err) = vol.cmd("quota", &["set", "--path", "/p", "--inodes", "0"]);
     assert!(ok, "{out}{err}");

@@ -1136,9 +1136,10 @@ impl Filesystem for Adapter {
         }
     }
 
-    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        let op = self.op(req, Req::Statfs, || String::from("()"));
-        match self.vfs.statfs() {
+    fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
+        let op = self.op(req, Req::Statfs, || format!("({})", ino.0));
+        // A subdir mount whose directory has a quota shows the quota, as JuiceFS does.
+        match self.vfs.statfs_in(self.inodes.root()) {
             Ok(s) => {
                 let bs = 4096u64;
                 reply.statfs(

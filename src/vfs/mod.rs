@@ -1156,6 +1156,29 @@ impl Vfs {
 
     // ---- volume ----
 
+    /// [`Vfs::statfs`] as seen from directory `dir` (the root of a subdir mount): the
+    /// quota of `dir`, if it has one, bounds what is shown.
+    pub fn statfs_in(&self, dir: Ino) -> Result<StatFs> {
+        let mut s = self.statfs()?;
+        if dir == meta::ROOT_INO || !self.meta.limited() {
+            return Ok(s);
+        }
+        let Some(q) = self.meta.quotas()?.into_iter().find(|q| q.ino == dir) else {
+            return Ok(s);
+        };
+        let used = q.used_bytes.max(0) as u64;
+        if q.max_bytes > 0 {
+            s.total_bytes = s.total_bytes.min(q.max_bytes.max(used));
+            s.free_bytes = s.free_bytes.min(q.max_bytes.saturating_sub(used));
+        }
+        if q.max_inodes > 0 {
+            let iused = q.used_inodes.max(0) as u64;
+            s.files = q.max_inodes.max(iused);
+            s.free_files = s.free_files.min(q.max_inodes.saturating_sub(iused));
+        }
+        Ok(s)
+    }
+
     pub fn statfs(&self) -> Result<StatFs> {
         let u = self.meta.usage()?;
         let fmt = self.meta.format();
