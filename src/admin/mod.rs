@@ -1,5 +1,5 @@
 //! Volume maintenance: `fsck` (check and repair invariants), `gc` (delete garbage objects),
-//! `destroy` (delete a whole volume) and `objbench` (measure the bucket itself, and with
+//! `destroy` (delete a whole volume), `dump` (the metadata as JSON lines, and back) and `objbench` (measure the bucket itself, and with
 //! `codecs` what compression makes of a tree).
 //!
 //! Works on a volume's metadata and bucket directly, usually while it is not mounted.
@@ -7,6 +7,7 @@
 
 pub mod codecs;
 pub mod destroy;
+pub mod dump;
 pub mod fsck;
 pub mod gc;
 pub mod objbench;

@@ -7,10 +7,12 @@ mod bench;
 mod clone;
 mod config;
 mod destroy;
+mod dump;
 mod format;
 mod fsck;
 mod gc;
 mod helper;
+mod load;
 mod mount;
 mod objbench;
 mod restore;
@@ -46,6 +48,8 @@ enum Command {
     Config(config::Args),
     Clone(clone::Args),
     Destroy(destroy::Args),
+    Dump(dump::Args),
+    Load(load::Args),
     Restore(restore::Args),
     Mount(mount::Args),
     Umount(umount::Args),
@@ -133,6 +137,8 @@ pub fn main() -> i32 {
         Command::Config(a) => config::run(a),
         Command::Clone(a) => clone::run(a),
         Command::Destroy(a) => destroy::run(a),
+        Command::Dump(a) => dump::run(a),
+        Command::Load(a) => load::run(a),
         Command::Restore(a) => restore::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Umount(a) => umount::run(a),
@@ -249,6 +255,20 @@ pub(crate) fn progress_bar(len: u64, what: &str, quiet: bool) -> indicatif::Prog
     if let Ok(s) = indicatif::ProgressStyle::with_template(&style) {
         pb.set_style(s);
     }
+    pb
+}
+
+/// A spinner counting `what` is done, for work of unknown length (hidden with `quiet`).
+pub(crate) fn progress_spinner(what: &str, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    let style = format!("{{spinner}} {what} {{pos}} records ({{per_sec}}, {{elapsed}})");
+    if let Ok(s) = indicatif::ProgressStyle::with_template(&style) {
+        pb.set_style(s);
+    }
+    pb.enable_steady_tick(std::time::Duration::from_millis(200));
     pb
 }
 
