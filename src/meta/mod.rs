@@ -631,8 +631,9 @@ pub trait Meta: Send + Sync {
         &self,
         f: &mut dyn FnMut(&mut dyn engine::Txn) -> engine::TxResult<()>,
     ) -> Result<()>;
-    /// Runs `f` in one write transaction, again from the start after a conflict (a load,
-    /// a claim). Raw and unchecked: nothing this client remembers of the rows is kept.
+    /// Runs `f` in one write transaction, again from the start after a conflict. Raw and
+    /// unchecked, and what this client answers from memory is not told: for rows it does not
+    /// keep there (settings), or a volume nothing has open (a load).
     fn write_rows(
         &self,
         f: &mut dyn FnMut(&mut dyn engine::Txn) -> engine::TxResult<()>,

@@ -2130,7 +2130,6 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn write_rows(&self, f: &mut dyn FnMut(&mut dyn Txn) -> TxResult<()>) -> Result<()> {
-        self.cache.clear();
         self.engine.write(&[], false, |tx| f(tx))
     }
 

@@ -89,6 +89,8 @@ pub struct MountConfig {
     pub foreground: bool,
     /// The data key of an encrypted volume, unwrapped (`volume::data_key`).
     pub data_key: Option<Arc<crate::data::keys::DataKey>>,
+    /// Backups of the metadata into the bucket (`--backup-meta`; None: off).
+    pub backup_meta: Option<crate::admin::backup::Schedule>,
 }
 
 impl MountConfig {
@@ -580,6 +582,20 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         true => Some(follow_sessions(meta.clone(), coherence, follow)),
         false => None,
     };
+    let backups = cfg
+        .backup_meta
+        .clone()
+        .and_then(|schedule| match open_obj() {
+            Ok(obj) => Some(crate::admin::backup::Backups::start(
+                meta.clone(),
+                obj,
+                schedule,
+            )),
+            Err(e) => {
+                tracing::warn!("metadata backups off: cannot open the bucket: {e:#}");
+                None
+            }
+        });
 
     let served = match session.run() {
         // The kernel ended the connection itself (seen now and then when a mount detached
@@ -592,6 +608,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         other => other,
     };
     drop(follower);
+    drop(backups);
     let progress_file = cfg.pid_file.with_extension("staged");
     let progress = upload_progress(vfs.store().clone(), progress_file.clone());
     let res = vfs.shutdown();
@@ -633,6 +650,7 @@ mod tests {
             io_deadline: Duration::from_secs(60),
             foreground: true,
             data_key: None,
+            backup_meta: None,
         }
     }
 
