@@ -66,17 +66,24 @@ fn is_backup(key: &str) -> bool {
 /// Claims the backup due at `now` for this client: true if the last one claimed (or, when
 /// none ever was, `since`) is at least `every` old and no other client claimed it first.
 pub fn claim(meta: &dyn Meta, now: Nanos, every: Duration, since: Nanos) -> anyhow::Result<bool> {
+    let due = |old: Option<&str>| {
+        let last = old.and_then(|v| v.parse::<Nanos>().ok()).unwrap_or(since);
+        now.saturating_sub(last) >= every.as_nanos() as i64
+    };
+    // A read first: most looks find nothing due, and take no write lock.
+    let mut seen = None;
+    meta.read_rows(&mut |tx| {
+        seen = tx.setting(CLAIM_SETTING)?;
+        Ok(())
+    })?;
+    if !due(seen.as_deref()) {
+        return Ok(false);
+    }
     let mut won = false;
     meta.write_rows(&mut |tx| {
-        won = false;
         let old = tx.setting(CLAIM_SETTING)?;
-        let last = old
-            .as_deref()
-            .and_then(|v| v.parse::<Nanos>().ok())
-            .unwrap_or(since);
-        if now.saturating_sub(last) >= every.as_nanos() as i64 {
-            won = tx.swap_setting(CLAIM_SETTING, old.as_deref(), &now.to_string())?;
-        }
+        won = due(old.as_deref())
+            && tx.swap_setting(CLAIM_SETTING, old.as_deref(), &now.to_string())?;
         Ok(())
     })?;
     Ok(won)
@@ -246,5 +253,31 @@ mod tests {
         let later = backup_name(t + 61_000_000_000);
         assert!(later > n, "{later} {n}");
         assert!(!is_backup("v/u/meta/other.txt"));
+    }
+
+    /// The claim moves only from the value read: a client that read a stale one loses.
+    #[test]
+    fn one_claim_wins() {
+        let fmt = crate::meta::Format::for_tests("v", "memory://", 1 << 20);
+        let (_dir, meta) = crate::meta::sqlite::scratch(&fmt);
+        let swap = |old: Option<&str>, new: &str| {
+            let mut won = false;
+            meta.write_rows(&mut |tx| {
+                won = tx.swap_setting(CLAIM_SETTING, old, new)?;
+                Ok(())
+            })
+            .unwrap();
+            won
+        };
+        assert!(swap(None, "1"));
+        assert!(!swap(None, "2"), "claimed twice from nothing");
+        assert!(!swap(Some("0"), "2"), "claimed from a stale value");
+        assert!(swap(Some("1"), "2"));
+        let hour = Duration::from_secs(3600);
+        let now = now_nanos();
+        // Due: the last claim ("2") is old; then not again within the interval.
+        assert!(claim(&*meta, now, hour, now).unwrap());
+        assert!(!claim(&*meta, now + 1, hour, now).unwrap());
+        assert!(claim(&*meta, now + hour.as_nanos() as i64, hour, now).unwrap());
     }
 }
