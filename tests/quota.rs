@@ -453,3 +453,34 @@ fn xattr_set(p: &Path, name: &str) -> Result<(), i32> {
         Err(std::io::Error::last_os_error().raw_os_error().unwrap_or(0))
     }
 }
+
+/// A dump carries the quotas (limits and usage) and a load restores them, enforced.
+#[test]
+fn quotas_survive_dump_and_load() {
+    let vol = Volume::with_env(&[], fast_heartbeat());
+    {
+        let m = vol.mount();
+        fs::create_dir_all(m.p("p/a")).unwrap();
+        assert_eq!(write_file(&m.p("p/a/f"), MIB).1, Ok(()));
+    }
+    let (ok, out, err) = vol.cmd("quota", &["set", "--path", "/p", "--capacity", "2M"]);
+    assert!(ok, "{out}{err}");
+    let dump = vol.dir.path().join("meta.json");
+    let (ok, out, err) = run_env(
+        &["dump", "-q", &vol.meta_url, dump.to_str().unwrap()],
+        &vol.env,
+    );
+    assert!(ok, "dump: {out}{err}");
+    assert!(fs::read_to_string(&dump).unwrap().contains("\"quota\""));
+    let other = vol.dir.path().join("other.db");
+    let url = format!("sqlite://{}", other.display());
+    let (ok, out, err) = run_env(&["load", "-q", &url, dump.to_str().unwrap()], &vol.env);
+    assert!(ok, "load: {out}{err}");
+    let (ok, out, err) = run_env(&["quota", "get", "--json", "--path", "/p", &url], &vol.env);
+    assert!(ok, "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v[0]["max_bytes"].as_u64(), Some(2 * MIB));
+    assert_eq!(v[0]["used_bytes"].as_u64(), Some(MIB));
+    let (ok, out, err) = run_env(&["quota", "check", &url], &vol.env);
+    assert!(ok, "the loaded quota agrees with its tree: {out}{err}");
+}

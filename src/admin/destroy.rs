@@ -1,7 +1,8 @@
 //! `destroy`: delete a volume, its metadata and every object of it in the bucket.
 //!
 //! Not for: asking the user (the command line does), or any volume other than the one opened:
-//! only keys under the volume's own prefixes (`NAME/UUID/chunks/`) are deleted, or, on volumes
+//! only keys under the volume's own prefixes (`NAME/UUID/chunks/`, and `NAME/UUID/meta/` of
+//! its metadata backups) are deleted, or, on volumes
 //! of layout 0 whose prefix a same-named volume may share, only the keys its metadata names.
 
 use std::collections::BTreeSet;
@@ -57,12 +58,15 @@ pub fn destroy(meta: &dyn Meta, obj: &ObjectStorage, quiet: bool) -> anyhow::Res
         }
     }
     meta.destroy()?;
-    let keys: Vec<String> = if fmt.layout == 0 {
+    let mut keys: Vec<String> = if fmt.layout == 0 {
         let listed: BTreeSet<String> = list()?.into_iter().collect();
         named.into_iter().filter(|k| listed.contains(k)).collect()
     } else {
         list()?
     };
+    // The metadata backups (`mount --backup-meta`), under a prefix of this volume's alone.
+    let backups = rt.block_on(obj.list(&Layout::backups_prefix(&fmt)))?;
+    keys.extend(backups.into_iter().map(|o| o.key));
     let pb = if quiet {
         ProgressBar::hidden()
     } else {

@@ -8,11 +8,13 @@ mod clone;
 mod completion;
 mod config;
 mod destroy;
+mod dump;
 mod format;
 mod fsck;
 mod gc;
 mod helper;
 mod info;
+mod load;
 mod mount;
 mod objbench;
 mod options;
@@ -46,12 +48,16 @@ struct Cli {
     log_level: String,
 }
 
+// Parsed once per process: the size of the largest variant (mount's flags) costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     Format(format::Args),
     Config(config::Args),
     Clone(clone::Args),
     Destroy(destroy::Args),
+    Dump(dump::Args),
+    Load(load::Args),
     Restore(restore::Args),
     Quota(quota::Args),
     Info(info::InfoArgs),
@@ -242,6 +248,8 @@ pub fn main() -> i32 {
         Command::Config(a) => config::run(a),
         Command::Clone(a) => clone::run(a),
         Command::Destroy(a) => destroy::run(a),
+        Command::Dump(a) => dump::run(a),
+        Command::Load(a) => load::run(a),
         Command::Restore(a) => restore::run(a),
         Command::Quota(a) => quota::run(a),
         Command::Info(a) => info::info(a),
@@ -370,6 +378,20 @@ pub(crate) fn progress_bar(len: u64, what: &str, quiet: bool) -> indicatif::Prog
     if let Ok(s) = indicatif::ProgressStyle::with_template(&style) {
         pb.set_style(s);
     }
+    pb
+}
+
+/// A spinner counting `what` is done, for work of unknown length (hidden with `quiet`).
+pub(crate) fn progress_spinner(what: &str, quiet: bool) -> indicatif::ProgressBar {
+    if quiet {
+        return indicatif::ProgressBar::hidden();
+    }
+    let pb = indicatif::ProgressBar::new_spinner();
+    let style = format!("{{spinner}} {what} {{pos}} records ({{per_sec}}, {{elapsed}})");
+    if let Ok(s) = indicatif::ProgressStyle::with_template(&style) {
+        pb.set_style(s);
+    }
+    pb.enable_steady_tick(std::time::Duration::from_millis(200));
     pb
 }
 

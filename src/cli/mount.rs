@@ -151,6 +151,16 @@ pub struct Args {
     /// from MOUNTPOINT/.accesslog (by root), and `unkai profile` summarises either.
     #[arg(long, value_name = "FILE", env = "UNKAI_ACCESS_LOG")]
     access_log: Option<PathBuf>,
+    /// Back up the metadata into the bucket this often (e.g. 1h, 30m, 2s; 0 turns it off):
+    /// a compressed dump under NAME/UUID/meta/, the newest 24 kept, made by one mount of the
+    /// volume at a time. `unkai load` restores one.
+    #[arg(
+        long,
+        default_value = "1h",
+        value_name = "INTERVAL",
+        env = "UNKAI_BACKUP_META"
+    )]
+    backup_meta: String,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -295,6 +305,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         .as_deref()
         .map(crate::volume::metrics::check_addr)
         .transpose()?;
+    let backup_every = parse_interval("--backup-meta", &a.backup_meta)?;
     let io_timeout = serve::ttl(a.io_timeout, "io-timeout")?;
     let io_deadline = serve::ttl(a.io_deadline, "io-deadline")?;
     if io_timeout.is_zero() || io_deadline < io_timeout {
@@ -345,7 +356,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         negative_ttl: a.negative_ttl,
         writeback_cache: a.writeback_cache.into(),
         writeback: a.writeback.into(),
-        cache_dirs,
+        cache_dirs: cache_dirs.clone(),
         stage_bytes,
         keep_cache: !a.no_keep_cache,
         cache_bytes,
@@ -357,6 +368,11 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         io_deadline,
         foreground: daemon.is_none(),
         data_key,
+        backup_meta: (!backup_every.is_zero()).then(|| crate::admin::backup::Schedule {
+            every: backup_every,
+            tmp_dir: cache_dirs[0].join(&fmt.uuid).join("backup"),
+            meta_url: meta_url.clone(),
+        }),
         metrics,
         access_log: a.access_log,
         subdir,
@@ -518,4 +534,65 @@ fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()>
         "the mount daemon exited before the mount was ready; see {}",
         log.display()
     )
+}
+
+/// Parses an interval as JuiceFS writes them (Go's durations): `1h`, `30m`, `1h30m`, `90s`,
+/// `500ms`; a bare `0` is zero. The error names `flag` and gives an example.
+fn parse_interval(flag: &str, s: &str) -> anyhow::Result<std::time::Duration> {
+    let bad = || {
+        anyhow::anyhow!(
+            "invalid {flag} {s}: give a duration such as 1h, 30m or 90s (0 turns it off)"
+        )
+    };
+    let t = s.trim();
+    if t == "0" {
+        return Ok(std::time::Duration::ZERO);
+    }
+    let mut total = 0f64;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .ok_or_else(bad)?;
+        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        rest = &rest[digits..];
+        let unit = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let secs = match &rest[..unit] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 0.001,
+            _ => return Err(bad()),
+        };
+        total += n * secs;
+        rest = &rest[unit..];
+    }
+    if t.is_empty() || !total.is_finite() {
+        return Err(bad());
+    }
+    Ok(std::time::Duration::from_secs_f64(total))
+}
+
+#[cfg(test)]
+mod interval_tests {
+    use std::time::Duration;
+
+    #[test]
+    fn intervals() {
+        let p = |s| super::parse_interval("--backup-meta", s);
+        assert_eq!(p("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(p("1h30m").unwrap(), Duration::from_secs(5400));
+        assert_eq!(p("2s").unwrap(), Duration::from_secs(2));
+        assert_eq!(p("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(p("0").unwrap(), Duration::ZERO);
+        for bad in ["", "1", "h", "1d", "1h x", "-1h"] {
+            let e = p(bad).unwrap_err().to_string();
+            assert!(
+                e.contains("--backup-meta") && e.contains("1h"),
+                "{bad}: {e}"
+            );
+        }
+    }
 }

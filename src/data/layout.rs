@@ -111,6 +111,14 @@ impl Layout {
         }
     }
 
+    /// The prefix of the volume's metadata backups (`mount --backup-meta`):
+    /// `NAME/UUID/meta/`, whatever the layout (a layout-0 volume's name may be shared, its
+    /// uuid is its own). Outside every prefix of [`Layout::chunks_prefixes`], so that `gc`
+    /// and `fsck`, which list only those, never see a backup.
+    pub fn backups_prefix(fmt: &Format) -> String {
+        format!("{}/{}/meta/", fmt.name, fmt.uuid)
+    }
+
     /// The sizes the object of a block holding `len` bytes may have in the bucket: one size,
     /// or a range for encoded objects (compressed to any size, or stored as they are).
     pub fn object_sizes(&self, len: u32) -> std::ops::RangeInclusive<u64> {
@@ -262,5 +270,16 @@ mod tests {
         assert!(l3.encoded());
         assert_eq!(l3.block_key(7, 0, 10), "vol/u/chunks/0/0/7_0_10");
         assert_eq!(l3.object_sizes(4096), 8 + 4..=4096 + 8 + 8);
+        // Backups: under the volume's own prefix, never under a prefix gc lists.
+        for f in [format(false), format(true), v1.clone(), v3.clone()] {
+            let b = Layout::backups_prefix(&f);
+            assert_eq!(b, "vol/u/meta/");
+            assert!(
+                Layout::new(&f)
+                    .chunks_prefixes()
+                    .iter()
+                    .all(|p| !b.starts_with(p.as_str()) && !p.starts_with(b.as_str()))
+            );
+        }
     }
 }

@@ -1294,29 +1294,171 @@ pub trait Txn {
             .collect()
     }
     fn scan_nodes(&mut self, f: &mut dyn FnMut(&Attr)) -> TxResult<()> {
-        let sql = concat!("SELECT ", node_cols!(), " FROM unkai_node n ORDER BY n.ino");
-        self.scan(sql, &[], &mut |r| {
-            f(&r.attr(0)?);
+        self.each_node(&mut |a| {
+            f(&a);
             Ok(())
         })
     }
     fn scan_entries(&mut self, f: &mut EntryVisitor<'_>) -> TxResult<()> {
-        let sql = "SELECT parent, name, ino, kind FROM unkai_edge ORDER BY parent, id";
-        self.scan(sql, &[], &mut |r| {
-            let kind = u8::try_from(r.int(3)?).ok().and_then(Kind::from_u8);
-            f(r.int(0)? as u64, &r.bytes(1)?, r.int(2)? as u64, kind);
+        self.each_entry(&mut |parent, name, ino, kind| {
+            f(parent, &name, ino, kind);
             Ok(())
         })
     }
     fn scan_chunks(&mut self, f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>)) -> TxResult<()> {
+        self.each_chunk(&mut |ino, index, recs| {
+            f(ino, index, recs);
+            Ok(())
+        })
+    }
+
+    // ---- the whole volume, row by row (`admin::dump`: dump and load) ----
+    // Scans stream their rows in a stable order and stop at the first error `f` returns.
+    /// Every inode, by number.
+    fn each_node(&mut self, f: &mut dyn FnMut(Attr) -> TxResult<()>) -> TxResult<()> {
+        let sql = concat!("SELECT ", node_cols!(), " FROM unkai_node n ORDER BY n.ino");
+        self.scan(sql, &[], &mut |r| f(r.attr(0)?))
+    }
+    /// Every directory entry: (parent, name, inode, kind recorded), each directory's in the
+    /// order it lists them.
+    fn each_entry(
+        &mut self,
+        f: &mut dyn FnMut(Ino, Vec<u8>, Ino, Option<Kind>) -> TxResult<()>,
+    ) -> TxResult<()> {
+        let sql = "SELECT parent, name, ino, kind FROM unkai_edge ORDER BY parent, id";
+        self.scan(sql, &[], &mut |r| {
+            let kind = u8::try_from(r.int(3)?).ok().and_then(Kind::from_u8);
+            f(r.int(0)? as u64, r.bytes(1)?, r.int(2)? as u64, kind)
+        })
+    }
+    /// Every chunk: (inode, index, records; `None` if they cannot be decoded).
+    fn each_chunk(
+        &mut self,
+        f: &mut dyn FnMut(Ino, u32, Option<Vec<SliceRec>>) -> TxResult<()>,
+    ) -> TxResult<()> {
         let sql = "SELECT ino, indx, slices FROM unkai_chunk ORDER BY ino, indx";
         self.scan(sql, &[], &mut |r| {
             f(
                 r.int(0)? as u64,
                 r.int(1)? as u32,
                 slice::decode(&r.bytes(2)?),
-            );
-            Ok(())
+            )
         })
+    }
+    /// Every volume setting: (name, value), by name.
+    fn each_setting(&mut self, f: &mut dyn FnMut(String, String) -> TxResult<()>) -> TxResult<()> {
+        let sql = "SELECT name, value FROM unkai_setting ORDER BY name";
+        self.scan(sql, &[], &mut |r| f(r.text(0)?, r.text(1)?))
+    }
+    /// Every counter: (name, value), by name.
+    fn each_counter(&mut self, f: &mut dyn FnMut(String, i64) -> TxResult<()>) -> TxResult<()> {
+        let sql = "SELECT name, value FROM unkai_counter ORDER BY name";
+        self.scan(sql, &[], &mut |r| f(r.text(0)?, r.int(1)?))
+    }
+    /// Every symlink's target: (inode, target), by inode.
+    fn each_symlink(&mut self, f: &mut dyn FnMut(Ino, Vec<u8>) -> TxResult<()>) -> TxResult<()> {
+        let sql = "SELECT ino, target FROM unkai_symlink ORDER BY ino";
+        self.scan(sql, &[], &mut |r| f(r.int(0)? as u64, r.bytes(1)?))
+    }
+    /// Every xattr: (inode, name, value), by inode and name.
+    fn each_xattr(
+        &mut self,
+        f: &mut dyn FnMut(Ino, Vec<u8>, Vec<u8>) -> TxResult<()>,
+    ) -> TxResult<()> {
+        let sql = "SELECT ino, name, value FROM unkai_xattr ORDER BY ino, name";
+        self.scan(sql, &[], &mut |r| {
+            f(r.int(0)? as u64, r.bytes(1)?, r.bytes(2)?)
+        })
+    }
+    /// Every referenced slice: (id, size, references), by id.
+    fn each_slice_ref(&mut self, f: &mut dyn FnMut(u64, u32, u32) -> TxResult<()>) -> TxResult<()> {
+        let sql = "SELECT id, size, refs FROM unkai_slice_ref ORDER BY id";
+        self.scan(sql, &[], &mut |r| {
+            f(r.int(0)? as u64, r.int(1)? as u32, r.int(2)? as u32)
+        })
+    }
+    /// Every slice queued for deletion: (slice, when it died), by id.
+    fn each_dead_slice(
+        &mut self,
+        f: &mut dyn FnMut(DeadSlice, Nanos) -> TxResult<()>,
+    ) -> TxResult<()> {
+        let sql = "SELECT id, size, died FROM unkai_dead_slice ORDER BY id";
+        self.scan(sql, &[], &mut |r| {
+            let d = DeadSlice {
+                id: r.int(0)? as u64,
+                size: r.int(1)? as u32,
+            };
+            f(d, r.int(2)?)
+        })
+    }
+    /// Records the volume setting `name`, recorded before or not.
+    fn put_setting(&mut self, name: &str, value: &str) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_setting (name, value) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            &[Val::Text(name), Val::Text(value)],
+        )?;
+        Ok(())
+    }
+    /// Sets the setting `name` to `value` if it still holds `old` (`None`: if it is not
+    /// recorded); whether it did. Of two transactions racing to do it, one does (a claim).
+    fn swap_setting(&mut self, name: &str, old: Option<&str>, value: &str) -> TxResult<bool> {
+        let n = match old {
+            None => self.exec(
+                "INSERT INTO unkai_setting (name, value) VALUES ($1, $2)
+                 ON CONFLICT (name) DO NOTHING",
+                &[Val::Text(name), Val::Text(value)],
+            )?,
+            Some(old) => self.exec(
+                "UPDATE unkai_setting SET value=$2 WHERE name=$1 AND value=$3",
+                &[Val::Text(name), Val::Text(value), Val::Text(old)],
+            )?,
+        };
+        Ok(n > 0)
+    }
+    /// Sets the counter `name`, recorded before or not.
+    fn put_counter(&mut self, name: &str, value: i64) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_counter (name, value) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            &[Val::Text(name), Val::Int(value)],
+        )?;
+        Ok(())
+    }
+    /// Inserts a chunk's records (a chunk the inode does not have yet).
+    fn insert_chunk(&mut self, i: Ino, index: u32, recs: &[SliceRec]) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_chunk (ino, indx, slices) VALUES ($1, $2, $3)",
+            &[
+                ino(i),
+                Val::Int(index as i64),
+                Val::Bytes(&slice::encode(recs)),
+            ],
+        )?;
+        Ok(())
+    }
+    /// Inserts a slice's reference count as it is (a slice not recorded yet).
+    fn insert_slice_ref(&mut self, id: u64, size: u32, refs: u32) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_slice_ref (id, size, refs) VALUES ($1, $2, $3)",
+            &[
+                Val::Int(id as i64),
+                Val::Int(size as i64),
+                Val::Int(refs as i64),
+            ],
+        )?;
+        Ok(())
+    }
+    /// Queues a slice for deletion, dead since `died` (a slice not recorded yet).
+    fn insert_dead_slice(&mut self, d: DeadSlice, died: Nanos) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_dead_slice (id, size, died) VALUES ($1, $2, $3)",
+            &[
+                Val::Int(d.id as i64),
+                Val::Int(d.size as i64),
+                Val::Int(died),
+            ],
+        )?;
+        Ok(())
     }
 }

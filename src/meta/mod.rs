@@ -11,7 +11,9 @@
 
 pub mod acl;
 mod cache;
-mod engine;
+/// The rows of a volume as an engine reads and writes them: public for `admin::dump`, which
+/// moves them between engines.
+pub mod engine;
 pub mod format;
 pub mod lock;
 mod opens;
@@ -712,6 +714,21 @@ pub trait Meta: Send + Sync {
     fn sustained(&self) -> Result<Vec<(u64, Ino)>>;
     /// Applies one repair found by fsck. Raw and unchecked: for fsck only.
     fn repair(&self, fix: &Fix) -> Result<()>;
+
+    // ---- the whole volume, row by row (`admin::dump`) ----
+    /// Runs `f` on the volume's rows in one read snapshot, so that everything it reads
+    /// agrees (a dump). Changes grouped by this client are committed first.
+    fn read_rows(
+        &self,
+        f: &mut dyn FnMut(&mut dyn engine::Txn) -> engine::TxResult<()>,
+    ) -> Result<()>;
+    /// Runs `f` in one write transaction, again from the start after a conflict. Raw and
+    /// unchecked, and what this client answers from memory is not told: for rows it does not
+    /// keep there (settings), or a volume nothing has open (a load).
+    fn write_rows(
+        &self,
+        f: &mut dyn FnMut(&mut dyn engine::Txn) -> engine::TxResult<()>,
+    ) -> Result<()>;
 }
 
 /// A repair fsck may apply (see [`Meta::repair`]).

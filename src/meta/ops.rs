@@ -2203,6 +2203,15 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.read_committed(|tx| tx.open_records())
     }
 
+    fn read_rows(&self, f: &mut dyn FnMut(&mut dyn Txn) -> TxResult<()>) -> Result<()> {
+        self.engine.commit_group()?;
+        self.engine.snapshot(|tx| f(tx))
+    }
+
+    fn write_rows(&self, f: &mut dyn FnMut(&mut dyn Txn) -> TxResult<()>) -> Result<()> {
+        self.engine.write(&[], false, |tx| f(tx))
+    }
+
     fn repair(&self, fix: &Fix) -> Result<()> {
         let now = now_nanos();
         self.cache.clear();

@@ -84,6 +84,17 @@ impl MetaUrl {
         }
     }
 
+    /// Creates a volume of settings `fmt` here, through the engine's own path (its schema,
+    /// first counters and root directory); refuses an existing volume unless `force`.
+    pub fn create(&self, fmt: &super::Format, force: bool) -> Result<()> {
+        match self {
+            MetaUrl::Sqlite(p) => {
+                super::sqlite::SqliteMeta::create(p, &self.to_string(), fmt, force)
+            }
+            MetaUrl::Postgres(u) => super::postgres::PgMeta::create(u, fmt, force),
+        }
+    }
+
     /// Opens the engine of an existing, formatted volume.
     pub fn open(&self) -> Result<Arc<dyn Meta>> {
         match self {

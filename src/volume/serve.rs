@@ -100,6 +100,8 @@ pub struct MountConfig {
     /// beside the pid file while mounted ([`meta_url_file`]), for commands given the
     /// mountpoint instead.
     pub meta_url: String,
+    /// Backups of the metadata into the bucket (`--backup-meta`; None: off).
+    pub backup_meta: Option<crate::admin::backup::Schedule>,
 }
 
 /// Where a mount whose pid file is `pid_file` keeps its META-URL while mounted.
@@ -648,6 +650,20 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         true => Some(follow_sessions(meta.clone(), coherence, follow)),
         false => None,
     };
+    let backups = cfg
+        .backup_meta
+        .clone()
+        .and_then(|schedule| match open_obj() {
+            Ok(obj) => Some(crate::admin::backup::Backups::start(
+                meta.clone(),
+                obj,
+                schedule,
+            )),
+            Err(e) => {
+                tracing::warn!("metadata backups off: cannot open the bucket: {e:#}");
+                None
+            }
+        });
 
     let served = match session.run() {
         // The kernel ended the connection itself (seen now and then when a mount detached
@@ -660,6 +676,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         other => other,
     };
     drop(follower);
+    drop(backups);
     let progress_file = cfg.pid_file.with_extension("staged");
     let progress = upload_progress(vfs.store().clone(), progress_file.clone());
     let res = vfs.shutdown();
@@ -707,6 +724,7 @@ mod tests {
             access_log: None,
             subdir: None,
             meta_url: "sqlite:///x".into(),
+            backup_meta: None,
         }
     }
 
