@@ -790,7 +790,20 @@ mod tests {
             r#"{"edge":{"parent":1,"name":"a","ino":2,"kind":"file"}}"#
         );
         assert_eq!(serde_json::from_str::<Record>(&json).unwrap(), r);
-        let e = serde_json::from_str::<Record>(r#"{"quota":{"ino":1}}"#).unwrap_err();
-        assert!(e.to_string().contains("unknown variant `quota`"), "{e}");
+        let e = serde_json::from_str::<Record>(r#"{"unheard_of":{"ino":1}}"#).unwrap_err();
+        assert!(
+            e.to_string().contains("unknown variant `unheard_of`"),
+            "{e}"
+        );
+        let q = Record::Quota(Quota {
+            ino: 5,
+            max_bytes: 1 << 30,
+            max_inodes: 0,
+            used_bytes: 4096,
+            used_inodes: 1,
+        });
+        let json = serde_json::to_string(&q).unwrap();
+        assert!(json.starts_with(r#"{"quota":{"ino":5,"#), "{json}");
+        assert_eq!(serde_json::from_str::<Record>(&json).unwrap(), q);
     }
 }
