@@ -134,13 +134,17 @@ fn stack(
     policy: &Policy,
     faults: Option<Arc<Faults>>,
     traffic: Arc<Traffic>,
+    stall: Arc<retry::Stall>,
 ) -> Box<dyn Bucket> {
     let counted = Counted::new(bucket::Native(store), traffic);
     let max = policy.max_inflight;
     match faults {
-        None => Box::new(Limited::new(Retried::new(counted, policy.clone()), max)),
+        None => Box::new(Limited::new(
+            Retried::sharing(counted, policy.clone(), stall),
+            max,
+        )),
         Some(f) => Box::new(Limited::new(
-            Retried::new(Faulty::new(counted, f), policy.clone()),
+            Retried::sharing(Faulty::new(counted, f), policy.clone(), stall),
             max,
         )),
     }
@@ -231,9 +235,16 @@ impl ObjectStorage {
             }
         };
         let traffic = Arc::<Traffic>::default();
+        let stall = Arc::<retry::Stall>::default();
         Ok(ObjectStorage {
-            probe: stack(store.clone(), &policy, faults.clone(), Arc::default()),
-            bucket: stack(store, &policy, faults.clone(), traffic.clone()),
+            probe: stack(
+                store.clone(),
+                &policy,
+                faults.clone(),
+                Arc::default(),
+                stall.clone(),
+            ),
+            bucket: stack(store, &policy, faults.clone(), traffic.clone(), stall),
             url: url.into(),
             kind,
             native,
@@ -580,7 +591,13 @@ mod tests {
         rt().block_on(async {
             let faults = Arc::new(Faults::parse("error=1.0").unwrap());
             let traffic = Arc::<Traffic>::default();
-            let b = stack(mem(), &policy, Some(faults.clone()), traffic.clone());
+            let b = stack(
+                mem(),
+                &policy,
+                Some(faults.clone()),
+                traffic.clone(),
+                Arc::default(),
+            );
             assert!(
                 b.put("k", Bytes::from_static(b"abcdef").into())
                     .await
@@ -592,7 +609,13 @@ mod tests {
 
             let faults = Arc::new(Faults::parse("truncate=1.0").unwrap());
             let traffic = Arc::<Traffic>::default();
-            let b = stack(mem(), &policy, Some(faults), traffic.clone());
+            let b = stack(
+                mem(),
+                &policy,
+                Some(faults),
+                traffic.clone(),
+                Arc::default(),
+            );
             b.put("k", Bytes::from_static(b"abcdef").into())
                 .await
                 .unwrap();

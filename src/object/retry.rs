@@ -212,15 +212,22 @@ where
 pub struct Retried<B> {
     inner: B,
     policy: Policy,
-    stall: Stall,
+    /// Shared by the stacks over one store (the probe's and the data's), so that a stall is
+    /// said once whichever request meets it.
+    stall: std::sync::Arc<Stall>,
 }
 
 impl<B: Bucket> Retried<B> {
     pub fn new(inner: B, policy: Policy) -> Self {
+        Self::sharing(inner, policy, Default::default())
+    }
+
+    /// As [`Retried::new`], saying a stall of the store through `stall`.
+    pub fn sharing(inner: B, policy: Policy, stall: std::sync::Arc<Stall>) -> Self {
         Retried {
             inner,
             policy,
-            stall: Stall::default(),
+            stall,
         }
     }
 }

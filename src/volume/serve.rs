@@ -460,6 +460,15 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         )
     };
     let obj = open_obj()?;
+    // The backups' own bucket (`--backup-meta`), opened now (its probe object written and
+    // read) and not once the mount is in place, where it would race with programs using it.
+    let backup_obj = cfg.backup_meta.as_ref().and_then(|_| match open_obj() {
+        Ok(obj) => Some(obj),
+        Err(e) => {
+            tracing::warn!("metadata backups off: cannot open the bucket: {e:#}");
+            None
+        }
+    });
     let stage = stages(cfg, meta.engine(), &obj).map(|blocks| data::StageConfig {
         dirs: cfg.cache_dirs.clone(),
         limit: cfg.stage_bytes,
@@ -643,6 +652,11 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             mountpoint.display()
         );
     }
+    let backups = cfg
+        .backup_meta
+        .clone()
+        .zip(backup_obj)
+        .map(|(schedule, obj)| crate::admin::backup::Backups::start(meta.clone(), obj, schedule));
     ready();
 
     spawn_signal_thread(sigs, session.unmount_callable(), mountpoint.clone())?;
@@ -650,20 +664,6 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         true => Some(follow_sessions(meta.clone(), coherence, follow)),
         false => None,
     };
-    let backups = cfg
-        .backup_meta
-        .clone()
-        .and_then(|schedule| match open_obj() {
-            Ok(obj) => Some(crate::admin::backup::Backups::start(
-                meta.clone(),
-                obj,
-                schedule,
-            )),
-            Err(e) => {
-                tracing::warn!("metadata backups off: cannot open the bucket: {e:#}");
-                None
-            }
-        });
 
     let served = match session.run() {
         // The kernel ended the connection itself (seen now and then when a mount detached
