@@ -17,6 +17,7 @@ pub mod fuse;
 pub mod garbage;
 pub mod meta;
 pub mod metrics;
+pub mod nfs;
 pub mod object;
 pub mod vfs;
 pub mod volume;

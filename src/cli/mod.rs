@@ -17,6 +17,7 @@ mod helper;
 mod info;
 mod load;
 mod mount;
+mod nfs;
 mod objbench;
 mod options;
 mod profile;
@@ -65,6 +66,7 @@ enum Command {
     Profile(profile::Args),
     Summary(info::SummaryArgs),
     Mount(mount::Args),
+    Nfs(nfs::Args),
     Umount(umount::Args),
     Status(status::Args),
     Stats(stats::Args),
@@ -253,6 +255,7 @@ pub fn main() -> i32 {
         Command::Load(a) => load::run(a),
         Command::Restore(a) => restore::run(a),
         Command::Quota(a) => quota::run(a),
+        Command::Nfs(a) => nfs::run(a),
         Command::Info(a) => info::info(a),
         Command::Profile(a) => profile::run(a),
         Command::Summary(a) => info::summary(a),
