@@ -26,6 +26,9 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 
 # setfacl, getfacl (tests/acl.rs) and getfattr.
 apt_install acl attr
+# The real NFS client of tests/nfs.rs (nfs-cp, nfs-ls, nfs-cat); clients are never skipped here.
+apt_install libnfs-utils
+export UNKAI_REQUIRE_CLIENTS=1
 
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
