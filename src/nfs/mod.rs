@@ -638,6 +638,10 @@ impl NFSFileSystem for Exported {
         sync: bool,
     ) -> Res<(fattr3, bool)> {
         self.0.writable()?;
+        tracing::trace!(
+            "nfs write inode {id} at {offset} len {} sync {sync}",
+            data.len()
+        );
         let data = data.to_vec();
         self.0
             .run(move |s, who| {
