@@ -915,3 +915,175 @@ impl Drop for Releaser {
         let _ = std::thread::spawn(move || server.release_idle(Duration::ZERO)).join();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::data::{Config as DataConfig, DataStore};
+    use crate::meta::{Format, ROOT_INO};
+    use crate::object::ObjectStorage;
+
+    /// A server over a scratch volume whose calls (none carry credentials here) act as root.
+    fn server(root: Option<&[u8]>) -> (tempfile::TempDir, tempfile::TempDir, Exported) {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = format!("file://{}", dir.path().join("bucket").display());
+        let fmt = Format::for_tests("n", &storage, 64 << 10);
+        let (mdir, meta) = crate::meta::sqlite::scratch(&fmt);
+        let obj = ObjectStorage::open(&fmt.storage, true).unwrap();
+        let store = DataStore::new(obj, fmt.clone(), DataConfig::default()).unwrap();
+        let cfg = vfs::Config {
+            background: false,
+            ..Default::default()
+        };
+        let vfs = Arc::new(Vfs::new(meta, store, cfg));
+        let root = match root {
+            Some(p) => {
+                vfs::paths::mkdir_all(&vfs, &crate::meta::Ctx::ROOT, ROOT_INO, p, 0o755)
+                    .unwrap()
+                    .ino
+            }
+            None => ROOT_INO,
+        };
+        let front = Front {
+            vfs,
+            root,
+            read_only: false,
+            name: "n".into(),
+        };
+        let export = Export {
+            anon_uid: 0,
+            anon_gid: 0,
+            ..Export::local()
+        };
+        (dir, mdir, Exported(Arc::new(Server::new(&front, export))))
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn writes_read_back_and_listings_resume_after_any_entry() {
+        let (_d, _m, fs) = server(None);
+        rt().block_on(async {
+            let root = fs.root_dir();
+            let (f, _) = fs
+                .create(root, &b"f".to_vec().into(), sattr3::default())
+                .await
+                .unwrap();
+            let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+            let (_, durable) = fs
+                .write_stable(f, 0, &data[..200_000], false)
+                .await
+                .unwrap();
+            assert!(!durable, "an UNSTABLE write is answered UNSTABLE");
+            let (a, durable) = fs
+                .write_stable(f, 200_000, &data[200_000..], true)
+                .await
+                .unwrap();
+            assert!(durable);
+            assert_eq!(a.size, 300_000);
+            let (got, eof) = fs.read(f, 0, 1 << 20).await.unwrap();
+            assert!(eof && got == data);
+            let (got, eof) = fs.read(f, 100, 10).await.unwrap();
+            assert!(!eof && got == data[100..110]);
+            fs.commit(f).await.unwrap();
+            // Idle handles go, and what they wrote stays.
+            fs.0.release_idle(Duration::ZERO);
+            assert!(fs.0.writers.lock().is_empty() && fs.0.readers.lock().is_empty());
+            assert!(fs.read(f, 0, 1 << 20).await.unwrap().0 == data);
+
+            for i in 0..30 {
+                fs.mkdir(root, &format!("d{i:02}").into_bytes().into())
+                    .await
+                    .unwrap();
+            }
+            // Pages of 7, each resuming after the last entry of the one before.
+            let mut names = Vec::new();
+            let mut after = 0;
+            loop {
+                let page = fs.readdir(root, after, 7).await.unwrap();
+                assert!(page.entries.len() <= 7);
+                names.extend(page.entries.iter().map(|e| e.name.0.clone()));
+                match page.entries.last() {
+                    Some(e) if !page.end => after = e.fileid,
+                    _ => break,
+                }
+            }
+            assert_eq!(names.len(), 31, "{names:?}");
+            assert!(!names.iter().any(|n| n == b"." || n == b".."));
+            // Resuming after an entry this server never listed: looked up.
+            fs.0.cursors.lock().clear();
+            let d10 = fs.lookup(root, &b"d10".to_vec().into()).await.unwrap();
+            let rest = fs.readdir(root, d10, 100).await.unwrap();
+            assert!(rest.end);
+            let idx = names.iter().position(|n| n == b"d10").unwrap();
+            assert_eq!(rest.entries.len(), names.len() - idx - 1);
+
+            assert!(matches!(
+                fs.remove(root, &b"d00".to_vec().into()).await,
+                Ok(())
+            ));
+            assert!(matches!(
+                fs.lookup(root, &b"d00".to_vec().into()).await,
+                Err(nfsstat3::NFS3ERR_NOENT)
+            ));
+            assert!(matches!(
+                fs.create_exclusive(root, &b"f".to_vec().into()).await,
+                Err(nfsstat3::NFS3ERR_EXIST)
+            ));
+            assert!(matches!(
+                fs.mkdir(root, &b"..".to_vec().into()).await,
+                Err(nfsstat3::NFS3ERR_INVAL)
+            ));
+        });
+    }
+
+    #[test]
+    fn a_subdir_export_reaches_nothing_above_it() {
+        let (_d, _m, fs) = server(Some(b"a/b"));
+        rt().block_on(async {
+            let root = fs.root_dir();
+            assert_ne!(root, ROOT_INO);
+            assert_eq!(fs.lookup(root, &b"..".to_vec().into()).await.unwrap(), root);
+            let fh = fs.id_to_fh(ROOT_INO);
+            assert!(matches!(fs.fh_to_id(&fh), Err(nfsstat3::NFS3ERR_STALE)));
+            assert_eq!(fs.fh_to_id(&fs.id_to_fh(root)).unwrap(), root);
+            let (c, _) = fs.mkdir(root, &b"c".to_vec().into()).await.unwrap();
+            // Named to a client: reachable; its `..` is the export root again.
+            assert_eq!(fs.fh_to_id(&fs.id_to_fh(c)).unwrap(), c);
+            assert_eq!(fs.lookup(c, &b"..".to_vec().into()).await.unwrap(), root);
+            // Another run's handle is stale.
+            let mut old = fs.id_to_fh(c);
+            old.data[0] ^= 1;
+            assert!(matches!(fs.fh_to_id(&old), Err(nfsstat3::NFS3ERR_STALE)));
+            assert!(matches!(
+                fs.fh_to_id(&nfs_fh3 {
+                    data: vec![1, 2, 3]
+                }),
+                Err(nfsstat3::NFS3ERR_BADHANDLE)
+            ));
+        });
+    }
+
+    #[test]
+    fn errnos_map_to_nfs_errors() {
+        for (errno, want) in [
+            (libc::ENOENT, nfsstat3::NFS3ERR_NOENT as u32),
+            (libc::EACCES, nfsstat3::NFS3ERR_ACCES as u32),
+            (libc::EDQUOT, nfsstat3::NFS3ERR_DQUOT as u32),
+            (libc::ENOTEMPTY, nfsstat3::NFS3ERR_NOTEMPTY as u32),
+            (libc::EIO, nfsstat3::NFS3ERR_IO as u32),
+            (libc::EBADMSG, nfsstat3::NFS3ERR_IO as u32),
+        ] {
+            assert_eq!(
+                status(&vfs::Error::Sys(errno)) as u32,
+                want,
+                "errno {errno}"
+            );
+        }
+    }
+}
