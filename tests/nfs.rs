@@ -274,6 +274,17 @@ impl Rpc {
         self.call(100003, 12, &Self::dirop(dir, name)).u32()
     }
 
+    /// WRITE (FILE_SYNC): the NFS status.
+    fn write(&mut self, fh: &[u8], off: u64, data: &[u8]) -> u32 {
+        let mut a = Vec::new();
+        put_opaque(&mut a, fh);
+        a.extend_from_slice(&off.to_be_bytes());
+        put_u32(&mut a, data.len() as u32);
+        put_u32(&mut a, 2);
+        put_opaque(&mut a, data);
+        self.call(100003, 7, &a).u32()
+    }
+
     fn rename(&mut self, dir: &[u8], name: &str, to: &[u8], new: &str) -> u32 {
         let mut a = Self::dirop(dir, name);
         a.extend_from_slice(&Self::dirop(to, new));
@@ -282,6 +293,7 @@ impl Rpc {
 }
 
 const NFS3ERR_ACCES: u32 = 13;
+const NFS3ERR_DQUOT: u32 = 69;
 const NFS3ERR_STALE: u32 = 70;
 
 /// Big and small files in and out, byte for byte; listed; renamed and removed over NFS; and
@@ -407,6 +419,12 @@ fn many_small_files_and_a_quota() {
         &srv.url("/q/b", ""),
     );
     assert!(!ok, "a copy past the quota succeeded: {out}");
+    // The error the client got: NFS3ERR_DQUOT (libnfs-utils prints no status, so asked here).
+    let mut rpc = Rpc::connect(srv.port, 0);
+    let root = rpc.mount("/").unwrap();
+    let q = rpc.lookup(&root, "q").unwrap();
+    let b = rpc.lookup(&q, "b").unwrap();
+    assert_eq!(rpc.write(&b, 1 << 20, &[9u8; 512 << 10]), NFS3ERR_DQUOT);
     assert_eq!(nfs_cat(&srv.url("/q/a", "")).unwrap(), a);
     let log = srv.stop();
     let m = vol.mount();
