@@ -1043,6 +1043,45 @@ mod tests {
     }
 
     #[test]
+    fn setattr_truncates_chmods_and_sets_times_for_its_owner_only() {
+        let (_d, _m, fs) = server(None);
+        rt().block_on(async {
+            let root = fs.root_dir();
+            let (f, _) = fs
+                .create(root, &b"f".to_vec().into(), sattr3::default())
+                .await
+                .unwrap();
+            fs.write_stable(f, 0, &[1u8; 5000], false).await.unwrap();
+            let set = sattr3 {
+                size: set_size3::size(10),
+                mode: set_mode3::mode(0o600),
+                mtime: set_mtime::SET_TO_CLIENT_TIME(nfstime3 {
+                    seconds: 1_000_000,
+                    nseconds: 5,
+                }),
+                ..sattr3::default()
+            };
+            let a = fs.setattr(f, set).await.unwrap();
+            assert_eq!((a.size, a.mode, a.mtime.seconds), (10, 0o600, 1_000_000));
+            assert_eq!(fs.read(f, 0, 100).await.unwrap().0, vec![1u8; 10]);
+            // Owned by root, 0600: somebody else may neither chmod nor read it.
+            let other = Identity {
+                uid: 1000,
+                gid: 1000,
+                groups: vec![],
+            };
+            let chmod = sattr3 {
+                mode: set_mode3::mode(0o777),
+                ..sattr3::default()
+            };
+            let e = fs.0.apply(&other, f, &chmod).unwrap_err();
+            assert_eq!(status(&e) as u32, nfsstat3::NFS3ERR_PERM as u32);
+            assert!(fs.0.reader(&other, f).is_err());
+            assert!(fs.0.writer(&other, f).is_err());
+        });
+    }
+
+    #[test]
     fn a_subdir_export_reaches_nothing_above_it() {
         let (_d, _m, fs) = server(Some(b"a/b"));
         rt().block_on(async {
