@@ -26,6 +26,11 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 
 # setfacl, getfacl (tests/acl.rs) and getfattr.
 apt_install acl attr
+# clamd for the antivirus scanning tests (tests/scan.rs: a private daemon and signature
+# database, nothing downloaded). The clients the tests need are required: a missing one
+# fails its tests instead of skipping them.
+apt_install clamav-daemon
+export UNKAI_REQUIRE_CLIENTS=1
 
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
