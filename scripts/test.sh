@@ -28,6 +28,10 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 apt_install acl attr
 # The real NFS client of tests/nfs.rs (nfs-cp, nfs-ls, nfs-cat); clients are never skipped here.
 apt_install libnfs-utils
+# clamd for the antivirus scanning tests (tests/scan.rs: a private daemon and signature
+# database, nothing downloaded). The clients the tests need are required: a missing one
+# fails its tests instead of skipping them.
+apt_install clamav-daemon
 export UNKAI_REQUIRE_CLIENTS=1
 
 echo "==> unit and integration tests"
