@@ -1,7 +1,7 @@
-//! The export options of `unkai nfs`: which client networks may connect (`--allow`), whom a
-//! call acts as (its AUTH_UNIX credentials, squashed as `--root-squash`/`--all-squash` say),
-//! and what that identity may do by the mode bits (as the kernel checks them for a mount
-//! with `default_permissions`).
+//! The export options of `unkai nfs`: which client networks may connect (`--allow`), the one
+//! identity every call acts as (`--anonuid`/`--anongid`: nfsserve does not hand the file
+//! system a caller's AUTH_UNIX credentials), and what that identity may do by the mode bits
+//! (as the kernel checks them for a mount with `default_permissions`).
 //!
 //! Not for: the protocol (`nfs`), or flags every server shares (`cli::front`). POSIX ACLs
 //! are not consulted here (mode bits only).
@@ -70,33 +70,21 @@ impl Net {
     }
 }
 
-/// Whose uids become the anonymous identity.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Squash {
-    /// Nobody's: uid 0 acts as root.
-    None,
-    /// uid 0's (and gid 0).
-    Root,
-    /// Everybody's.
-    All,
-}
-
 /// How a volume is exported.
 #[derive(Clone, Debug)]
 pub struct Export {
     /// Client networks allowed to connect.
     pub allow: Vec<Net>,
-    pub squash: Squash,
+    /// The one identity every call acts as (`--anonuid`/`--anongid`).
     pub anon_uid: u32,
     pub anon_gid: u32,
 }
 
 impl Export {
-    /// The default: loopback clients only, root squashed to 65534.
+    /// The default: loopback clients only, acting as 65534:65534.
     pub fn local() -> Export {
         Export {
             allow: vec!["127.0.0.1/32".parse().unwrap(), "::1/128".parse().unwrap()],
-            squash: Squash::Root,
             anon_uid: 65534,
             anon_gid: 65534,
         }
@@ -107,38 +95,14 @@ impl Export {
         self.allow.iter().any(|n| n.contains(ip))
     }
 
-    /// Whom a call with these AUTH_UNIX credentials (None: another flavor, e.g. AUTH_NULL)
-    /// acts as.
-    pub fn identity(&self, caller: Option<&nfsserve::Caller>) -> Identity {
-        let anon = Identity {
+    /// Whom every call acts as. nfsserve parses a call's AUTH_UNIX credentials but does not
+    /// hand them to the file system, so there is no per-caller identity to honour: each call
+    /// is squashed to this one (as `all_squash` with `anonuid`/`anongid` in exports(5)).
+    pub fn identity(&self) -> Identity {
+        Identity {
             uid: self.anon_uid,
             gid: self.anon_gid,
             groups: Vec::new(),
-        };
-        let Some(c) = caller else {
-            return anon;
-        };
-        match self.squash {
-            Squash::All => anon,
-            Squash::Root if c.uid == 0 => anon,
-            squash => {
-                let root_group = |g: u32| squash == Squash::Root && g == 0;
-                Identity {
-                    uid: c.uid,
-                    gid: if root_group(c.gid) {
-                        self.anon_gid
-                    } else {
-                        c.gid
-                    },
-                    // NFS AUTH_UNIX carries 16 at most.
-                    groups: c
-                        .gids
-                        .iter()
-                        .take(16)
-                        .map(|&g| if root_group(g) { self.anon_gid } else { g })
-                        .collect(),
-                }
-            }
         }
     }
 }
@@ -226,28 +190,20 @@ mod tests {
     }
 
     #[test]
-    fn root_is_squashed_unless_told() {
+    fn every_call_acts_as_the_anonymous_identity() {
         let mut e = Export::local();
-        let root = nfsserve::Caller {
-            uid: 0,
-            gid: 0,
-            gids: vec![0, 5],
-        };
-        let user = nfsserve::Caller {
-            uid: 1000,
-            gid: 0,
-            gids: vec![0, 27],
-        };
-        assert_eq!(e.identity(Some(&root)).uid, 65534);
-        assert_eq!(e.identity(Some(&root)).gid, 65534);
-        let u = e.identity(Some(&user));
-        assert_eq!((u.uid, u.gid), (1000, 65534));
-        assert_eq!(u.groups, vec![65534, 27]);
-        assert_eq!(e.identity(None).uid, 65534);
-        e.squash = Squash::None;
-        assert_eq!(e.identity(Some(&root)).uid, 0);
-        assert_eq!(e.identity(Some(&user)).gid, 0);
-        e.squash = Squash::All;
-        assert_eq!(e.identity(Some(&user)).uid, 65534);
+        assert_eq!(
+            e.identity(),
+            Identity {
+                uid: 65534,
+                gid: 65534,
+                groups: vec![]
+            }
+        );
+        e.anon_uid = 0;
+        e.anon_gid = 7;
+        let root = e.identity();
+        assert_eq!((root.uid, root.gid), (0, 7));
+        assert!(root.in_group(7) && !root.in_group(0));
     }
 }

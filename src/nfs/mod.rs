@@ -5,10 +5,18 @@
 //! NFSv3 has no open or close: a file's vfs handle is opened at its first READ or WRITE and
 //! kept in a small table across requests, then released once idle ([`IDLE`]), so the vfs
 //! sees one open-write-close per burst of writes (the write-back hook and the antivirus scan
-//! run at that close). WRITE answers what the client asked: an UNSTABLE write is buffered
-//! and COMMIT makes it durable (`vfs::fsync`); any other is made durable before the reply.
+//! run at that close). nfsserve answers every WRITE FILE_SYNC (and has no COMMIT), so each
+//! WRITE is made durable (`vfs::fsync`) before its reply.
 //!
-//! Not for: export options and identities (`export`), flags (`cli::nfs`), opening the volume
+//! nfsserve is used as published; what it lacks is done around it here. Its accept loop
+//! takes every peer and allocates whatever length a record mark claims, so it listens on an
+//! ephemeral port of 127.0.0.1 only, and the public listener ([`serve`]) accepts clients,
+//! closes those outside `--allow` at once, and relays the others' bytes, ending a
+//! connection whose record fragment is longer than [`MAX_RECORD`] ([`Marks`]). It does not
+//! hand the file system the caller's AUTH_UNIX credentials: every call acts as the export's
+//! one identity (`export::Export::identity`).
+//!
+//! Not for: export options and identity (`export`), flags (`cli::nfs`), opening the volume
 //! (`volume::front`), NFSv4 or locking (NLM).
 
 pub mod export;
@@ -35,8 +43,12 @@ use export::{Export, Identity};
 /// How long a file's handle stays open after its last READ or WRITE.
 pub const IDLE: Duration = Duration::from_millis(1500);
 
-/// The most a READ returns (what FSINFO tells clients), whatever it asks.
+/// The most a READ returns and a WRITE should carry (FSINFO's rtmax and wtmax).
 const MAX_IO: u32 = 1 << 20;
+
+/// The longest RPC record (all its fragments) a client may send: the largest WRITE FSINFO
+/// allows plus room for the RPC header, credentials and arguments (a few hundred bytes).
+pub const MAX_RECORD: u64 = MAX_IO as u64 + (64 << 10);
 
 /// Directory entries a READDIR reads from the vfs at most (the crate trims by bytes).
 const DIR_PAGE: usize = 512;
@@ -70,11 +82,10 @@ fn err<T>(errno: i32) -> vfs::Result<T> {
     Err(vfs::Error::Sys(errno))
 }
 
-/// An open vfs handle of a file, shared by the requests that use it.
+/// An open vfs handle of a file, shared by the requests that use it (all of them act as
+/// the one identity that opened it, checked then).
 struct Open {
     fh: u64,
-    /// Who opened it (a request of anybody else is checked again).
-    uid: u32,
 }
 
 /// A table entry: the handle and when a request last used it.
@@ -88,7 +99,8 @@ pub struct Server {
     vfs: Arc<Vfs>,
     root: Ino,
     read_only: bool,
-    export: Export,
+    /// Whom every call acts as.
+    who: Identity,
     /// Handles open for writing, and for reading, by inode.
     writers: Mutex<HashMap<Ino, Slot>>,
     readers: Mutex<HashMap<Ino, Slot>>,
@@ -108,7 +120,7 @@ impl Server {
             vfs: front.vfs.clone(),
             root: front.root,
             read_only: front.read_only,
-            export,
+            who: export.identity(),
             writers: Mutex::new(HashMap::new()),
             readers: Mutex::new(HashMap::new()),
             cursors: Mutex::new(HashMap::new()),
@@ -120,18 +132,13 @@ impl Server {
         }
     }
 
-    /// Whom the call being served acts as.
-    fn identity(&self) -> Identity {
-        self.export.identity(nfsserve::caller().as_ref())
-    }
-
-    /// Runs `f` (vfs calls, which block) off the runtime's threads, as the caller.
+    /// Runs `f` (vfs calls, which block) off the runtime's threads, as the export's identity.
     async fn run<T: Send + 'static>(
         self: &Arc<Self>,
         f: impl FnOnce(&Server, &Identity) -> vfs::Result<T> + Send + 'static,
     ) -> Res<T> {
         let me = self.clone();
-        let who = self.identity();
+        let who = self.who.clone();
         match tokio::task::spawn_blocking(move || f(&me, &who)).await {
             Ok(r) => r.map_err(|e| status(&e)),
             Err(e) => {
@@ -215,16 +222,7 @@ impl Server {
     fn writer(&self, who: &Identity, ino: Ino) -> vfs::Result<Arc<Open>> {
         if let Some(s) = self.writers.lock().get_mut(&ino) {
             s.used = Instant::now();
-            if s.open.uid == who.uid {
-                return Ok(s.open.clone());
-            }
-            let open = s.open.clone();
-            let a = self.vfs.getattr(ino)?;
-            return if who.may(&a, 2) {
-                Ok(open)
-            } else {
-                err(libc::EACCES)
-            };
+            return Ok(s.open.clone());
         }
         let a = self.vfs.getattr(ino)?;
         match a.kind {
@@ -236,7 +234,7 @@ impl Server {
             return err(libc::EACCES);
         }
         let o = self.vfs.open(ino, libc::O_RDWR)?;
-        Ok(self.keep(&self.writers, ino, o.fh, who.uid))
+        Ok(self.keep(&self.writers, ino, o.fh))
     }
 
     /// The handle of `ino` open for reading (a writer's, if there is one), as `who`.
@@ -255,10 +253,8 @@ impl Server {
                 }),
             }
         };
-        if let Some(o) = &cached {
-            if o.uid == who.uid {
-                return Ok(o.clone());
-            }
+        if let Some(o) = cached {
+            return Ok(o);
         }
         let a = self.vfs.getattr(ino)?;
         match a.kind {
@@ -269,16 +265,13 @@ impl Server {
         if !who.may(&a, 4) {
             return err(libc::EACCES);
         }
-        if let Some(o) = cached {
-            return Ok(o);
-        }
         let o = self.vfs.open(ino, libc::O_RDONLY)?;
-        Ok(self.keep(&self.readers, ino, o.fh, who.uid))
+        Ok(self.keep(&self.readers, ino, o.fh))
     }
 
     /// Puts a handle just opened in `table`; if another request put one there meanwhile,
     /// that one is used and this one released.
-    fn keep(&self, table: &Mutex<HashMap<Ino, Slot>>, ino: Ino, fh: u64, uid: u32) -> Arc<Open> {
+    fn keep(&self, table: &Mutex<HashMap<Ino, Slot>>, ino: Ino, fh: u64) -> Arc<Open> {
         let (open, extra) = {
             let mut t = table.lock();
             match t.get_mut(&ino) {
@@ -287,7 +280,7 @@ impl Server {
                     (s.open.clone(), Some(fh))
                 }
                 None => {
-                    let open = Arc::new(Open { fh, uid });
+                    let open = Arc::new(Open { fh });
                     t.insert(
                         ino,
                         Slot {
@@ -624,47 +617,18 @@ impl NFSFileSystem for Exported {
             .await
     }
 
+    /// nfsserve answers every WRITE FILE_SYNC: what it was given is durable before the reply
+    /// (on a write-back volume, in the local staging; otherwise in the object store).
     async fn write(&self, id: fileid3, offset: u64, data: &[u8]) -> Res<fattr3> {
-        self.write_stable(id, offset, data, true)
-            .await
-            .map(|(a, _)| a)
-    }
-
-    async fn write_stable(
-        &self,
-        id: fileid3,
-        offset: u64,
-        data: &[u8],
-        sync: bool,
-    ) -> Res<(fattr3, bool)> {
         self.0.writable()?;
-        tracing::trace!(
-            "nfs write inode {id} at {offset} len {} sync {sync}",
-            data.len()
-        );
+        tracing::trace!("nfs write inode {id} at {offset} len {}", data.len());
         let data = data.to_vec();
         self.0
             .run(move |s, who| {
                 let open = s.writer(who, id)?;
                 let unprivileged = (who.uid != 0).then(|| who.ctx());
                 s.vfs.write(open.fh, offset, &data, unprivileged.as_ref())?;
-                if sync {
-                    s.vfs.fsync(open.fh)?;
-                }
-                Ok((fattr(&s.vfs.getattr(id)?), sync))
-            })
-            .await
-    }
-
-    async fn commit(&self, id: fileid3) -> Res<fattr3> {
-        self.0
-            .run(move |s, _| {
-                let open = s.writers.lock().get(&id).map(|s| s.open.clone());
-                match open {
-                    Some(o) => s.vfs.fsync(o.fh)?,
-                    // Released since: made durable then (`release_idle`).
-                    None => s.vfs.fsyncdir()?,
-                }
+                s.vfs.fsync(open.fh)?;
                 Ok(fattr(&s.vfs.getattr(id)?))
             })
             .await
@@ -692,7 +656,7 @@ impl NFSFileSystem for Exported {
                 let o = s.vfs.create(&who.ctx(), dirid, name, mode, flags)?;
                 let ino = o.attr.ino;
                 // Kept for the WRITEs that follow.
-                s.keep(&s.writers, ino, o.fh, who.uid);
+                s.keep(&s.writers, ino, o.fh);
                 let rest = sattr3 {
                     mode: set_mode3::Void,
                     size: match attr.size {
@@ -733,7 +697,7 @@ impl NFSFileSystem for Exported {
                 let o =
                     s.vfs
                         .create(&who.ctx(), dirid, name, 0o644, libc::O_RDWR | libc::O_EXCL)?;
-                s.keep(&s.writers, o.attr.ino, o.fh, who.uid);
+                s.keep(&s.writers, o.attr.ino, o.fh);
                 Ok(o.attr)
             })
             .await?;
@@ -827,7 +791,9 @@ impl NFSFileSystem for Exported {
             wtmax: MAX_IO,
             wtpref: MAX_IO,
             wtmult: 4096,
-            dtpref: 64 << 10,
+            // nfsserve answers a plain READDIR from the top of the directory whatever its
+            // cookie: a client that sizes it by this gets one page of ~30000 entries.
+            dtpref: MAX_IO,
             maxfilesize: crate::meta::MAX_FILE_SIZE,
             time_delta: nfstime3 {
                 seconds: 0,
@@ -867,26 +833,28 @@ impl NFSFileSystem for Exported {
 
 /// Serves `front` over NFSv3 at `listen` until the runtime stops it; then every handle is
 /// released (the caller flushes the volume).
-pub async fn serve(front: Front, listen: String, export: Export) -> anyhow::Result<()> {
+///
+/// nfsserve listens on an ephemeral port of 127.0.0.1; `listen` is unkai's own listener,
+/// which closes a client outside `--allow` before reading a byte and relays the others to
+/// nfsserve ([`relay`]).
+pub async fn serve(
+    front: Front,
+    listen: std::net::SocketAddr,
+    export: Export,
+) -> anyhow::Result<()> {
     let server = Arc::new(Server::new(&front, export.clone()));
-    let mut listener = NFSTcpListener::bind(&listen, Exported(server.clone()))
+    let public = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen at {listen}: {e}"))?;
-    let refused = Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let filter_export = export.clone();
-    listener.set_accept_filter(Arc::new(move |peer: &std::net::SocketAddr| {
-        let ok = filter_export.allows(peer.ip());
-        if !ok {
-            let n = refused.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            // Said for the first refusals, then every thousandth (a scan must not flood).
-            if n < 10 || n % 1000 == 0 {
-                tracing::warn!("refused an NFS client at {peer}: not in --allow");
-            }
-        }
-        ok
-    }));
-    let addr = std::net::SocketAddr::new(listener.get_listen_ip(), listener.get_listen_port());
-    tracing::info!("nfs serving volume '{}' at {addr}", front.name);
+    let inner = NFSTcpListener::bind("127.0.0.1:0", Exported(server.clone()))
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot listen on 127.0.0.1 for the NFS server: {e}"))?;
+    let backend = std::net::SocketAddr::new(inner.get_listen_ip(), inner.get_listen_port());
+    let addr = public.local_addr()?;
+    tracing::info!(
+        "nfs serving volume '{}' at {addr} (relayed to {backend})",
+        front.name
+    );
     // Handles idle for a while are released; all of them when the server stops.
     let _release = Releaser(server.clone());
     let reaper = {
@@ -899,9 +867,129 @@ pub async fn serve(front: Front, listen: String, export: Export) -> anyhow::Resu
             }
         })
     };
-    let res = listener.handle_forever().await;
+    let mut nfs = tokio::spawn(async move { inner.handle_forever().await });
+    let mut refused = 0u64;
+    let res = loop {
+        let (client, peer) = tokio::select! {
+            r = &mut nfs => break match r {
+                Ok(Ok(())) => Ok(()),
+                Ok(Err(e)) => Err(anyhow::anyhow!("the NFS server stopped: {e}")),
+                Err(e) => Err(anyhow::anyhow!("the NFS server stopped: {e}")),
+            },
+            a = public.accept() => match a {
+                Ok(a) => a,
+                Err(e) => {
+                    // Out of descriptors and the like: the listener itself stays.
+                    tracing::warn!("accepting an NFS client: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        if !export.allows(peer.ip()) {
+            // Said for the first refusals, then every thousandth (a scan must not flood).
+            if refused < 10 || refused % 1000 == 0 {
+                tracing::warn!("refused an NFS client at {peer}: not in --allow");
+            }
+            refused += 1;
+            drop(client);
+            continue;
+        }
+        tokio::spawn(async move {
+            if let Err(e) = relay(client, backend).await {
+                tracing::debug!("NFS client {peer}: {e}");
+            }
+        });
+    };
     reaper.abort();
-    res.map_err(|e| anyhow::anyhow!("the NFS server stopped: {e}"))
+    nfs.abort();
+    res
+}
+
+/// Relays one allowed client to nfsserve at `backend` and back, ending the connection when
+/// either side closes or the client's record marks break [`Marks`]' bound.
+async fn relay(client: tokio::net::TcpStream, backend: std::net::SocketAddr) -> anyhow::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = tokio::net::TcpStream::connect(backend).await?;
+    let _ = client.set_nodelay(true);
+    let _ = server.set_nodelay(true);
+    let (mut cr, mut cw) = client.into_split();
+    let (mut sr, mut sw) = server.into_split();
+    let up = async {
+        let mut marks = Marks::default();
+        let mut buf = vec![0u8; 256 << 10];
+        loop {
+            let n = cr.read(&mut buf).await?;
+            if n == 0 {
+                let _ = sw.shutdown().await;
+                return anyhow::Ok(());
+            }
+            // Checked before nfsserve sees a byte of it.
+            marks.check(&buf[..n])?;
+            sw.write_all(&buf[..n]).await?;
+        }
+    };
+    let down = async {
+        tokio::io::copy(&mut sr, &mut cw).await?;
+        let _ = cw.shutdown().await;
+        anyhow::Ok(())
+    };
+    // Whichever ends first (an error, or nfsserve closing) ends both directions; a client
+    // that only half-closes still gets the replies to what it sent.
+    tokio::pin!(up, down);
+    tokio::select! {
+        r = &mut up => { r?; down.await }
+        r = &mut down => r,
+    }
+}
+
+/// ONC RPC record marking (RFC 5531 §11) of a client's byte stream, followed as it passes:
+/// each fragment starts with a 4-byte mark, the top bit saying it ends its record and the
+/// low 31 bits its length. nfsserve allocates whatever a mark claims before the bytes come,
+/// so a record longer than [`MAX_RECORD`] ends the connection. Only the marks are read: the
+/// calls themselves are nfsserve's.
+#[derive(Default)]
+struct Marks {
+    /// Bytes of the current mark read so far, and how many.
+    head: [u8; 4],
+    have: usize,
+    /// Bytes of the current fragment still to pass.
+    left: u64,
+    /// Length of the current record so far (its fragments').
+    record: u64,
+}
+
+impl Marks {
+    fn check(&mut self, mut bytes: &[u8]) -> anyhow::Result<()> {
+        while !bytes.is_empty() {
+            if self.left > 0 {
+                let n = self.left.min(bytes.len() as u64);
+                self.left -= n;
+                bytes = &bytes[n as usize..];
+                continue;
+            }
+            self.head[self.have] = bytes[0];
+            self.have += 1;
+            bytes = &bytes[1..];
+            if self.have == 4 {
+                self.have = 0;
+                let mark = u32::from_be_bytes(self.head);
+                let len = (mark & 0x7fff_ffff) as u64;
+                self.record += len;
+                if self.record > MAX_RECORD {
+                    anyhow::bail!(
+                        "an RPC record of {} bytes or more (at most {MAX_RECORD}): disconnected",
+                        self.record
+                    );
+                }
+                self.left = len;
+                if mark & 0x8000_0000 != 0 {
+                    self.record = 0;
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Releases every handle of the server when dropped (the server's task ends: a signal, or
@@ -923,7 +1011,7 @@ mod tests {
     use crate::meta::{Format, ROOT_INO};
     use crate::object::ObjectStorage;
 
-    /// A server over a scratch volume whose calls (none carry credentials here) act as root.
+    /// A server over a scratch volume whose calls act as root (`--anonuid 0 --anongid 0`).
     fn server(root: Option<&[u8]>) -> (tempfile::TempDir, tempfile::TempDir, Exported) {
         let dir = tempfile::tempdir().unwrap();
         let storage = format!("file://{}", dir.path().join("bucket").display());
@@ -967,6 +1055,8 @@ mod tests {
 
     #[test]
     fn writes_read_back_and_listings_resume_after_any_entry() {
+        // The crate's READDIRPLUS passes the cookie it gave (an entry's file id) as
+        // `start_after`: each page resumes after the last entry of the one before.
         let (_d, _m, fs) = server(None);
         rt().block_on(async {
             let root = fs.root_dir();
@@ -975,22 +1065,15 @@ mod tests {
                 .await
                 .unwrap();
             let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
-            let (_, durable) = fs
-                .write_stable(f, 0, &data[..200_000], false)
-                .await
-                .unwrap();
-            assert!(!durable, "an UNSTABLE write is answered UNSTABLE");
-            let (a, durable) = fs
-                .write_stable(f, 200_000, &data[200_000..], true)
-                .await
-                .unwrap();
-            assert!(durable);
+            fs.write(f, 0, &data[..200_000]).await.unwrap();
+            let a = fs.write(f, 200_000, &data[200_000..]).await.unwrap();
             assert_eq!(a.size, 300_000);
+            // One handle for the burst, kept across requests.
+            assert_eq!(fs.0.writers.lock().len(), 1);
             let (got, eof) = fs.read(f, 0, 1 << 20).await.unwrap();
             assert!(eof && got == data);
             let (got, eof) = fs.read(f, 100, 10).await.unwrap();
             assert!(!eof && got == data[100..110]);
-            fs.commit(f).await.unwrap();
             // Idle handles go, and what they wrote stays.
             fs.0.release_idle(Duration::ZERO);
             assert!(fs.0.writers.lock().is_empty() && fs.0.readers.lock().is_empty());
@@ -1051,7 +1134,7 @@ mod tests {
                 .create(root, &b"f".to_vec().into(), sattr3::default())
                 .await
                 .unwrap();
-            fs.write_stable(f, 0, &[1u8; 5000], false).await.unwrap();
+            fs.write(f, 0, &[1u8; 5000]).await.unwrap();
             let set = sattr3 {
                 size: set_size3::size(10),
                 mode: set_mode3::mode(0o600),
@@ -1076,6 +1159,9 @@ mod tests {
             };
             let e = fs.0.apply(&other, f, &chmod).unwrap_err();
             assert_eq!(status(&e) as u32, nfsstat3::NFS3ERR_PERM as u32);
+            // (Handles are checked when opened; a server has one identity, so the ones open
+            // now were opened as it.)
+            fs.0.release_idle(Duration::ZERO);
             assert!(fs.0.reader(&other, f).is_err());
             assert!(fs.0.writer(&other, f).is_err());
         });
@@ -1106,6 +1192,44 @@ mod tests {
                 Err(nfsstat3::NFS3ERR_BADHANDLE)
             ));
         });
+    }
+
+    #[test]
+    fn record_marks_are_followed_and_long_records_refused() {
+        let rec = |last: bool, len: u32| -> Vec<u8> {
+            let mut r = ((last as u32) << 31 | len).to_be_bytes().to_vec();
+            r.resize(4 + len as usize, 7);
+            r
+        };
+        // Whole records, split anywhere (a byte at a time, marks cut in two).
+        let mut stream = rec(true, 100);
+        stream.extend(rec(false, 500_000));
+        stream.extend(rec(true, 500_000));
+        stream.extend(rec(true, MAX_RECORD as u32));
+        stream.extend(rec(true, 0));
+        let mut m = Marks::default();
+        for b in stream.chunks(1) {
+            m.check(b).unwrap();
+        }
+        let mut m = Marks::default();
+        for b in stream.chunks(4093) {
+            m.check(b).unwrap();
+        }
+        assert_eq!((m.have, m.left, m.record), (0, 0, 0));
+        // One fragment too long, refused at its mark.
+        let mut m = Marks::default();
+        assert!(
+            m.check(&(0x8000_0000u32 | (MAX_RECORD as u32 + 1)).to_be_bytes())
+                .is_err()
+        );
+        // 2 GiB claimed (a last-fragment mark of 0x7fffffff, or 0xffffffff).
+        assert!(Marks::default().check(&[0x7f, 0xff, 0xff, 0xff]).is_err());
+        assert!(Marks::default().check(&[0xff; 16]).is_err());
+        // A record of fragments each small but too long together.
+        let mut m = Marks::default();
+        let half = (MAX_RECORD / 2 + 1) as u32;
+        m.check(&rec(false, half)).unwrap();
+        assert!(m.check(&rec(true, half)[..4]).is_err());
     }
 
     #[test]
