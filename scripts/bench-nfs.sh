@@ -4,6 +4,7 @@
 #
 #   scripts/bench-nfs.sh [SIZE_MIB] [RUNS]       (default 1024 MiB, 3 runs)
 #   UNKAI_FAULTS=latency_ms=20 scripts/bench-nfs.sh 256 1   # both sides with store latency
+#   UNKAI_BENCH_ARGS=--writeback scripts/bench-nfs.sh         # flags for both mount and nfs
 #
 # Reads are cold: both clients are restarted after the writes and the page cache dropped.
 # Prints MB/s per run and the medians. Needs root (mount, drop_caches), libnfs-utils, and a
@@ -33,9 +34,9 @@ trap cleanup EXIT
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 # Both clients started afresh: reads after it find no block in either process's memory.
 start() {
-  "$BIN" mount -d "$META" "$MNT" --log-level warn >>"$T/mount.log" 2>&1; MOUNTED=1
+  "$BIN" mount -d "$META" "$MNT" --log-level warn ${UNKAI_BENCH_ARGS:-} >>"$T/mount.log" 2>&1; MOUNTED=1
   : >"$T/nfs.log"
-  "$BIN" nfs "$META" --listen "127.0.0.1:$PORT" --anonuid 0 --anongid 0 >>"$T/nfs.log" 2>&1 &
+  "$BIN" nfs "$META" --listen "127.0.0.1:$PORT" --anonuid 0 --anongid 0 ${UNKAI_BENCH_ARGS:-} >>"$T/nfs.log" 2>&1 &
   SRV=$!
   for _ in $(seq 600); do grep -q "nfs serving volume" "$T/nfs.log" && break; sleep 0.1; done
   grep -q "nfs serving volume" "$T/nfs.log" || { cat "$T/nfs.log"; exit 1; }

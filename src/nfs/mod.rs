@@ -930,7 +930,9 @@ async fn relay(client: tokio::net::TcpStream, backend: std::net::SocketAddr) -> 
         }
     };
     let down = async {
-        tokio::io::copy(&mut sr, &mut cw).await?;
+        // READ replies are up to 1 MiB: copied in large pieces, not tokio's default 8 KiB.
+        let mut sr = tokio::io::BufReader::with_capacity(256 << 10, &mut sr);
+        tokio::io::copy_buf(&mut sr, &mut cw).await?;
         let _ = cw.shutdown().await;
         anyhow::Ok(())
     };
