@@ -15,6 +15,7 @@ pub mod cli;
 pub mod data;
 pub mod fuse;
 pub mod garbage;
+pub mod gateway;
 pub mod meta;
 pub mod metrics;
 pub mod object;

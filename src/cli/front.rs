@@ -40,8 +40,6 @@ pub struct VolumeArgs {
     backup_meta: String,
 }
 
-// Its callers (the NFS, S3 and WebDAV servers) land one by one.
-#[allow(dead_code)]
 /// Checks `args` (one line on the terminal for a bad one), opens the volume and serves it
 /// through `serve` until it ends or SIGINT/SIGTERM comes; `what` names the server.
 pub fn run<F, Fut>(args: &VolumeArgs, what: &'static str, serve: F) -> anyhow::Result<()>

@@ -12,6 +12,7 @@ mod dump;
 mod format;
 mod front;
 mod fsck;
+mod gateway;
 mod gc;
 mod helper;
 mod info;
@@ -70,6 +71,7 @@ enum Command {
     Stats(stats::Args),
     Fsck(fsck::Args),
     Gc(gc::Args),
+    Gateway(gateway::Args),
     Objbench(objbench::Args),
     Bench(bench::Args),
     Warmup(warmup::Args),
@@ -262,6 +264,7 @@ pub fn main() -> i32 {
         Command::Stats(a) => stats::run(a),
         Command::Fsck(a) => fsck::run(a),
         Command::Gc(a) => gc::run(a),
+        Command::Gateway(a) => gateway::run(a),
         Command::Objbench(a) => objbench::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Warmup(a) => warmup::run(a),
