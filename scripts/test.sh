@@ -26,6 +26,10 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 
 # setfacl, getfacl (tests/acl.rs) and getfattr.
 apt_install acl attr
+# boto3 for /usr/bin/python3 (tests/gateway.rs: a real S3 client besides object_store).
+apt_install python3-boto3
+# Tests that drive real clients fail rather than skip when one is missing.
+export UNKAI_REQUIRE_CLIENTS=1
 
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
