@@ -98,30 +98,46 @@ pub async fn write_body(
     Ok((off, digest.into()))
 }
 
-/// The bytes of `range` of open file `fh`, read a chunk ahead of the client; the handle is
-/// released at the end, or when the client goes away. A file found shorter than `range`
-/// (cut meanwhile) ends the body with an error: the client sees a short body, never
+/// Reads in flight per response body, as the kernel keeps several reads of a stream going.
+const READS_IN_FLIGHT: usize = 8;
+
+/// Reads `want` bytes at `off` of open file `fh` (fewer only at the end of the file).
+fn read_full(vfs: &Vfs, fh: u64, off: u64, want: usize) -> vfs::Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(want);
+    while out.len() < want {
+        let part = vfs.read(fh, off + out.len() as u64, (want - out.len()) as u32)?;
+        if part.is_empty() {
+            break;
+        }
+        out.extend_from_slice(&part);
+    }
+    Ok(out)
+}
+
+/// The bytes of `range` of open file `fh`, read a few chunks ahead of the client; the
+/// handle is released at the end, or when the client goes away. A file found shorter than
+/// `range` (cut meanwhile) ends the body with an error: the client sees a short body, never
 /// a wrong byte.
 pub fn read_body(vfs: Arc<Vfs>, fh: u64, range: Range<u64>) -> StreamingBlob {
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, std::io::Error>>(2);
     tokio::spawn(async move {
-        let mut off = range.start;
-        while off < range.end {
-            let want = (range.end - off).min(CHUNK as u64) as usize;
-            let v = vfs.clone();
-            let res = tokio::task::spawn_blocking(move || -> vfs::Result<Vec<u8>> {
-                let mut out = Vec::with_capacity(want);
-                while out.len() < want {
-                    let part = v.read(fh, off + out.len() as u64, (want - out.len()) as u32)?;
-                    if part.is_empty() {
-                        break;
-                    }
-                    out.extend_from_slice(&part);
-                }
-                Ok(out)
-            })
-            .await;
-            let item = match res {
+        type Read = tokio::task::JoinHandle<vfs::Result<Vec<u8>>>;
+        let mut reads: std::collections::VecDeque<(usize, Read)> = Default::default();
+        let mut next = range.start;
+        loop {
+            while reads.len() < READS_IN_FLIGHT && next < range.end {
+                let want = (range.end - next).min(CHUNK as u64) as usize;
+                let (v, at) = (vfs.clone(), next);
+                reads.push_back((
+                    want,
+                    tokio::task::spawn_blocking(move || read_full(&v, fh, at, want)),
+                ));
+                next += want as u64;
+            }
+            let Some((want, read)) = reads.pop_front() else {
+                break;
+            };
+            let item = match read.await {
                 Ok(Ok(data)) if data.len() == want => Ok(Bytes::from(data)),
                 Ok(Ok(_)) => Err(std::io::Error::other("the file was cut while it was read")),
                 Ok(Err(e)) => Err(std::io::Error::from_raw_os_error(e.errno())),
@@ -131,7 +147,10 @@ pub fn read_body(vfs: Arc<Vfs>, fh: u64, range: Range<u64>) -> StreamingBlob {
             if tx.send(item).await.is_err() || failed {
                 break;
             }
-            off += want as u64;
+        }
+        // Reads still running end before the handle goes.
+        for (_, r) in reads {
+            let _ = r.await;
         }
         let _ = tokio::task::spawn_blocking(move || vfs.release(fh)).await;
     });
