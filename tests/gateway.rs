@@ -539,6 +539,42 @@ fn bad_requests_get_s3_errors_and_change_nothing() {
 }
 
 #[test]
+fn a_read_only_gateway_serves_and_refuses_changes() {
+    let Some(py) = boto3() else { return };
+    let vol = Volume::new();
+    let m = vol.mount();
+    std::fs::create_dir_all(m.p("docs")).unwrap();
+    std::fs::write(m.p("docs/a.txt"), b"kept").unwrap();
+    m.unmount();
+    let gw = Gateway::start(&vol, &["--read-only"]);
+    let out = python(
+        py,
+        &gw,
+        SK,
+        "print(s3.get_object(Bucket='docs', Key='a.txt')['Body'].read().decode())\n\
+         print(code(lambda: s3.put_object(Bucket='docs', Key='b.txt', Body=b'new')))\n\
+         print(code(lambda: s3.delete_object(Bucket='docs', Key='a.txt')))\n\
+         print(code(lambda: s3.create_bucket(Bucket='more')))\n\
+         print(code(lambda: s3.create_multipart_upload(Bucket='docs', Key='c')))\n",
+    );
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "kept",
+            "AccessDenied",
+            "AccessDenied",
+            "AccessDenied",
+            "AccessDenied"
+        ],
+        "{out}"
+    );
+    gw.stop();
+    let m = vol.mount();
+    assert_eq!(tree(&m.path), ["docs", "docs/a.txt"]);
+    m.unmount();
+}
+
+#[test]
 fn refuses_to_start_without_keys_unless_told() {
     let vol = Volume::new();
     let out = unkai()

@@ -80,7 +80,10 @@ pub async fn serve(front: Front, opts: Options) -> anyhow::Result<()> {
         let _ = stream.set_nodelay(true);
         let service = service.clone();
         tokio::spawn(async move {
+            // A client that never finishes its headers is dropped (not held forever).
             let conn = hyper::server::conn::http1::Builder::new()
+                .timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(std::time::Duration::from_secs(60))
                 .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
             if let Err(e) = conn.await {
                 tracing::debug!("gateway: connection from {peer}: {e}");
