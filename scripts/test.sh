@@ -28,7 +28,10 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 apt_install acl attr
 # boto3 for /usr/bin/python3 (tests/gateway.rs: a real S3 client besides object_store).
 apt_install python3-boto3
-# Tests that drive real clients fail rather than skip when one is missing.
+# clamd for the antivirus scanning tests (tests/scan.rs: a private daemon and signature
+# database, nothing downloaded). The clients the tests need are required: a missing one
+# fails its tests instead of skipping them.
+apt_install clamav-daemon
 export UNKAI_REQUIRE_CLIENTS=1
 
 echo "==> unit and integration tests"

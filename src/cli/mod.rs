@@ -23,6 +23,7 @@ mod options;
 mod profile;
 mod quota;
 mod restore;
+mod scan;
 mod stats;
 mod status;
 mod umount;
