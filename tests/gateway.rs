@@ -594,3 +594,62 @@ fn refuses_to_start_without_keys_unless_told() {
     );
     assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
 }
+
+/// An infected object put through the gateway is scanned as a file written through a mount
+/// is: moved to /.quarantine, refused to every open; a clean one is served.
+#[test]
+fn objects_put_are_scanned_and_infected_ones_quarantined() {
+    if !common::clamd::available() {
+        return;
+    }
+    let av = common::clamd::Clamd::start();
+    let vol = Volume::new();
+    let m = vol.mount();
+    std::fs::create_dir(m.p("inbox")).unwrap();
+    m.unmount();
+    let gw = Gateway::start(&vol, &["--scan", &av.url()]);
+    let s3 = gw.store("inbox", SK);
+    let rt = rt();
+    let clean = pattern(2 << 20, 3);
+    rt.block_on(async {
+        s3.put(&Key::from("ok.bin"), PutPayload::from(clean.clone()))
+            .await
+            .unwrap();
+        s3.put(
+            &Key::from("docs/x.txt"),
+            PutPayload::from(common::clamd::EICAR.to_vec()),
+        )
+        .await
+        .unwrap();
+    });
+    let gone = eventually(Duration::from_secs(120), || {
+        rt.block_on(s3.get(&Key::from("docs/x.txt")))
+            .is_err_and(|e| matches!(e, object_store::Error::NotFound { .. }))
+    });
+    let log = std::fs::read_to_string(&gw.log).unwrap_or_default();
+    assert!(
+        gone,
+        "the infected object is still served; log:\n{}",
+        tail(&log, 30)
+    );
+    assert!(log.contains(common::clamd::SIGNATURE), "{}", tail(&log, 30));
+    let got = rt.block_on(async {
+        s3.get(&Key::from("ok.bin"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap()
+    });
+    assert_eq!(&got[..], &clean[..]);
+    gw.stop();
+    let m = vol.mount();
+    let q: Vec<String> = names(&m.p(".quarantine")).into_iter().collect();
+    assert!(
+        q.len() == 1 && q[0].ends_with("x.txt"),
+        "quarantine holds {q:?}"
+    );
+    let e = std::fs::File::open(m.p(".quarantine").join(&q[0])).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EACCES));
+    m.unmount();
+}
