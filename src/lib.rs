@@ -20,3 +20,4 @@ pub mod metrics;
 pub mod object;
 pub mod vfs;
 pub mod volume;
+pub mod webdav;
