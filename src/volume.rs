@@ -5,7 +5,9 @@
 //! Not for: parsing flags (that is `cli`), or the file system a mount serves (that is `vfs`
 //! + `fuse`).
 
+pub mod front;
 pub mod metrics;
+pub mod open;
 pub mod serve;
 
 use std::path::{Path, PathBuf};

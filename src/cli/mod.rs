@@ -10,6 +10,7 @@ mod config;
 mod destroy;
 mod dump;
 mod format;
+mod front;
 mod fsck;
 mod gc;
 mod helper;

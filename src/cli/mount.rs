@@ -18,7 +18,7 @@ use anyhow::{Context, bail};
 use crate::fuse::{self, mounts};
 use crate::volume::{
     self,
-    serve::{self, MountConfig, Writeback},
+    serve::{self, MountConfig, StoreConfig, Writeback},
 };
 
 /// Mount a volume. With only MOUNTPOINT, mounts the embedded default volume (created on first
@@ -80,23 +80,8 @@ pub struct Args {
     /// --attr-ttl].
     #[arg(long)]
     negative_ttl: Option<f64>,
-    /// Write-back: a file's new blocks are staged on local disk (--cache-dir) and uploaded
-    /// behind the application; close and fsync wait for local disk only, and nothing staged
-    /// is lost to a crash (the next mount uploads it). `auto`: on for a volume this client has
-    /// to itself (SQLite) whose store is not a plain local directory; on a plain local
-    /// directory, only small files are staged (packed together, one object for many). On a
-    /// PostgreSQL volume,
-    /// `on` weakens close-to-open: another client may read EIO until the upload lands (see
-    /// the README's durability contract).
-    #[arg(long, value_enum, default_value_t = Toggle::Auto, env = "UNKAI_WRITEBACK")]
-    writeback: Toggle,
-    /// Local directories for the staging area and the block cache, separated by ':' (blocks
-    /// are spread over them) [default: /var/cache/unkai for root, ~/.cache/unkai otherwise].
-    #[arg(long, env = "UNKAI_CACHE_DIR")]
-    cache_dir: Option<String>,
-    /// Bytes staged at most before writers wait for uploads to make room, e.g. 10G.
-    #[arg(long, default_value = "10G", env = "UNKAI_STAGE_SIZE")]
-    stage_size: String,
+    #[command(flatten)]
+    store: StoreArgs,
     /// The kernel's writeback cache: small writes gather in the page cache and reach unkai
     /// in large batches; close and fsync still flush everything (the durability contract
     /// holds). `auto` turns it on when this mount has the volume to itself. With it,
@@ -104,42 +89,9 @@ pub struct Args {
     /// close or fsync instead of at once.
     #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK_CACHE")]
     writeback_cache: Toggle,
-    /// The block cache on local disk (under --cache-dir), e.g. 50G; 0 turns it off. Blocks
-    /// read or uploaded stay there across remounts, the least recently used evicted
-    /// [default: the smaller of 100G and half the free space when the store is remote or
-    /// answers late; 0 for a plain local directory, which is local disk already].
-    #[arg(long, env = "UNKAI_CACHE_SIZE")]
-    cache_size: Option<String>,
-    /// The share of the cache directories' disks the block cache leaves free (0 to 1).
-    #[arg(long, default_value_t = 0.1, env = "UNKAI_FREE_SPACE_RATIO")]
-    free_space_ratio: f64,
-    /// Memory for cached blocks (the first level, before the disk cache), e.g. 256M.
-    #[arg(long, default_value = "256M", env = "UNKAI_MEMORY_CACHE_SIZE")]
-    memory_cache_size: String,
-    /// Memory the mount keeps within, e.g. 2G: a quarter at most for the memory cache, a
-    /// quarter for write buffers, a quarter for blocks in flight (uploads, fetches, read-ahead:
-    /// beyond it they wait, and read-ahead holds back); the rest is the metadata engine's
-    /// caches and the threads.
-    #[arg(long, default_value = "1G", env = "UNKAI_MEMORY_LIMIT")]
-    memory_limit: String,
-    /// Memory for buffered writes before writers flush themselves, e.g. 256M.
-    #[arg(long, default_value = "256M")]
-    buffer_size: String,
     /// Drop the kernel's page cache of a file at every open (for volumes written elsewhere).
     #[arg(long)]
     no_keep_cache: bool,
-    /// Seconds one request to the object store may take before it is tried again.
-    #[arg(long, default_value_t = 20.0, env = "UNKAI_IO_TIMEOUT")]
-    io_timeout: f64,
-    /// Seconds a request to the object store may take, its retries included, before the
-    /// application gets EIO (a store that does not answer no longer blocks reads and fsync
-    /// for as long as it hangs).
-    #[arg(long, default_value_t = 60.0, env = "UNKAI_IO_DEADLINE")]
-    io_deadline: f64,
-    /// The key file of a volume encrypted with one (`format --encrypt-key-file`). A volume
-    /// encrypted with an RSA key needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
-    #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
-    encrypt_key_file: Option<PathBuf>,
     /// Serve the mount's figures at http://ADDR/metrics in Prometheus' text format (FUSE
     /// requests, bytes read and written, object requests, caches, staging, metadata
     /// transactions, memory), e.g. 127.0.0.1:9567. Off by default; `unkai stats MOUNTPOINT`
@@ -161,6 +113,116 @@ pub struct Args {
         env = "UNKAI_BACKUP_META"
     )]
     backup_meta: String,
+}
+
+/// The flags of the data side, shared by `mount` and the network servers (`cli::front`).
+#[derive(clap::Args, Clone)]
+pub struct StoreArgs {
+    /// Write-back: a file's new blocks are staged on local disk (--cache-dir) and uploaded
+    /// behind the application; close and fsync wait for local disk only, and nothing staged
+    /// is lost to a crash (the next mount uploads it). `auto`: on for a volume this client has
+    /// to itself (SQLite) whose store is not a plain local directory; on a plain local
+    /// directory, only small files are staged (packed together, one object for many). On a
+    /// PostgreSQL volume,
+    /// `on` weakens close-to-open: another client may read EIO until the upload lands (see
+    /// the README's durability contract).
+    #[arg(long, value_enum, default_value_t = Toggle::Auto, env = "UNKAI_WRITEBACK")]
+    writeback: Toggle,
+    /// Local directories for the staging area and the block cache, separated by ':' (blocks
+    /// are spread over them) [default: /var/cache/unkai for root, ~/.cache/unkai otherwise].
+    #[arg(long, env = "UNKAI_CACHE_DIR")]
+    cache_dir: Option<String>,
+    /// Bytes staged at most before writers wait for uploads to make room, e.g. 10G.
+    #[arg(long, default_value = "10G", env = "UNKAI_STAGE_SIZE")]
+    stage_size: String,
+    /// The block cache on local disk (under --cache-dir), e.g. 50G; 0 turns it off. Blocks
+    /// read or uploaded stay there across remounts, the least recently used evicted
+    /// [default: the smaller of 100G and half the free space when the store is remote or
+    /// answers late; 0 for a plain local directory, which is local disk already].
+    #[arg(long, env = "UNKAI_CACHE_SIZE")]
+    cache_size: Option<String>,
+    /// The share of the cache directories' disks the block cache leaves free (0 to 1).
+    #[arg(long, default_value_t = 0.1, env = "UNKAI_FREE_SPACE_RATIO")]
+    free_space_ratio: f64,
+    /// Memory for cached blocks (the first level, before the disk cache), e.g. 256M.
+    #[arg(long, default_value = "256M", env = "UNKAI_MEMORY_CACHE_SIZE")]
+    memory_cache_size: String,
+    /// Memory the mount keeps within, e.g. 2G: a quarter at most for the memory cache, a
+    /// quarter for write buffers, a quarter for blocks in flight (uploads, fetches, read-ahead:
+    /// beyond it they wait, and read-ahead holds back); the rest is the metadata engine's
+    /// caches and the threads.
+    #[arg(long, default_value = "1G", env = "UNKAI_MEMORY_LIMIT")]
+    memory_limit: String,
+    /// Memory for buffered writes before writers flush themselves, e.g. 256M.
+    #[arg(long, default_value = "256M")]
+    buffer_size: String,
+    /// Seconds one request to the object store may take before it is tried again.
+    #[arg(long, default_value_t = 20.0, env = "UNKAI_IO_TIMEOUT")]
+    io_timeout: f64,
+    /// Seconds a request to the object store may take, its retries included, before the
+    /// application gets EIO (a store that does not answer no longer blocks reads and fsync
+    /// for as long as it hangs).
+    #[arg(long, default_value_t = 60.0, env = "UNKAI_IO_DEADLINE")]
+    io_deadline: f64,
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`). A volume
+    /// encrypted with an RSA key needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
+    #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
+    encrypt_key_file: Option<PathBuf>,
+}
+
+impl StoreArgs {
+    /// Checks the flags: one line naming the flag and the fix for a bad one.
+    pub fn check(&self, fmt: &crate::meta::Format) -> anyhow::Result<StoreConfig> {
+        let a = self;
+        let cache_bytes =
+            volume::parse_size_flag("--memory-cache-size", &a.memory_cache_size, "MiB")? as usize;
+        let disk_cache = a
+            .cache_size
+            .as_deref()
+            .map(|s| volume::parse_size_flag("--cache-size", s, "MiB"))
+            .transpose()?;
+        if !(0.0..1.0).contains(&a.free_space_ratio) {
+            bail!(
+                "invalid --free-space-ratio {}: give the share of the disk to keep free, from 0 \
+                 to below 1, e.g. 0.1",
+                a.free_space_ratio
+            );
+        }
+        let buffer_bytes =
+            volume::parse_size_flag("--buffer-size", &a.buffer_size, "MiB")? as usize;
+        let memory_limit = volume::parse_size_flag("--memory-limit", &a.memory_limit, "MiB")?;
+        if memory_limit < 64 << 20 {
+            bail!(
+                "invalid --memory-limit {}: give at least 64M, e.g. 1G",
+                a.memory_limit
+            );
+        }
+        let stage_bytes = volume::parse_size_flag("--stage-size", &a.stage_size, "MiB")?;
+        let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
+        let io_timeout = serve::ttl(a.io_timeout, "io-timeout")?;
+        let io_deadline = serve::ttl(a.io_deadline, "io-deadline")?;
+        if io_timeout.is_zero() || io_deadline < io_timeout {
+            bail!(
+                "invalid --io-timeout {} / --io-deadline {}: both above 0, the deadline at \
+                 least the timeout",
+                a.io_timeout,
+                a.io_deadline
+            );
+        }
+        Ok(StoreConfig {
+            writeback: a.writeback.into(),
+            cache_dirs,
+            stage_bytes,
+            cache_bytes,
+            disk_cache,
+            free_space_ratio: a.free_space_ratio,
+            buffer_bytes,
+            memory_limit,
+            io_timeout,
+            io_deadline,
+            data_key: volume::data_key(fmt, a.encrypt_key_file.as_deref())?,
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -273,49 +335,12 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         }
     }
     let (flags, ro, allow_other) = mount_options(&a.options)?;
-    let cache_bytes =
-        volume::parse_size_flag("--memory-cache-size", &a.memory_cache_size, "MiB")? as usize;
-    let disk_cache = a
-        .cache_size
-        .as_deref()
-        .map(|s| volume::parse_size_flag("--cache-size", s, "MiB"))
-        .transpose()?;
-    if !(0.0..1.0).contains(&a.free_space_ratio) {
-        bail!(
-            "invalid --free-space-ratio {}: give the share of the disk to keep free, from 0 to \
-             below 1, e.g. 0.1",
-            a.free_space_ratio
-        );
-    }
-    let buffer_bytes = volume::parse_size_flag("--buffer-size", &a.buffer_size, "MiB")? as usize;
-    let memory_limit = volume::parse_size_flag("--memory-limit", &a.memory_limit, "MiB")?;
-    if memory_limit < 64 << 20 {
-        bail!(
-            "invalid --memory-limit {}: give at least 64M, e.g. 1G",
-            a.memory_limit
-        );
-    }
-    if a.threads == 0 || a.threads > 256 {
-        bail!("invalid --threads {}: use 1 to 256", a.threads);
-    }
-    let stage_bytes = volume::parse_size_flag("--stage-size", &a.stage_size, "MiB")?;
-    let cache_dirs = volume::cache_dirs(a.cache_dir.as_deref())?;
     let metrics = a
         .metrics
         .as_deref()
         .map(crate::volume::metrics::check_addr)
         .transpose()?;
     let backup_every = parse_interval("--backup-meta", &a.backup_meta)?;
-    let io_timeout = serve::ttl(a.io_timeout, "io-timeout")?;
-    let io_deadline = serve::ttl(a.io_deadline, "io-deadline")?;
-    if io_timeout.is_zero() || io_deadline < io_timeout {
-        bail!(
-            "invalid --io-timeout {} / --io-deadline {}: both above 0, the deadline at least \
-             the timeout",
-            a.io_timeout,
-            a.io_deadline
-        );
-    }
     // Open and check the volume here, so that errors reach the terminal.
     let meta = volume::open_meta(&meta_url)?;
     if daemon.is_none() {
@@ -334,9 +359,9 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         Some(path) => Some((volume::subdir_ino(&*meta, path)?, path.clone())),
         None => None,
     };
-    // Unwrapped here, so that a missing or wrong key is said on the terminal (a daemon
-    // unwraps again: the key never crosses the pipe).
-    let data_key = volume::data_key(&fmt, a.encrypt_key_file.as_deref())?;
+    // Checked here, so that a bad flag or a missing or wrong key is said on the terminal (a
+    // daemon checks again: the key never crosses the pipe).
+    let store = a.store.check(&fmt)?;
     volume::open_storage(&fmt)?;
 
     if a.background && daemon.is_none() {
@@ -344,6 +369,11 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         return spawn_daemon(&a, &mountpoint, &fmt.name);
     }
 
+    let backup_meta = (!backup_every.is_zero()).then(|| crate::admin::backup::Schedule {
+        every: backup_every,
+        tmp_dir: store.cache_dirs[0].join(&fmt.uuid).join("backup"),
+        meta_url: meta_url.clone(),
+    });
     let cfg = MountConfig {
         pid_file: crate::cli::pid_file(&mountpoint),
         mountpoint,
@@ -355,24 +385,10 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         entry_ttl: a.entry_ttl,
         negative_ttl: a.negative_ttl,
         writeback_cache: a.writeback_cache.into(),
-        writeback: a.writeback.into(),
-        cache_dirs: cache_dirs.clone(),
-        stage_bytes,
+        store,
         keep_cache: !a.no_keep_cache,
-        cache_bytes,
-        disk_cache,
-        free_space_ratio: a.free_space_ratio,
-        buffer_bytes,
-        memory_limit,
-        io_timeout,
-        io_deadline,
         foreground: daemon.is_none(),
-        data_key,
-        backup_meta: (!backup_every.is_zero()).then(|| crate::admin::backup::Schedule {
-            every: backup_every,
-            tmp_dir: cache_dirs[0].join(&fmt.uuid).join("backup"),
-            meta_url: meta_url.clone(),
-        }),
+        backup_meta,
         metrics,
         access_log: a.access_log,
         subdir,
@@ -538,7 +554,7 @@ fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()>
 
 /// Parses an interval as JuiceFS writes them (Go's durations): `1h`, `30m`, `1h30m`, `90s`,
 /// `500ms`; a bare `0` is zero. The error names `flag` and gives an example.
-fn parse_interval(flag: &str, s: &str) -> anyhow::Result<std::time::Duration> {
+pub(crate) fn parse_interval(flag: &str, s: &str) -> anyhow::Result<std::time::Duration> {
     let bad = || {
         anyhow::anyhow!(
             "invalid {flag} {s}: give a duration such as 1h, 30m or 90s (0 turns it off)"

@@ -17,10 +17,9 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use nix::sys::signal::{SigSet, Signal};
 
-use crate::data::{self, DataStore};
+use crate::data::DataStore;
 use crate::fuse::{self, CacheConfig, MountOptions, mounts};
 use crate::meta::{EngineKind, Meta, SessionInfo};
-use crate::object::{ObjectStorage, Policy};
 use crate::vfs::{self, Vfs};
 
 /// TTLs of the kernel's caches when this mount is the volume's only client: nobody else can
@@ -32,15 +31,7 @@ const SHARED_TTL: f64 = 1.0;
 /// notification is lost (the channel breaks, a client dies between commit and notify).
 const PUSHED_TTL: f64 = 5.0;
 
-/// Whether the kernel's writeback cache, or write-back staging, is used.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Writeback {
-    /// When this mount has the volume to itself (staging: an SQLite volume; every block
-    /// where the store is not a plain local directory, small files' packs only where it is).
-    Auto,
-    On,
-    Off,
-}
+pub use super::open::{StoreConfig, Writeback};
 
 /// How to serve a mount; every field already checked by the caller.
 #[derive(Clone, Debug)]
@@ -64,31 +55,12 @@ pub struct MountConfig {
     pub negative_ttl: Option<f64>,
     /// The kernel's writeback cache.
     pub writeback_cache: Writeback,
-    /// Write-back staging of blocks on local disk (`data::stage`).
-    pub writeback: Writeback,
-    /// Cache directories (the staging area lives under each).
-    pub cache_dirs: Vec<PathBuf>,
-    /// Bytes staged at most.
-    pub stage_bytes: u64,
+    /// The data side: staging, caches, memory, the store's time limits, the data key.
+    pub store: StoreConfig,
     /// Keep the kernel's page cache of a file across opens (false: drop it at every open).
     pub keep_cache: bool,
-    /// Memory for cached blocks.
-    pub cache_bytes: usize,
-    /// Bytes of the block cache on local disk (None: automatic, see `disk_cache`).
-    pub disk_cache: Option<u64>,
-    /// The share of the cache directories' disks the disk cache leaves free.
-    pub free_space_ratio: f64,
-    /// Memory for buffered writes.
-    pub buffer_bytes: usize,
-    /// Memory the mount keeps within (see [`MountConfig::budgets`]).
-    pub memory_limit: u64,
-    /// Time limit of one request to the object store, and of a request with its retries.
-    pub io_timeout: Duration,
-    pub io_deadline: Duration,
     /// Served in the foreground of a terminal (not as a daemon): say so on stderr when ready.
     pub foreground: bool,
-    /// The data key of an encrypted volume, unwrapped (`volume::data_key`).
-    pub data_key: Option<Arc<crate::data::keys::DataKey>>,
     /// Where to serve `/metrics` (None: nowhere; the stats socket is always served).
     pub metrics: Option<std::net::SocketAddr>,
     /// A file the access log is also written to (`--access-log`).
@@ -107,21 +79,6 @@ pub struct MountConfig {
 /// Where a mount whose pid file is `pid_file` keeps its META-URL while mounted.
 pub fn meta_url_file(pid_file: &std::path::Path) -> PathBuf {
     pid_file.with_extension("url")
-}
-
-impl MountConfig {
-    /// The memory limit's shares: the memory cache, the write buffers (each as asked for,
-    /// at most a quarter of the limit) and the blocks in flight (a quarter). The last
-    /// quarter is left to the metadata engine's caches, the threads and the kernel's
-    /// requests.
-    pub fn budgets(&self) -> (usize, usize, usize) {
-        let quarter = (self.memory_limit / 4) as usize;
-        (
-            self.cache_bytes.min(quarter),
-            self.buffer_bytes.min(quarter),
-            quarter,
-        )
-    }
 }
 
 /// Checks a TTL given in seconds; `what` names its flag.
@@ -170,7 +127,7 @@ impl Sharing {
 }
 
 /// How often a mount of a one-machine volume checks whether it is alone on it.
-const ALONE_CHECK: Duration = Duration::from_secs(2);
+pub(super) const ALONE_CHECK: Duration = Duration::from_secs(2);
 
 /// Whether the TTLs follow other mounts coming and going: on a volume of one machine, unless
 /// the user set them.
@@ -206,46 +163,8 @@ fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Re
     })
 }
 
-/// What is staged on local disk (write-back): None, nothing; `Some(true)`, every block;
-/// `Some(false)`, only small files, packed together (`data::pack`). `auto` stages on a volume of
-/// one machine (SQLite: no other client must read what this one closed): every block when the
-/// store is remote or answers late, only packs when it is a plain local directory (staging
-/// whole blocks there would only write their bytes twice, while packing saves a file created
-/// per small file).
-fn stages(cfg: &MountConfig, engine: EngineKind, obj: &ObjectStorage) -> Option<bool> {
-    match cfg.writeback {
-        Writeback::On => Some(true),
-        Writeback::Off => None,
-        Writeback::Auto if !engine.one_machine() => None,
-        Writeback::Auto => Some(obj.is_remote() || obj.answers_late()),
-    }
-}
-
-/// Directories as `--cache-dir` takes them.
-fn dirs_text(dirs: &[PathBuf]) -> String {
-    let dirs: Vec<String> = dirs.iter().map(|d| d.display().to_string()).collect();
-    dirs.join(":")
-}
-
-/// The disk cache of a mount: of the size asked for, or, when none was, of an automatic size
-/// where the store is remote or answers late (a plain local directory is local disk already:
-/// caching it would only double its bytes on the same disks).
-fn disk_cache(cfg: &MountConfig, obj: &ObjectStorage) -> Option<data::DiskConfig> {
-    let size = match cfg.disk_cache {
-        Some(0) => return None,
-        Some(n) => Some(n),
-        None if obj.is_remote() || obj.answers_late() => None,
-        None => return None,
-    };
-    Some(data::DiskConfig {
-        roots: cfg.cache_dirs.clone(),
-        size,
-        free_ratio: cfg.free_space_ratio,
-    })
-}
-
 /// Other clients' sessions on the volume (dead ones go at the heartbeats' clean-ups).
-fn other_sessions(meta: &dyn Meta) -> anyhow::Result<usize> {
+pub(super) fn other_sessions(meta: &dyn Meta) -> anyhow::Result<usize> {
     Ok(meta
         .sessions()?
         .into_iter()
@@ -254,10 +173,14 @@ fn other_sessions(meta: &dyn Meta) -> anyhow::Result<usize> {
 }
 
 /// A thread that runs a job every `period` until dropped; the drop stops and joins it.
-struct Ticker(Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>);
+pub(super) struct Ticker(Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>);
 
 impl Ticker {
-    fn start(name: &str, period: Duration, mut job: impl FnMut() + Send + 'static) -> Ticker {
+    pub(super) fn start(
+        name: &str,
+        period: Duration,
+        mut job: impl FnMut() + Send + 'static,
+    ) -> Ticker {
         let (stop, stopped) = mpsc::channel::<()>();
         let thread = std::thread::Builder::new()
             .name(name.into())
@@ -321,7 +244,7 @@ fn upload_progress(store: DataStore, path: PathBuf) -> Ticker {
 
 /// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after),
 /// for one thread to wait for them.
-fn block_signals() -> anyhow::Result<SigSet> {
+pub(super) fn block_signals() -> anyhow::Result<SigSet> {
     let mut sigs = SigSet::empty();
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         sigs.add(s);
@@ -330,15 +253,15 @@ fn block_signals() -> anyhow::Result<SigSet> {
     Ok(sigs)
 }
 
-/// Registers this mount's session in the volume.
-fn register_session(meta: &dyn Meta, cfg: &MountConfig) -> anyhow::Result<()> {
+/// Registers this client's session in the volume; `mountpoint` is what the session list shows.
+pub(super) fn register_session(meta: &dyn Meta, mountpoint: &str) -> anyhow::Result<()> {
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
     meta.new_session(SessionInfo {
         host,
         pid: std::process::id(),
-        mountpoint: cfg.mountpoint.display().to_string(),
+        mountpoint: mountpoint.to_string(),
         version: env!("CARGO_PKG_VERSION").into(),
         started: 0,
         heartbeat: 0,
@@ -449,113 +372,9 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
     let sigs = block_signals()?;
     // Before the mount: an address already taken is an error on the terminal.
     let metrics_listener = cfg.metrics.map(super::metrics::bind).transpose()?;
-    let open_obj = || {
-        super::open_storage_with(
-            &fmt,
-            Policy {
-                timeout: cfg.io_timeout,
-                deadline: cfg.io_deadline,
-                ..Policy::default()
-            },
-        )
-    };
-    let obj = open_obj()?;
-    // The backups' own bucket (`--backup-meta`), opened now (its probe object written and
-    // read) and not once the mount is in place, where it would race with programs using it.
-    let backup_obj = cfg.backup_meta.as_ref().and_then(|_| match open_obj() {
-        Ok(obj) => Some(obj),
-        Err(e) => {
-            tracing::warn!("metadata backups off: cannot open the bucket: {e:#}");
-            None
-        }
-    });
-    let stage = stages(cfg, meta.engine(), &obj).map(|blocks| data::StageConfig {
-        dirs: cfg.cache_dirs.clone(),
-        limit: cfg.stage_bytes,
-        wait: cfg.io_deadline,
-        blocks,
-    });
-    let disk = disk_cache(cfg, &obj);
-    let config = |stage| data::Config {
-        cache_bytes: cfg.budgets().0,
-        in_flight_bytes: cfg.budgets().2,
-        stage,
-        disk: disk.clone(),
-        key: cfg.data_key.clone(),
-        ..data::Config::default()
-    };
-    let packs_only = stage.as_ref().is_some_and(|s| !s.blocks);
-    let store = match DataStore::new(obj, fmt.clone(), config(stage)) {
-        Ok(store) => store,
-        // Packing is only a saving: without a staging area, small files go up one by one.
-        Err(e) if packs_only => {
-            tracing::warn!(
-                "cannot open the staging area under {} ({e}): small files are not packed; \
-                 give another --cache-dir, or --writeback off to silence this",
-                cfg.cache_dirs[0].display()
-            );
-            DataStore::new(open_obj()?, fmt.clone(), config(None))?
-        }
-        Err(e) => {
-            return Err(anyhow::Error::new(e).context(format!(
-                "cannot open the staging area under {}: give another --cache-dir, or \
-                 --writeback off",
-                cfg.cache_dirs[0].display()
-            )));
-        }
-    };
-    if fmt.encoded() {
-        tracing::info!(
-            "blocks compressed: {}; encrypted: {} (objects are read whole)",
-            fmt.compress.name(),
-            fmt.encryption
-                .as_ref()
-                .map_or_else(|| "no".to_string(), |e| e.describe())
-        );
-    }
-    match store.disk_cache() {
-        Some(d) => tracing::info!(
-            "disk cache on: blocks read or uploaded are kept under {} (up to {} bytes{}, \
-             {:.0}% of each disk left free)",
-            dirs_text(&cfg.cache_dirs),
-            d.capacity(),
-            if cfg.disk_cache.is_none() {
-                ", set when its index is rebuilt"
-            } else {
-                ""
-            },
-            cfg.free_space_ratio * 100.0
-        ),
-        None => tracing::info!("disk cache off: blocks are cached in memory only"),
-    }
-    let (cached, buffered, in_flight) = cfg.budgets();
-    tracing::info!(
-        "memory limit {} bytes: up to {cached} of blocks cached, {buffered} of writes \
-         buffered, {in_flight} of blocks in flight",
-        cfg.memory_limit
-    );
-    if store.writes_back() {
-        let (blocks, bytes) = store.staged();
-        tracing::info!(
-            "write-back on: {} staged under {} (up to {} bytes), uploaded behind the \
-             application{}",
-            if store.stages_blocks() {
-                "blocks"
-            } else {
-                "small files, packed together,"
-            },
-            dirs_text(&cfg.cache_dirs),
-            cfg.stage_bytes,
-            if blocks > 0 {
-                format!("; {blocks} blocks ({bytes} bytes) left staged by an earlier mount")
-            } else {
-                String::new()
-            }
-        );
-    } else {
-        tracing::info!("write-back off: close and fsync wait for the store");
-    }
-    register_session(&*meta, cfg)?;
+    let (store, backup_obj) =
+        super::open::open_store(&fmt, meta.engine(), &cfg.store, cfg.backup_meta.is_some())?;
+    register_session(&*meta, &cfg.mountpoint.display().to_string())?;
     let coherence = Arc::new(fuse::Coherence::default());
     let sharing = sharing(&*meta, &coherence)?;
     let follow = ttls_follow(cfg, meta.engine());
@@ -583,7 +402,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         meta.clone(),
         store,
         vfs::Config {
-            buffer_limit: cfg.budgets().1,
+            buffer_limit: cfg.store.budgets().1,
             background: true,
             append_at_end: !cache.writeback,
             atime: cfg.flags.atime,
@@ -707,19 +526,21 @@ mod tests {
             entry_ttl: None,
             negative_ttl: None,
             writeback_cache: Writeback::Auto,
-            writeback: Writeback::Auto,
-            cache_dirs: vec!["/tmp/c".into()],
-            stage_bytes: 1 << 30,
+            store: StoreConfig {
+                writeback: Writeback::Auto,
+                cache_dirs: vec!["/tmp/c".into()],
+                stage_bytes: 1 << 30,
+                cache_bytes: 0,
+                disk_cache: None,
+                free_space_ratio: 0.1,
+                buffer_bytes: 0,
+                memory_limit: 1 << 30,
+                io_timeout: Duration::from_secs(20),
+                io_deadline: Duration::from_secs(60),
+                data_key: None,
+            },
             keep_cache: true,
-            cache_bytes: 0,
-            disk_cache: None,
-            free_space_ratio: 0.1,
-            buffer_bytes: 0,
-            memory_limit: 1 << 30,
-            io_timeout: Duration::from_secs(20),
-            io_deadline: Duration::from_secs(60),
             foreground: true,
-            data_key: None,
             metrics: None,
             access_log: None,
             subdir: None,
