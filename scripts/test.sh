@@ -26,6 +26,11 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 
 # setfacl, getfacl (tests/acl.rs) and getfattr.
 apt_install acl attr
+# The WebDAV clients of tests/webdav.rs: davfs2 (mount.davfs), curl, openssl (its certificate).
+apt_install davfs2 curl openssl
+# Tests of real clients never skip here (they skip, loudly, only where a client is missing
+# and this is unset).
+export UNKAI_REQUIRE_CLIENTS=1
 
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"

@@ -23,31 +23,7 @@ use futures::FutureExt;
 use http::StatusCode;
 
 use crate::meta::{Attr, Ctx, Ino, Kind, Nanos, RenameFlags, SetAttr, SetTime};
-use crate::vfs::{self, Vfs};
-
-// Until `vfs::paths` lands on main (then this goes).
-mod paths {
-    use crate::meta::{Attr, Ctx, Ino};
-    use crate::vfs::{Result, Vfs};
-    pub fn resolve(vfs: &Vfs, ctx: &Ctx, root: Ino, path: &[u8]) -> Result<Attr> {
-        let mut stack = vec![vfs.getattr(root)?];
-        for c in path.split(|&b| b == b'/') {
-            match c {
-                b"" | b"." => {}
-                b".." => {
-                    if stack.len() > 1 {
-                        stack.pop();
-                    }
-                }
-                name => {
-                    let a = vfs.lookup(ctx, stack.last().unwrap().ino, name)?;
-                    stack.push(a);
-                }
-            }
-        }
-        Ok(stack.pop().unwrap())
-    }
-}
+use crate::vfs::{self, Vfs, paths};
 
 /// Bytes of a PUT gathered before they are handed to the vfs in one write.
 pub const WRITE_PIECE: usize = 1 << 20;

@@ -10,7 +10,7 @@ pub mod fs;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -19,8 +19,8 @@ use dav_server::{DavConfig, DavHandler, DavMethodSet};
 use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use crate::meta::{Ctx, Ino};
-use crate::vfs::Vfs;
+use crate::meta::Ctx;
+use crate::volume::front::Front;
 
 pub use auth::Auth;
 
@@ -29,18 +29,10 @@ pub struct Options {
     /// Where to listen (`host:port`).
     pub listen: String,
     pub auth: Auth,
-    /// PEM files of the certificate chain and its key: HTTPS instead of HTTP.
-    pub tls: Option<(PathBuf, PathBuf)>,
+    /// HTTPS instead of HTTP (see [`tls_config`]).
+    pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Who the server is on the volume (uid, gid, umask of what it creates).
     pub ctx: Ctx,
-}
-
-/// What is served: the volume (from `root` down).
-pub struct Export {
-    pub vfs: Arc<Vfs>,
-    pub root: Ino,
-    pub read_only: bool,
-    pub name: String,
 }
 
 /// A TLS configuration of the certificate chain and key in PEM files.
@@ -91,7 +83,7 @@ fn unauthorized() -> Response<Body> {
 }
 
 /// The dav-server handler of an export.
-pub fn handler(export: &Export, ctx: Ctx) -> DavHandler {
+pub fn handler(export: &Front, ctx: Ctx) -> DavHandler {
     let fs = fs::VolumeFs::new(export.vfs.clone(), export.root, export.read_only, ctx);
     DavHandler::builder()
         .filesystem(Box::new(fs))
@@ -109,11 +101,8 @@ pub fn handler(export: &Export, ctx: Ctx) -> DavHandler {
 }
 
 /// Serves the export until the future is dropped (or listening fails).
-pub async fn serve(export: Export, opts: Options) -> anyhow::Result<()> {
-    let tls = match &opts.tls {
-        Some((cert, key)) => Some(tokio_rustls::TlsAcceptor::from(tls_config(cert, key)?)),
-        None => None,
-    };
+pub async fn serve(export: Front, opts: Options) -> anyhow::Result<()> {
+    let tls = opts.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
         .with_context(|| {
@@ -204,8 +193,10 @@ mod tests {
 
     use super::*;
     use crate::data::{Config as DataConfig, DataStore};
+    use crate::meta::Ino;
     use crate::meta::{Format, Kind, ROOT_INO};
     use crate::object::ObjectStorage;
+    use crate::vfs::Vfs;
 
     /// A fresh volume, and the handler of an export of its directory `sub`.
     fn export(read_only: bool) -> (tempfile::TempDir, Arc<Vfs>, Ino, DavHandler) {
@@ -224,7 +215,7 @@ mod tests {
         let sub = vfs
             .mknod(&Ctx::ROOT, ROOT_INO, b"sub", Kind::Dir, 0o755, 0)
             .unwrap();
-        let ex = Export {
+        let ex = Front {
             vfs: vfs.clone(),
             root: sub.ino,
             read_only,
