@@ -661,3 +661,102 @@ fn https_round_trip_with_a_self_signed_certificate() {
     assert!(std::fs::read(m.p("tls.bin")).unwrap() == data);
     m.unmount();
 }
+
+/// The server acts as --uid/--gid: the volume's permissions apply to it (a directory it may
+/// not write refuses a PUT with 403), and what it creates is theirs.
+#[test]
+fn the_server_acts_as_its_uid_and_gid() {
+    if !have("curl") {
+        return;
+    }
+    let vol = Volume::new();
+    {
+        let m = vol.mount();
+        std::fs::create_dir(m.p("locked")).unwrap();
+        std::fs::write(m.p("locked/mine.txt"), b"root's").unwrap();
+        std::fs::create_dir(m.p("open")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(m.p("open"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::set_permissions(
+            m.p("locked/mine.txt"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        m.unmount();
+    }
+    let server = Server::start(&vol, &["--user", USER, "--uid", "4242", "--gid", "4343"]);
+    let c = creds();
+    let src = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(src.path(), b"from webdav").unwrap();
+    let file = src.path().to_str().unwrap();
+    assert_eq!(
+        curl(&authed(vec!["-T", file], &c), &server.url("/locked/x.txt")).0,
+        403
+    );
+    assert_eq!(
+        curl(
+            &authed(vec!["-X", "DELETE"], &c),
+            &server.url("/locked/mine.txt")
+        )
+        .0,
+        403
+    );
+    assert_eq!(
+        curl(&authed(vec![], &c), &server.url("/locked/mine.txt")).0,
+        403
+    );
+    assert_eq!(
+        curl(&authed(vec!["-T", file], &c), &server.url("/open/x.txt")).0,
+        201
+    );
+    server.stop();
+    let m = vol.mount();
+    assert!(!m.p("locked/x.txt").exists());
+    assert_eq!(std::fs::read(m.p("locked/mine.txt")).unwrap(), b"root's");
+    use std::os::unix::fs::MetadataExt;
+    let md = std::fs::metadata(m.p("open/x.txt")).unwrap();
+    assert_eq!((md.uid(), md.gid(), md.mode() & 0o777), (4242, 4343, 0o644));
+    m.unmount();
+}
+
+/// On a PostgreSQL volume, the server and a FUSE mount of the volume at the same time: what
+/// one writes, the other reads once it is closed (PUT answered, file closed).
+#[test]
+fn a_fuse_mount_and_the_server_share_a_postgresql_volume() {
+    if !have("curl") {
+        return;
+    }
+    let Some(vol) = Volume::postgres(&[], |u| u.to_string(), Vec::new()) else {
+        eprintln!("skipped: PostgreSQL tests are off (UNKAI_TEST_POSTGRES)");
+        return;
+    };
+    let server = Server::start(&vol, &["--user", USER]);
+    let m = vol.mount();
+    let c = creds();
+    let data = pattern(5 << 20 | 3, 11);
+    let src = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(src.path(), &data).unwrap();
+    assert_eq!(
+        curl(
+            &authed(vec!["-T", src.path().to_str().unwrap()], &c),
+            &server.url("/put.bin")
+        )
+        .0,
+        201
+    );
+    assert!(
+        common::eventually(Duration::from_secs(60), || std::fs::read(m.p("put.bin"))
+            .is_ok_and(|b| b == data)),
+        "the FUSE mount does not read what the PUT wrote"
+    );
+    let other = pattern(3 << 20 | 5, 12);
+    std::fs::write(m.p("fuse.bin"), &other).unwrap();
+    let (code, body) = curl(&authed(vec![], &c), &server.url("/fuse.bin"));
+    assert_eq!(code, 200);
+    assert!(
+        body == other,
+        "GET returns other bytes than the FUSE mount wrote"
+    );
+    m.unmount();
+    server.stop();
+}
