@@ -69,6 +69,10 @@ pub fn tls_config(cert: &Path, key: &Path) -> anyhow::Result<Arc<rustls::ServerC
     Ok(Arc::new(cfg))
 }
 
+/// How long a client may take over a TLS handshake or a request's head (a connection that
+/// sends nothing is closed: it holds no task forever).
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// The answer to a request without valid credentials.
 fn unauthorized() -> Response<Body> {
     Response::builder()
@@ -143,10 +147,13 @@ pub async fn serve(export: Front, opts: Options) -> anyhow::Result<()> {
         tokio::spawn(async move {
             match tls {
                 None => connection(stream, peer, dav, auth).await,
-                Some(acceptor) => match acceptor.accept(stream).await {
-                    Ok(s) => connection(s, peer, dav, auth).await,
-                    Err(e) => tracing::debug!("webdav: TLS handshake with {peer}: {e}"),
-                },
+                Some(acceptor) => {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(s)) => connection(s, peer, dav, auth).await,
+                        Ok(Err(e)) => tracing::debug!("webdav: TLS handshake with {peer}: {e}"),
+                        Err(_) => tracing::debug!("webdav: TLS handshake with {peer} timed out"),
+                    }
+                }
             }
         });
     }
@@ -179,6 +186,8 @@ where
         }
     });
     if let Err(e) = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(HANDSHAKE_TIMEOUT)
         .serve_connection(hyper_util::rt::TokioIo::new(io), service)
         .await
     {
