@@ -682,6 +682,10 @@ fn the_server_acts_as_its_uid_and_gid() {
             std::fs::Permissions::from_mode(0o600),
         )
         .unwrap();
+        // A directory it may not search: its readable file is out of reach.
+        std::fs::create_dir(m.p("private")).unwrap();
+        std::fs::write(m.p("private/readable.txt"), b"private").unwrap();
+        std::fs::set_permissions(m.p("private"), std::fs::Permissions::from_mode(0o700)).unwrap();
         m.unmount();
     }
     let server = Server::start(&vol, &["--user", USER, "--uid", "4242", "--gid", "4343"]);
@@ -689,6 +693,8 @@ fn the_server_acts_as_its_uid_and_gid() {
     let src = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(src.path(), b"from webdav").unwrap();
     let file = src.path().to_str().unwrap();
+    let (code, body) = curl(&authed(vec![], &c), &server.url("/private/readable.txt"));
+    assert_eq!(code, 403, "{}", String::from_utf8_lossy(&body));
     assert_eq!(
         curl(&authed(vec!["-T", file], &c), &server.url("/locked/x.txt")).0,
         403

@@ -31,6 +31,9 @@ pub fn resolve(vfs: &Vfs, ctx: &Ctx, root: Ino, path: &[u8]) -> Result<Attr> {
         if dir.kind != Kind::Dir {
             return sys(libc::ENOTDIR);
         }
+        if !super::may(ctx, dir, 1) {
+            return sys(libc::EACCES);
+        }
         let a = vfs.lookup(ctx, dir.ino, c)?;
         stack.push(a);
     }
