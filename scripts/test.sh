@@ -28,8 +28,10 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 apt_install acl attr
 # The WebDAV clients of tests/webdav.rs: davfs2 (mount.davfs), curl, openssl (its certificate).
 apt_install davfs2 curl openssl
-# Tests of real clients never skip here (they skip, loudly, only where a client is missing
-# and this is unset).
+# clamd for the antivirus scanning tests (tests/scan.rs: a private daemon and signature
+# database, nothing downloaded). The clients the tests need are required: a missing one
+# fails its tests instead of skipping them.
+apt_install clamav-daemon
 export UNKAI_REQUIRE_CLIENTS=1
 
 echo "==> unit and integration tests"

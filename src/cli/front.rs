@@ -23,6 +23,8 @@ pub struct VolumeArgs {
     meta_url: Option<String>,
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    scan: super::scan::ScanArgs,
     /// Serve this directory of the volume (a path from its root, e.g. /projects/a) instead
     /// of its root; it must exist. Nothing above it can be reached.
     #[arg(long, value_name = "PATH")]
@@ -78,6 +80,7 @@ where
         None => None,
     };
     let store = args.store.check(&fmt)?;
+    let scan = args.scan.check()?;
     let backup_meta = (!backup_every.is_zero()).then(|| crate::admin::backup::Schedule {
         every: backup_every,
         tmp_dir: store.cache_dirs[0].join(&fmt.uuid).join("backup"),
@@ -90,6 +93,7 @@ where
         read_only: args.read_only,
         metrics,
         backup_meta,
+        scan,
     };
     volume::front::run(meta, &cfg, serve)
 }

@@ -22,6 +22,7 @@ mod options;
 mod profile;
 mod quota;
 mod restore;
+mod scan;
 mod stats;
 mod status;
 mod umount;

@@ -82,6 +82,8 @@ pub struct Args {
     negative_ttl: Option<f64>,
     #[command(flatten)]
     store: StoreArgs,
+    #[command(flatten)]
+    scan: super::scan::ScanArgs,
     /// The kernel's writeback cache: small writes gather in the page cache and reach unkai
     /// in large batches; close and fsync still flush everything (the durability contract
     /// holds). `auto` turns it on when this mount has the volume to itself. With it,
@@ -362,6 +364,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     // Checked here, so that a bad flag or a missing or wrong key is said on the terminal (a
     // daemon checks again: the key never crosses the pipe).
     let store = a.store.check(&fmt)?;
+    let scan = a.scan.check()?;
     volume::open_storage(&fmt)?;
 
     if a.background && daemon.is_none() {
@@ -386,6 +389,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         negative_ttl: a.negative_ttl,
         writeback_cache: a.writeback_cache.into(),
         store,
+        scan,
         keep_cache: !a.no_keep_cache,
         foreground: daemon.is_none(),
         backup_meta,

@@ -730,6 +730,20 @@ pub trait Txn {
         Ok(out)
     }
 
+    /// The entries of inode `i`: (directory, name), once per entry.
+    fn names_of(&mut self, i: Ino) -> TxResult<Vec<(Ino, Vec<u8>)>> {
+        let mut out = Vec::new();
+        self.scan(
+            "SELECT parent, name FROM unkai_edge WHERE ino = $1",
+            &[ino(i)],
+            &mut |r| {
+                out.push((r.int(0)? as Ino, r.bytes(1)?));
+                Ok(())
+            },
+        )?;
+        Ok(out)
+    }
+
     // ---- directory entries ----
     /// The entry `name` of `parent`: (entry id, inode).
     fn get_edge(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<(i64, Ino)>> {

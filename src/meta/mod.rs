@@ -154,6 +154,12 @@ pub mod flags {
     /// is the trash's. Its link count is reported one lower, so that a file deleted while
     /// open shows `st_nlink` 0 as on any file system; cleared when it is moved out.
     pub const TRASHED: u32 = 0x8000_0000;
+    /// Not a `chattr` flag: the antivirus scan found the file infected (or, scanning failing
+    /// closed, could not scan it): every open is refused (EACCES), by every client
+    /// (`vfs::scan`). Unlink still works.
+    pub const QUARANTINED: u32 = 0x4000_0000;
+    /// The flags of unkai's own that `chattr` neither sets nor clears.
+    pub const INTERNAL: u32 = TRASHED | QUARANTINED;
 }
 
 /// The attributes of an inode.
@@ -519,6 +525,11 @@ pub trait Meta: Send + Sync {
     fn summary(&self, dir: Ino) -> Result<Summary>;
     /// A directory's path from the root (`/a/b`; `/` for the root), through its names now.
     fn dir_path(&self, dir: Ino) -> Result<Vec<u8>>;
+    /// The entries naming inode `ino`: (directory, name), one per hard link.
+    fn names_of(&self, ino: Ino) -> Result<Vec<(Ino, Vec<u8>)>>;
+    /// Sets or clears [`flags::QUARANTINED`] of `ino` (no permission check: the caller is
+    /// the scanner of a client, acting for the volume).
+    fn set_quarantined(&self, ino: Ino, on: bool) -> Result<Attr>;
 
     /// Which engine this is.
     fn engine(&self) -> EngineKind;

@@ -1066,6 +1066,32 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine.read(|tx| quota::dir_path(tx, dir))
     }
 
+    fn names_of(&self, ino: Ino) -> Result<Vec<(Ino, Vec<u8>)>> {
+        self.engine.read(|tx| tx.names_of(ino))
+    }
+
+    fn set_quarantined(&self, ino: Ino, on: bool) -> Result<Attr> {
+        let e = self.epoch();
+        self.engine
+            .write_grouped(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                let want = match on {
+                    true => a.flags | flags::QUARANTINED,
+                    false => a.flags & !flags::QUARANTINED,
+                };
+                if a.flags != want {
+                    a.flags = want;
+                    a.ctime = now_nanos();
+                    tx.update_node(&a)?;
+                }
+                Ok(a)
+            })
+            .inspect(|a| {
+                self.cache.learn(e, &[Fact::Attr(a.clone())]);
+                self.engine.publish(|| vec![attr_changed(ino)])
+            })
+    }
+
     fn destroy(&self) -> Result<()> {
         let me = self.sid();
         self.engine.write(&[], true, |tx| {
@@ -1295,7 +1321,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     return fail(libc::EPERM);
                 }
                 if a.flags & flags::KEPT != new {
-                    a.flags = new | (a.flags & flags::TRASHED);
+                    a.flags = new | (a.flags & flags::INTERNAL);
                     a.ctime = now_nanos();
                     tx.update_node(&a)?;
                 }

@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
@@ -25,6 +25,8 @@ pub struct Handle {
     /// of the reader the next fetches reach (0: no stream yet).
     pub ahead: AtomicU64,
     pub window: AtomicU64,
+    /// Something was written through this handle (the antivirus scan follows its close).
+    pub wrote: AtomicBool,
 }
 
 #[derive(Default)]
@@ -44,6 +46,7 @@ impl Handles {
             stream_bytes: AtomicU64::new(0),
             ahead: AtomicU64::new(0),
             window: AtomicU64::new(0),
+            wrote: AtomicBool::new(false),
         });
         self.map.lock().insert(fh, h);
         fh

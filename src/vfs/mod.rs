@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod locks;
 pub mod paths;
 pub mod reader;
+pub mod scan;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -118,6 +119,8 @@ pub struct Vfs {
     atimes: Arc<atime::Atimes>,
     locks: locks::Locks,
     stamps: Mutex<HashMap<Ino, Stamp>>,
+    /// Antivirus scanning of files written (`--scan`; None: off).
+    scanning: Mutex<Option<scan::Scanning>>,
 }
 
 /// What a file was (size and times) when this mount last opened or changed it: the kernel's
@@ -182,6 +185,9 @@ impl Retired {
 /// EPERM for an open that would change a file its flags protect: any write to an immutable
 /// file, and to an append-only one any but through O_APPEND (truncation included).
 fn open_allowed(a: &Attr, flags: i32) -> Result<()> {
+    if a.flags & meta::flags::QUARANTINED != 0 {
+        return Err(meta::Error::Sys(libc::EACCES).into());
+    }
     let writes = flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0;
     let appends = flags & libc::O_APPEND != 0 && flags & libc::O_TRUNC == 0;
     if writes
@@ -212,7 +218,30 @@ impl Vfs {
             atimes,
             locks: locks::Locks::default(),
             stamps: Mutex::new(HashMap::new()),
+            scanning: Mutex::new(None),
         }
+    }
+
+    /// Scans what is written from now on with `scanner` (see [`scan`]); `events` gets a line
+    /// for each infected file or file not scanned.
+    pub fn scan_with(
+        &self,
+        scanner: Arc<dyn scan::Scanner>,
+        policy: scan::FailPolicy,
+        events: scan::Events,
+    ) {
+        *self.scanning.lock() = Some(scan::Scanning::start(
+            self.meta.clone(),
+            self.store.clone(),
+            scanner,
+            policy,
+            events,
+        ));
+    }
+
+    /// Whether the antivirus scanner has nothing queued or in hand (true when scanning is off).
+    pub fn scans_idle(&self) -> bool {
+        self.scanning.lock().as_ref().is_none_or(|s| s.idle())
     }
 
     pub fn meta(&self) -> &Arc<dyn Meta> {
@@ -773,6 +802,7 @@ impl Vfs {
         kill_suidgid: Option<&Ctx>,
     ) -> Result<(u32, bool)> {
         let h = self.handle(fh)?;
+        h.wrote.store(true, Ordering::Relaxed);
         let append = self.cfg.append_at_end && h.flags & libc::O_APPEND != 0;
         let w = self.writer_or_new(h.ino);
         let mut changed = false;
@@ -882,6 +912,9 @@ impl Vfs {
         };
         if let Err(e) = &res {
             tracing::error!("inode {}: writes could not be stored at close: {e}", h.ino);
+        }
+        if let Some(s) = &*self.scanning.lock() {
+            s.closed(h.ino, h.wrote.load(Ordering::Relaxed), last);
         }
         if last {
             let mut writers = self.writers.lock();
@@ -1057,6 +1090,7 @@ impl Vfs {
         len: u64,
     ) -> Result<u64> {
         let (hi, ho) = (self.handle(fh_in)?, self.handle(fh_out)?);
+        ho.wrote.store(true, Ordering::Relaxed);
         self.flush_ino(hi.ino)?;
         self.flush_ino(ho.ino)?;
         let (n, a) = self
@@ -1236,6 +1270,9 @@ impl Vfs {
     /// Stops background work after flushing everything; call once at unmount.
     pub fn shutdown(&self) -> Result<()> {
         let res = self.flush_all();
+        if let Some(s) = self.scanning.lock().take() {
+            s.finish(std::time::Duration::from_secs(30));
+        }
         self.background.lock().take();
         // Staged blocks go up before the session ends (its reserved ids protect them until then).
         let (blocks, bytes) = self.store.staged();

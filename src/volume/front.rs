@@ -32,6 +32,8 @@ pub struct FrontConfig {
     pub metrics: Option<std::net::SocketAddr>,
     /// Backups of the metadata into the bucket (`--backup-meta`; None: off).
     pub backup_meta: Option<crate::admin::backup::Schedule>,
+    /// Antivirus scanning of files written (None: off).
+    pub scan: Option<open::ScanConfig>,
 }
 
 /// What a network server gets to serve.
@@ -78,6 +80,10 @@ where
             ..vfs::Config::default()
         },
     ));
+    if let Some(scan) = &cfg.scan {
+        // Each event is logged by the scanner itself; a server has no access log of its own.
+        open::start_scanning(&vfs, scan, Arc::new(|_: &str| {}))?;
+    }
     let follower = {
         let meta = meta.clone();
         Ticker::start("unkai-sessions", super::serve::ALONE_CHECK, move || {

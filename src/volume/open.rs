@@ -221,3 +221,48 @@ pub fn open_store(
     }
     Ok((store, backup_obj))
 }
+
+/// Antivirus scanning of what a client writes (`--scan`, `--scan-fail`).
+#[derive(Clone, Debug)]
+pub struct ScanConfig {
+    /// clamd's address (`vfs::scan::clamd::Clamd::new` takes it; checked by the caller).
+    pub url: String,
+    pub fail: crate::vfs::scan::FailPolicy,
+}
+
+/// Starts scanning what `vfs` writes as `cfg` says; `events` gets the infected files and
+/// those not scanned. A scanner that does not answer now is warned about (files are then
+/// handled as `--scan-fail` says until it does).
+pub fn start_scanning(
+    vfs: &crate::vfs::Vfs,
+    cfg: &ScanConfig,
+    events: crate::vfs::scan::Events,
+) -> anyhow::Result<()> {
+    use crate::vfs::scan::{FailPolicy, Scanner, clamd::Clamd};
+    let clamd = Clamd::new(&cfg.url).map_err(anyhow::Error::msg)?;
+    match clamd.ping() {
+        Ok(()) => tracing::info!(
+            "antivirus scanning on: files written are scanned by {} after their last close; \
+             infected ones go to /{} (--scan-fail {})",
+            clamd.describe(),
+            String::from_utf8_lossy(crate::vfs::scan::QUARANTINE_DIR),
+            match cfg.fail {
+                FailPolicy::Open => "open",
+                FailPolicy::Closed => "closed",
+            }
+        ),
+        Err(e) => tracing::warn!(
+            "{e}: files written are {} until it answers (--scan-fail {})",
+            match cfg.fail {
+                FailPolicy::Open => "readable unscanned",
+                FailPolicy::Closed => "refused (EACCES)",
+            },
+            match cfg.fail {
+                FailPolicy::Open => "open",
+                FailPolicy::Closed => "closed",
+            }
+        ),
+    }
+    vfs.scan_with(Arc::new(clamd), cfg.fail, events);
+    Ok(())
+}

@@ -57,6 +57,8 @@ pub struct MountConfig {
     pub writeback_cache: Writeback,
     /// The data side: staging, caches, memory, the store's time limits, the data key.
     pub store: StoreConfig,
+    /// Antivirus scanning of files written (None: off).
+    pub scan: Option<super::open::ScanConfig>,
     /// Keep the kernel's page cache of a file across opens (false: drop it at every open).
     pub keep_cache: bool,
     /// Served in the foreground of a terminal (not as a daemon): say so on stderr when ready.
@@ -408,6 +410,24 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             atime: cfg.flags.atime,
         },
     ));
+    let log = Arc::new(
+        fuse::accesslog::AccessLog::new(cfg.access_log.as_deref()).with_context(|| {
+            format!(
+                "cannot open the access log {}",
+                cfg.access_log
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            )
+        })?,
+    );
+    if let Some(scan) = &cfg.scan {
+        let log = log.clone();
+        let events = Arc::new(move |line: &str| {
+            log.record(format!("{} [scan] {line}", fuse::accesslog::stamp()))
+        });
+        super::open::start_scanning(&vfs, scan, events)?;
+    }
     let opts = MountOptions {
         allow_other: cfg.allow_other,
         read_only: cfg.read_only,
@@ -418,17 +438,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         cache,
         coherence: coherence.clone(),
         requests: requests.clone(),
-        log: Arc::new(
-            fuse::accesslog::AccessLog::new(cfg.access_log.as_deref()).with_context(|| {
-                format!(
-                    "cannot open the access log {}",
-                    cfg.access_log
-                        .as_deref()
-                        .unwrap_or(std::path::Path::new(""))
-                        .display()
-                )
-            })?,
-        ),
+        log,
     };
     let mountpoint = &cfg.mountpoint;
     let mut session = match fuse::mount(vfs.clone(), mountpoint, &opts) {
@@ -526,6 +536,7 @@ mod tests {
             entry_ttl: None,
             negative_ttl: None,
             writeback_cache: Writeback::Auto,
+            scan: None,
             store: StoreConfig {
                 writeback: Writeback::Auto,
                 cache_dirs: vec!["/tmp/c".into()],

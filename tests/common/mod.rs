@@ -2,6 +2,7 @@
 //! with the real binary, and always unmounted (a guard unmounts on drop, failure included).
 #![allow(dead_code)]
 
+pub mod clamd;
 pub mod postgres;
 pub mod rng;
 pub mod servers;
