@@ -14,13 +14,15 @@ use crate::webdav::{self, Auth};
 /// The environment variable that holds the password of the `--user`s.
 const PASSWORD_ENV: &str = "UNKAI_WEBDAV_PASSWORD";
 
-/// Serve a volume over WebDAV (RFC 4918: davfs2, cadaver, curl, rclone, macOS Finder, Windows
-/// Explorer, file managers). Clients sign in with HTTP Basic authentication as one of the
+/// Serve a volume over WebDAV (HTTP Basic authentication, optionally HTTPS).
+///
+/// For WebDAV clients (RFC 4918): davfs2, cadaver, curl, rclone, macOS Finder, Windows
+/// Explorer, file managers. Clients sign in with HTTP Basic authentication as one of the
 /// --user names and the password in UNKAI_WEBDAV_PASSWORD; the server acts on the volume as
 /// one identity (the uid and gid it runs as, or --uid/--gid), whose permissions apply.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  UNKAI_WEBDAV_PASSWORD=s3cret unkai webdav --user alice                    # the default volume at http://127.0.0.1:9007/\n  UNKAI_WEBDAV_PASSWORD=s3cret unkai webdav sqlite:///var/lib/unkai/vol.db --user alice --listen 0.0.0.0:443 \\\n      --tls-cert cert.pem --tls-key key.pem\n  unkai webdav --no-auth --read-only --subdir /public     # anyone may read /public, from this machine only\n  curl -u alice:s3cret -T report.pdf http://127.0.0.1:9007/report.pdf\n  mount -t davfs http://127.0.0.1:9007/ /mnt/dav"
+    after_help = "Examples:\n  export UNKAI_WEBDAV_PASSWORD='correct horse battery'\n  unkai webdav --user alice                    # the default volume, http://127.0.0.1:9007/\n  unkai webdav sqlite:///var/lib/unkai/vol.db --user alice --user bob \\\n      --listen 0.0.0.0:8443 --tls-cert cert.pem --tls-key key.pem\n  unkai webdav --no-auth --read-only --subdir /public\n  curl -u alice -T report.pdf http://127.0.0.1:9007/report.pdf\n  mount -t davfs http://127.0.0.1:9007/ /mnt/dav"
 )]
 pub struct Args {
     #[command(flatten)]
