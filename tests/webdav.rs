@@ -766,3 +766,43 @@ fn a_fuse_mount_and_the_server_share_a_postgresql_volume() {
     m.unmount();
     server.stop();
 }
+
+/// --read-only: reads are served, every change is refused and nothing changes.
+#[test]
+fn a_read_only_server_changes_nothing() {
+    if !have("curl") {
+        return;
+    }
+    let vol = Volume::new();
+    {
+        let m = vol.mount();
+        std::fs::write(m.p("kept.txt"), b"kept").unwrap();
+        m.unmount();
+    }
+    let server = Server::start(&vol, &["--user", USER, "--read-only"]);
+    let c = creds();
+    let src = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(src.path(), b"new").unwrap();
+    let file = src.path().to_str().unwrap();
+    let dest = format!("Destination: {}", server.url("/moved.txt"));
+    for (args, path) in [
+        (vec!["-T", file], "/kept.txt"),
+        (vec!["-T", file], "/new.txt"),
+        (vec!["-X", "MKCOL"], "/dir"),
+        (vec!["-X", "DELETE"], "/kept.txt"),
+        (vec!["-X", "MOVE", "-H", &dest], "/kept.txt"),
+        (vec!["-X", "COPY", "-H", &dest], "/kept.txt"),
+    ] {
+        let (code, _) = curl(&authed(args.clone(), &c), &server.url(path));
+        assert!((400..500).contains(&code), "{args:?} {path}: {code}");
+    }
+    let (code, body) = curl(&authed(vec![], &c), &server.url("/kept.txt"));
+    assert_eq!((code, body.as_slice()), (200, &b"kept"[..]));
+    server.stop();
+    let m = vol.mount();
+    let mut names = common::names(&m.path);
+    names.remove(".trash");
+    assert_eq!(names, ["kept.txt".to_string()].into_iter().collect());
+    assert_eq!(std::fs::read(m.p("kept.txt")).unwrap(), b"kept");
+    m.unmount();
+}
