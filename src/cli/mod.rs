@@ -28,6 +28,7 @@ mod stats;
 mod status;
 mod umount;
 mod warmup;
+mod webdav;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -76,6 +77,7 @@ enum Command {
     Objbench(objbench::Args),
     Bench(bench::Args),
     Warmup(warmup::Args),
+    Webdav(webdav::Args),
     Completion(completion::Args),
     Manpage(completion::ManArgs),
 }
@@ -269,6 +271,7 @@ pub fn main() -> i32 {
         Command::Objbench(a) => objbench::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Warmup(a) => warmup::run(a),
+        Command::Webdav(a) => webdav::run(a),
         Command::Completion(a) => completion::run(a, Cli::command()),
         Command::Manpage(a) => completion::manpage(a, Cli::command()),
     };
