@@ -173,8 +173,7 @@ impl Inner {
     /// The sticky bit of `dir` lets the gateway remove or replace `victim`.
     fn may_remove(&self, dir: &Attr, victim: &Attr) -> vfs::Result<()> {
         self.may_change(dir)?;
-        let uid = self.ctx.uid;
-        if dir.mode & 0o1000 != 0 && uid != 0 && uid != dir.uid && uid != victim.uid {
+        if !vfs::sticky_allows(&self.ctx, dir, victim) {
             return Err(vfs::Error::Sys(libc::EACCES));
         }
         Ok(())

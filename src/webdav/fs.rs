@@ -194,8 +194,7 @@ impl Export {
     /// A sticky directory's entries go (or are replaced) only by their owner or the
     /// directory's, as the kernel enforces it.
     fn sticky(&self, dir: &Attr, a: &Attr) -> vfs::Result<()> {
-        let uid = self.ctx.uid;
-        if dir.mode & libc::S_ISVTX != 0 && uid != 0 && uid != dir.uid && uid != a.uid {
+        if !vfs::sticky_allows(&self.ctx, dir, a) {
             return Err(errno(libc::EPERM));
         }
         Ok(())
