@@ -28,6 +28,10 @@ export UNKAI_TEST_POSTGRES="${UNKAI_TEST_POSTGRES:-local}"
 apt_install acl attr
 # The real NFS client of tests/nfs.rs (nfs-cp, nfs-ls, nfs-cat); clients are never skipped here.
 apt_install libnfs-utils
+# boto3 for /usr/bin/python3 (tests/gateway.rs: a real S3 client besides object_store).
+apt_install python3-boto3
+# The WebDAV clients of tests/webdav.rs: davfs2 (mount.davfs), curl, openssl (its certificate).
+apt_install davfs2 curl openssl
 # clamd for the antivirus scanning tests (tests/scan.rs: a private daemon and signature
 # database, nothing downloaded). The clients the tests need are required: a missing one
 # fails its tests instead of skipping them.

@@ -12,6 +12,7 @@ mod dump;
 mod format;
 mod front;
 mod fsck;
+mod gateway;
 mod gc;
 mod helper;
 mod info;
@@ -28,6 +29,7 @@ mod stats;
 mod status;
 mod umount;
 mod warmup;
+mod webdav;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -73,9 +75,11 @@ enum Command {
     Stats(stats::Args),
     Fsck(fsck::Args),
     Gc(gc::Args),
+    Gateway(gateway::Args),
     Objbench(objbench::Args),
     Bench(bench::Args),
     Warmup(warmup::Args),
+    Webdav(webdav::Args),
     Completion(completion::Args),
     Manpage(completion::ManArgs),
 }
@@ -266,9 +270,11 @@ pub fn main() -> i32 {
         Command::Stats(a) => stats::run(a),
         Command::Fsck(a) => fsck::run(a),
         Command::Gc(a) => gc::run(a),
+        Command::Gateway(a) => gateway::run(a),
         Command::Objbench(a) => objbench::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Warmup(a) => warmup::run(a),
+        Command::Webdav(a) => webdav::run(a),
         Command::Completion(a) => completion::run(a, Cli::command()),
         Command::Manpage(a) => completion::manpage(a, Cli::command()),
     };

@@ -978,6 +978,31 @@ impl<E: Engine> EngineMeta<E> {
             })
             .inspect_err(|err| self.failed_move(err, &[(parent, name)]))
     }
+
+    /// Sets the flags of `ino` to what `new` makes of its attributes (or refuses), in one
+    /// transaction; its ctime moves if they change.
+    fn update_flags(
+        &self,
+        ino: Ino,
+        new: impl Fn(&Attr) -> TxResult<u32> + Send + Sync,
+    ) -> Result<Attr> {
+        let e = self.epoch();
+        self.engine
+            .write_grouped(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                let want = new(&a)?;
+                if a.flags != want {
+                    a.flags = want;
+                    a.ctime = now_nanos();
+                    tx.update_node(&a)?;
+                }
+                Ok(a)
+            })
+            .inspect(|a| {
+                self.cache.learn(e, &[Fact::Attr(a.clone())]);
+                self.engine.publish(|| vec![attr_changed(ino)])
+            })
+    }
 }
 
 impl<E: Engine> Meta for EngineMeta<E> {
@@ -1071,25 +1096,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn set_quarantined(&self, ino: Ino, on: bool) -> Result<Attr> {
-        let e = self.epoch();
-        self.engine
-            .write_grouped(&[ino], false, |tx| {
-                let mut a = tx.lock_node(ino)?;
-                let want = match on {
-                    true => a.flags | flags::QUARANTINED,
-                    false => a.flags & !flags::QUARANTINED,
-                };
-                if a.flags != want {
-                    a.flags = want;
-                    a.ctime = now_nanos();
-                    tx.update_node(&a)?;
-                }
-                Ok(a)
+        self.update_flags(ino, |a| {
+            Ok(match on {
+                true => a.flags | flags::QUARANTINED,
+                false => a.flags & !flags::QUARANTINED,
             })
-            .inspect(|a| {
-                self.cache.learn(e, &[Fact::Attr(a.clone())]);
-                self.engine.publish(|| vec![attr_changed(ino)])
-            })
+        })
     }
 
     fn destroy(&self) -> Result<()> {
@@ -1311,26 +1323,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
         if new & !flags::KEPT != 0 {
             return sys(libc::EOPNOTSUPP);
         }
-        let e = self.epoch();
-        self.engine
-            .write_grouped(&[ino], false, |tx| {
-                let mut a = tx.lock_node(ino)?;
-                // The owner may; immutable and append-only take privilege (the kernel has
-                // checked both already; a client of another kind may not have).
-                if ctx.uid != 0 && (ctx.uid != a.uid || (a.flags ^ new) & flags::PRIVILEGED != 0) {
-                    return fail(libc::EPERM);
-                }
-                if a.flags & flags::KEPT != new {
-                    a.flags = new | (a.flags & flags::INTERNAL);
-                    a.ctime = now_nanos();
-                    tx.update_node(&a)?;
-                }
-                Ok(a)
-            })
-            .inspect(|a| {
-                self.cache.learn(e, &[Fact::Attr(a.clone())]);
-                self.engine.publish(|| vec![attr_changed(ino)])
-            })
+        self.update_flags(ino, |a| {
+            // The owner may; immutable and append-only take privilege (the kernel has
+            // checked both already; a client of another kind may not have).
+            if ctx.uid != 0 && (ctx.uid != a.uid || (a.flags ^ new) & flags::PRIVILEGED != 0) {
+                return fail(libc::EPERM);
+            }
+            Ok(new | (a.flags & flags::INTERNAL))
+        })
     }
 
     fn set_atimes(&self, times: &[(Ino, Nanos)]) -> Result<()> {

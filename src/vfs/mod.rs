@@ -1327,6 +1327,13 @@ impl Vfs {
     }
 }
 
+/// Whether a sticky directory `dir` lets `ctx` remove or replace its entry `victim` (only
+/// its owner, the directory's or root may), as the kernel enforces it for a mount. Front ends
+/// other than FUSE check it themselves (the vfs checks no permissions).
+pub fn sticky_allows(ctx: &Ctx, dir: &Attr, victim: &Attr) -> bool {
+    dir.mode & 0o1000 == 0 || ctx.uid == 0 || ctx.uid == dir.uid || ctx.uid == victim.uid
+}
+
 /// Whether `ctx` may access `a` for `want` (r=4, w=2, x=1) by its mode bits, as the kernel's
 /// `default_permissions` checks them: root may read and write anything, and execute what has
 /// an execute bit (or is a directory).

@@ -5,7 +5,7 @@
 //! Not for: protocol-specific names (an S3 key's or a URL's encoding is its front end's to
 //! undo), or anything the kernel's own walk does for the FUSE mount.
 
-use super::{Result, Vfs, sys};
+use super::{Result, Vfs, may, sys};
 use crate::meta::{Attr, Ctx, Ino, Kind};
 
 /// The components of `path`: empty ones and `.` dropped; `..` kept (the walk resolves it).
@@ -15,7 +15,7 @@ fn components(path: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// The inode `path` names, walked from `root` as `ctx` (each directory must let it search,
-/// as the kernel's walk would). `..` goes up one directory but never above `root`: there it
+/// as the kernel's walk would: EACCES otherwise). `..` goes up one directory but never above `root`: there it
 /// stays at `root`, as `/..` does. A symbolic link on the way is not followed (ENOENT past
 /// it: a front end serving paths serves the links themselves).
 pub fn resolve(vfs: &Vfs, ctx: &Ctx, root: Ino, path: &[u8]) -> Result<Attr> {
@@ -31,6 +31,10 @@ pub fn resolve(vfs: &Vfs, ctx: &Ctx, root: Ino, path: &[u8]) -> Result<Attr> {
         if dir.kind != Kind::Dir {
             return sys(libc::ENOTDIR);
         }
+        // The vfs checks no permissions (the kernel does, for a mount): the walk does.
+        if !may(ctx, dir, 1) {
+            return sys(libc::EACCES);
+        }
         let a = vfs.lookup(ctx, dir.ino, c)?;
         stack.push(a);
     }
@@ -40,7 +44,8 @@ pub fn resolve(vfs: &Vfs, ctx: &Ctx, root: Ino, path: &[u8]) -> Result<Attr> {
 /// The directory `path` names under `root`, made (with `mode`, as `ctx`) where it or a
 /// directory above it is missing, as `mkdir -p` does. `..` is refused (EINVAL): a path to
 /// create names its directories plainly. A component that exists and is not a directory is
-/// ENOTDIR.
+/// ENOTDIR. Permissions are checked as the kernel would: search on each directory walked,
+/// write on one a directory is made in (EACCES).
 pub fn mkdir_all(vfs: &Vfs, ctx: &Ctx, root: Ino, path: &[u8], mode: u32) -> Result<Attr> {
     let mut dir = vfs.getattr(root)?;
     for c in components(path) {
@@ -50,9 +55,15 @@ pub fn mkdir_all(vfs: &Vfs, ctx: &Ctx, root: Ino, path: &[u8], mode: u32) -> Res
         if dir.kind != Kind::Dir {
             return sys(libc::ENOTDIR);
         }
+        if !may(ctx, &dir, 1) {
+            return sys(libc::EACCES);
+        }
         dir = match vfs.lookup(ctx, dir.ino, c) {
             Ok(a) => a,
             Err(e) if e.errno() == libc::ENOENT => {
+                if !may(ctx, &dir, 3) {
+                    return sys(libc::EACCES);
+                }
                 match vfs.mknod(ctx, dir.ino, c, Kind::Dir, mode, 0) {
                     Ok(a) => a,
                     // Made meanwhile by another request: take it.
@@ -130,5 +141,26 @@ mod tests {
             libc::ENOENT
         );
         assert_eq!(resolve(&vfs, &ctx, ROOT_INO, b"").unwrap().ino, ROOT_INO);
+    }
+
+    #[test]
+    fn the_walk_checks_search_and_write_permissions() {
+        let (_d, _m, vfs) = vfs();
+        mkdir_all(&vfs, &Ctx::ROOT, ROOT_INO, b"open/x", 0o755).unwrap();
+        vfs.mknod(&Ctx::ROOT, ROOT_INO, b"shut", Kind::Dir, 0o700, 0)
+            .unwrap();
+        let user = Ctx {
+            uid: 1000,
+            gid: 1000,
+            pid: 0,
+            umask: 0o022,
+        };
+        assert!(resolve(&vfs, &user, ROOT_INO, b"open/x").is_ok());
+        let denied = |r: Result<Attr>| r.unwrap_err().errno() == libc::EACCES;
+        assert!(denied(resolve(&vfs, &user, ROOT_INO, b"shut/y")));
+        assert!(denied(mkdir_all(&vfs, &user, ROOT_INO, b"shut/y", 0o755)));
+        // Searchable, not writable: nothing can be made in it.
+        assert!(denied(mkdir_all(&vfs, &user, ROOT_INO, b"open/new", 0o755)));
+        assert!(mkdir_all(&vfs, &user, ROOT_INO, b"open/x", 0o755).is_ok());
     }
 }
