@@ -9,7 +9,7 @@
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use crate::meta::{Attr, Ctx, Kind};
+use crate::meta::{Attr, Ctx};
 
 /// A client network: an address and how many leading bits of it must match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,7 +102,6 @@ impl Export {
         Identity {
             uid: self.anon_uid,
             gid: self.anon_gid,
-            groups: Vec::new(),
         }
     }
 }
@@ -112,8 +111,6 @@ impl Export {
 pub struct Identity {
     pub uid: u32,
     pub gid: u32,
-    /// Its supplementary groups.
-    pub groups: Vec<u32>,
 }
 
 impl Identity {
@@ -127,24 +124,9 @@ impl Identity {
         }
     }
 
-    pub fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid || self.groups.contains(&gid)
-    }
-
-    /// Whether it may access `a` for `want` (r=4, w=2, x=1) by the mode bits: root may read
-    /// and write anything, and execute what has an execute bit (or is a directory).
+    /// Whether it may access `a` for `want` (r=4, w=2, x=1) by the mode bits (`vfs::may`).
     pub fn may(&self, a: &Attr, want: u32) -> bool {
-        if self.uid == 0 {
-            return want & 1 == 0 || a.kind == Kind::Dir || a.mode & 0o111 != 0;
-        }
-        let bits = if self.uid == a.uid {
-            a.mode >> 6
-        } else if self.in_group(a.gid) {
-            a.mode >> 3
-        } else {
-            a.mode
-        } & 7;
-        bits & want == want
+        crate::vfs::may(&self.ctx(), a, want)
     }
 
     /// Whether it owns `a` (or is root): chmod, and times set explicitly.
@@ -154,10 +136,7 @@ impl Identity {
 
     /// Whether the sticky bit of `dir` lets it remove or replace `victim`.
     pub fn may_delete(&self, dir: &Attr, victim: &Attr) -> bool {
-        dir.mode & libc::S_ISVTX == 0
-            || self.uid == 0
-            || self.uid == dir.uid
-            || self.uid == victim.uid
+        crate::vfs::sticky_allows(&self.ctx(), dir, victim)
     }
 }
 
@@ -197,13 +176,12 @@ mod tests {
             Identity {
                 uid: 65534,
                 gid: 65534,
-                groups: vec![]
             }
         );
         e.anon_uid = 0;
         e.anon_gid = 7;
         let root = e.identity();
         assert_eq!((root.uid, root.gid), (0, 7));
-        assert!(root.in_group(7) && !root.in_group(0));
+        assert!(root.ctx().in_group(7) && !root.ctx().in_group(0));
     }
 }

@@ -338,7 +338,7 @@ impl Server {
             }
             let mut m = m & 0o7777;
             // As chmod(2): setgid goes when the owner is not in the file's group.
-            if who.uid != 0 && a.kind != Kind::Dir && !who.in_group(a.gid) {
+            if who.uid != 0 && a.kind != Kind::Dir && !who.ctx().in_group(a.gid) {
                 m &= !libc::S_ISGID;
             }
             set.mode = Some(m);
@@ -350,7 +350,7 @@ impl Server {
             set.uid = Some(u);
         }
         if let set_gid3::gid(g) = s.gid {
-            if g != a.gid && who.uid != 0 && !(who.uid == a.uid && who.in_group(g)) {
+            if g != a.gid && who.uid != 0 && !(who.uid == a.uid && who.ctx().in_group(g)) {
                 return err(libc::EPERM);
             }
             set.gid = Some(g);
@@ -1153,7 +1153,6 @@ mod tests {
             let other = Identity {
                 uid: 1000,
                 gid: 1000,
-                groups: vec![],
             };
             let chmod = sattr3 {
                 mode: set_mode3::mode(0o777),
