@@ -68,6 +68,29 @@ impl Drop for Background {
     }
 }
 
+/// `unkai mount -d --log DIR/d.log` of `vol` at DIR/mp (DIR a new temporary directory, `mp`
+/// canonical): DIR, mp, the log, the guard unmounting it, and what the command printed.
+fn mount_in_background(vol: &Volume) -> (tempfile::TempDir, PathBuf, PathBuf, Background, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mp = fs::canonicalize(dir.path()).unwrap().join("mp");
+    fs::create_dir(&mp).unwrap();
+    let log = dir.path().join("d.log");
+    let (ok, out, err) = run_env(
+        &[
+            "mount",
+            "-d",
+            "--log",
+            log.to_str().unwrap(),
+            &vol.meta_url,
+            mp.to_str().unwrap(),
+        ],
+        &vol.env,
+    );
+    let guard = Background { path: mp.clone() };
+    assert!(ok, "{out}{err}");
+    (dir, mp, log, guard, out)
+}
+
 /// The pid in the output of `mount -d` ("... (pid N, log ...)").
 fn daemon_pid(out: &str) -> u32 {
     out.split("(pid ")
@@ -280,23 +303,7 @@ fn an_unknown_or_bad_mount_option_fails_in_one_line_naming_it() {
 #[test]
 fn status_fsck_gc_and_config_take_a_mountpoint() {
     let vol = Volume::new();
-    let dir = tempfile::tempdir().unwrap();
-    let mp = fs::canonicalize(dir.path()).unwrap().join("mp");
-    fs::create_dir(&mp).unwrap();
-    let log = dir.path().join("d.log");
-    let (ok, out, err) = run_env(
-        &[
-            "mount",
-            "-d",
-            "--log",
-            log.to_str().unwrap(),
-            &vol.meta_url,
-            mp.to_str().unwrap(),
-        ],
-        &vol.env,
-    );
-    let guard = Background { path: mp.clone() };
-    assert!(ok, "{out}{err}");
+    let (_dir, mp, _log, guard, _out) = mount_in_background(&vol);
     fs::create_dir(mp.join("d")).unwrap();
     fs::write(mp.join("d/f"), b"hello").unwrap();
     let m = mp.to_str().unwrap();
@@ -363,23 +370,7 @@ fn the_meta_url_a_mount_keeps_is_readable_by_its_owner_only() {
 #[test]
 fn every_log_line_of_a_mount_names_the_volume_and_the_pid() {
     let vol = Volume::new();
-    let dir = tempfile::tempdir().unwrap();
-    let mp = fs::canonicalize(dir.path()).unwrap().join("mp");
-    fs::create_dir(&mp).unwrap();
-    let log = dir.path().join("d.log");
-    let (ok, out, err) = run_env(
-        &[
-            "mount",
-            "-d",
-            "--log",
-            log.to_str().unwrap(),
-            &vol.meta_url,
-            mp.to_str().unwrap(),
-        ],
-        &vol.env,
-    );
-    let guard = Background { path: mp.clone() };
-    assert!(ok, "{out}{err}");
+    let (_dir, mp, log, guard, out) = mount_in_background(&vol);
     let pid = daemon_pid(&out);
     fs::write(mp.join("f"), b"x").unwrap();
     drop(guard);

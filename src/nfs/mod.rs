@@ -224,17 +224,7 @@ impl Server {
             s.used = Instant::now();
             return Ok(s.open.clone());
         }
-        let a = self.vfs.getattr(ino)?;
-        match a.kind {
-            Kind::File => {}
-            Kind::Dir => return err(libc::EISDIR),
-            _ => return err(libc::EINVAL),
-        }
-        if !who.may(&a, 2) {
-            return err(libc::EACCES);
-        }
-        let o = self.vfs.open(ino, libc::O_RDWR)?;
-        Ok(self.keep(&self.writers, ino, o.fh))
+        self.open_file(who, ino, true)
     }
 
     /// The handle of `ino` open for reading (a writer's, if there is one), as `who`.
@@ -256,17 +246,27 @@ impl Server {
         if let Some(o) = cached {
             return Ok(o);
         }
+        self.open_file(who, ino, false)
+    }
+
+    /// Opens the regular file `ino` for writing or reading, as `who` may, and keeps the handle
+    /// in the writers' or readers' table.
+    fn open_file(&self, who: &Identity, ino: Ino, write: bool) -> vfs::Result<Arc<Open>> {
         let a = self.vfs.getattr(ino)?;
         match a.kind {
             Kind::File => {}
             Kind::Dir => return err(libc::EISDIR),
             _ => return err(libc::EINVAL),
         }
-        if !who.may(&a, 4) {
+        let (want, flags, table) = match write {
+            true => (2, libc::O_RDWR, &self.writers),
+            false => (4, libc::O_RDONLY, &self.readers),
+        };
+        if !who.may(&a, want) {
             return err(libc::EACCES);
         }
-        let o = self.vfs.open(ino, libc::O_RDONLY)?;
-        Ok(self.keep(&self.readers, ino, o.fh))
+        let o = self.vfs.open(ino, flags)?;
+        Ok(self.keep(table, ino, o.fh))
     }
 
     /// Puts a handle just opened in `table`; if another request put one there meanwhile,
