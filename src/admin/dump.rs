@@ -327,23 +327,17 @@ impl<'de> Deserialize<'de> for Bytes {
                         return Err(A::Error::unknown_field(&k, &["hex"]));
                     }
                     let hex: String = m.next_value()?;
-                    out = Some(unhex(&hex).ok_or_else(|| A::Error::custom("invalid hex"))?);
+                    out = Some(
+                        hex::decode(&hex)
+                            .ok()
+                            .ok_or_else(|| A::Error::custom("invalid hex"))?,
+                    );
                 }
                 out.map(Bytes).ok_or_else(|| A::Error::missing_field("hex"))
             }
         }
         d.deserialize_any(V)
     }
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 /// Writes records, counting them; keeps the first failure of the output (or the stop asked

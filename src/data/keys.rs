@@ -194,7 +194,7 @@ pub fn wrap_with_rsa(
     let enc = Encryption {
         cipher: CIPHER.into(),
         wrap: KeyWrap::RsaOaep,
-        wrapped_key: hex(&wrapped),
+        wrapped_key: hex::encode(&wrapped),
         rsa_key: Some(pem.to_string()),
     };
     Ok((enc, !protected))
@@ -217,7 +217,7 @@ fn read_key_file(path: &Path) -> Result<Zeroizing<[u8; 32]>, KeyError> {
     }
     let text = raw.trim_ascii();
     let parsed = (text.len() == 64)
-        .then(|| unhex(text))
+        .then(|| hex::decode(text).ok())
         .flatten()
         .map(Zeroizing::new);
     match parsed {
@@ -260,7 +260,7 @@ pub fn wrap_with_key_file(key: &DataKey, path: &Path, uuid: &str) -> Result<Encr
     Ok(Encryption {
         cipher: CIPHER.into(),
         wrap: KeyWrap::KeyFile,
-        wrapped_key: hex(&wrapped),
+        wrapped_key: hex::encode(&wrapped),
         rsa_key: None,
     })
 }
@@ -282,7 +282,9 @@ pub fn unwrap(fmt: &Format, unlock: &Unlock) -> Result<Option<DataKey>, KeyError
             enc.cipher
         )));
     }
-    let wrapped = unhex(enc.wrapped_key.as_bytes()).ok_or_else(|| damaged("wrapped key"))?;
+    let wrapped = hex::decode(enc.wrapped_key.as_bytes())
+        .ok()
+        .ok_or_else(|| damaged("wrapped key"))?;
     let bytes: Zeroizing<Vec<u8>> = match enc.wrap {
         KeyWrap::RsaOaep => {
             let pem = enc
@@ -344,19 +346,6 @@ pub fn unwrap(fmt: &Format, unlock: &Unlock) -> Result<Option<DataKey>, KeyError
     Ok(Some(DataKey::from_bytes(key)))
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &[u8]) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    s.chunks(2)
-        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -378,11 +367,11 @@ mod tests {
         );
         let bytes: [u8; 32] = std::array::from_fn(|i| i as u8 * 7 + 1);
         std::fs::write(&raw, bytes).unwrap();
-        std::fs::write(&hexed, format!("{}\n", hex(&bytes))).unwrap();
+        std::fs::write(&hexed, format!("{}\n", hex::encode(bytes))).unwrap();
         std::fs::write(&other, [9u8; 32]).unwrap();
         let key = DataKey::generate();
         let enc = wrap_with_key_file(&key, &raw, "uuid-1").unwrap();
-        assert!(!enc.wrapped_key.contains(&hex(key.bytes())));
+        assert!(!enc.wrapped_key.contains(&hex::encode(key.bytes())));
         let fmt = volume(enc);
         for f in [&raw, &hexed] {
             let unlock = Unlock {

@@ -85,20 +85,6 @@ fn ok<T>(output: T) -> S3Result<S3Response<T>> {
     Ok(S3Response::new(output))
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 || !s.is_ascii() {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
-        .collect()
-}
-
 fn timestamp(nanos: i64) -> Timestamp {
     Timestamp::from(UNIX_EPOCH + Duration::from_nanos(nanos.max(0) as u64))
 }
@@ -147,7 +133,7 @@ fn upload_id_ok(id: &str) -> bool {
 }
 
 fn random_hex() -> String {
-    hex(&rand::random::<[u8; 16]>())
+    hex::encode(rand::random::<[u8; 16]>())
 }
 
 impl Inner {
@@ -274,7 +260,7 @@ impl Inner {
         }
         let mut h = Md5::new();
         h.update(format!("{}:{}:{}", a.ino, a.mtime, a.length));
-        hex(&h.finalize())
+        hex::encode(h.finalize())
     }
 
     /// Puts temporary file `t` in place as `key` of `bucket`,
@@ -737,7 +723,7 @@ impl S3 for Gateway {
             })
             .await?;
             return ok(PutObjectOutput {
-                e_tag: Some(ETag::Strong(hex(&Md5::digest(b"")))),
+                e_tag: Some(ETag::Strong(hex::encode(Md5::digest(b"")))),
                 ..Default::default()
             });
         }
@@ -1127,10 +1113,14 @@ impl S3 for Gateway {
                     if i + 1 < wanted.len() && a.length < MIN_PART {
                         return Err(s3_error!(EntityTooSmall, "part {n} is under 5 MiB"));
                     }
-                    md5s.update(unhex(&stored).unwrap_or_else(|| stored.clone().into_bytes()));
+                    md5s.update(
+                        hex::decode(&stored)
+                            .ok()
+                            .unwrap_or_else(|| stored.clone().into_bytes()),
+                    );
                     chosen.push(a.clone());
                 }
-                let etag = format!("{}-{}", hex(&md5s.finalize()), chosen.len());
+                let etag = format!("{}-{}", hex::encode(md5s.finalize()), chosen.len());
                 let t = g.create_tmp()?;
                 let mut at = 0;
                 for a in &chosen {
@@ -1189,7 +1179,7 @@ impl Gateway {
                 IncompleteBody,
                 "the body had {n} bytes, its Content-Length said {l}"
             )),
-            _ => Ok(hex(&md5)),
+            _ => Ok(hex::encode(md5)),
         });
         self.run(move |g| {
             let etag = match written {

@@ -107,20 +107,6 @@ impl Drop for Watch {
     }
 }
 
-fn hex(name: &[u8]) -> String {
-    name.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 /// The payloads announcing `changes` (duplicates merged), each at most [`MAX_PAYLOAD`] bytes.
 fn encode(sid: u64, changes: &[Change]) -> Vec<String> {
     let mut inodes: BTreeMap<Ino, bool> = BTreeMap::new();
@@ -137,7 +123,11 @@ fn encode(sid: u64, changes: &[Change]) -> Vec<String> {
     let items = inodes
         .into_iter()
         .map(|(ino, data)| format!("{}{ino}", if data { 'd' } else { 'i' }))
-        .chain(entries.into_iter().map(|(p, n)| format!("e{p}:{}", hex(n))));
+        .chain(
+            entries
+                .into_iter()
+                .map(|(p, n)| format!("e{p}:{}", hex::encode(n))),
+        );
     let head = sid.to_string();
     let mut out = Vec::new();
     let mut cur = head.clone();
@@ -170,7 +160,7 @@ fn decode(payload: &str) -> Option<(u64, Vec<Change>)> {
                 let (p, n) = rest.split_once(':')?;
                 Change::Entry {
                     parent: p.parse().ok()?,
-                    name: unhex(n)?,
+                    name: hex::decode(n).ok()?,
                 }
             }
             _ => return None,
