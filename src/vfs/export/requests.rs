@@ -1,173 +1,213 @@
-//! Counts of the FUSE requests a mount served, by kind, and the time the daemon spent
-//! answering them (a latency histogram per kind), and the bytes read and written through the
-//! mount: logged at unmount, so that what a workload costs in round trips can be read off
-//! (requests per extracted file, per `stat`) and where the daemon's time goes, and served as
-//! the mount's metrics ([`Requests::figures`]).
+//! Counts of the requests an export served, by protocol and kind, and the time spent
+//! answering them (a latency histogram per kind), and the bytes read and written through
+//! each protocol: logged when the client stops, so that what a workload costs in round trips
+//! can be read off (requests per extracted file, per `stat`) and where the time goes, and
+//! served as the client's metrics ([`Requests::figures`]).
 //!
-//! Not for: anything a request does (that is the adapter and `vfs`).
+//! Not for: anything a request does (the front ends and `vfs`), or logging it (`log`).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+use parking_lot::RwLock;
+
+use super::Proto;
 use crate::metrics::{self, Families, Histogram};
 
-macro_rules! kinds {
-    ($($kind:ident => $name:literal),* $(,)?) => {
-        /// A kind of FUSE request unkai answers.
-        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-        pub enum Req { $($kind),* }
+/// The series of the requests' latency histograms, labelled `proto` and `op`.
+pub const OP_SERIES: &str = "unkai_op_duration_seconds";
 
-        impl Req {
-            pub const ALL: &'static [Req] = &[$(Req::$kind),*];
-
-            /// The request's name, as the kernel's protocol spells it (lower case).
-            pub fn name(self) -> &'static str {
-                match self { $(Req::$kind => $name),* }
-            }
-        }
-    };
-}
-
-kinds! {
-    Lookup => "lookup", Getattr => "getattr", Setattr => "setattr", Readlink => "readlink",
-    Mknod => "mknod", Mkdir => "mkdir", Unlink => "unlink", Rmdir => "rmdir",
-    Symlink => "symlink", Rename => "rename", Link => "link", Open => "open", Read => "read",
-    Write => "write", Getlk => "getlk", Setlk => "setlk", Flush => "flush",
-    Release => "release", Fsync => "fsync", Opendir => "opendir", Readdir => "readdir",
-    Readdirplus => "readdirplus", Releasedir => "releasedir", Fsyncdir => "fsyncdir",
-    Statfs => "statfs", Setxattr => "setxattr", Getxattr => "getxattr",
-    Listxattr => "listxattr", Removexattr => "removexattr", Access => "access",
-    Create => "create", Ioctl => "ioctl", Fallocate => "fallocate", Lseek => "lseek",
-    CopyFileRange => "copy_file_range",
-}
-
-/// How many requests of each kind a mount served, and in how long; bytes read and written.
-#[derive(Debug)]
-pub struct Requests {
-    /// By kind (`Req as usize`): each request's time; its count is the requests answered.
-    latency: Vec<Histogram>,
+/// One protocol's requests: a histogram per kind (its count is the requests answered), and
+/// the bytes its clients read and wrote.
+#[derive(Debug, Default)]
+struct ByProto {
+    ops: RwLock<HashMap<String, Histogram>>,
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
 }
 
-/// One request being answered: its time is recorded when this is dropped (when the adapter's
-/// method returns, having replied).
-pub struct Answering<'a> {
-    requests: &'a Requests,
-    kind: Req,
+/// How many requests of each protocol and kind an export served, and in how long; bytes
+/// read and written.
+#[derive(Debug, Default)]
+pub struct Requests {
+    by: [ByProto; Proto::ALL.len()],
+}
+
+/// One request being answered: its time is recorded when this is dropped (when the front
+/// end has replied), or when [`Answering::done`] says so.
+pub struct Answering {
+    latency: Option<Histogram>,
     start: Instant,
 }
 
-impl Drop for Answering<'_> {
-    fn drop(&mut self) {
-        let secs = self.start.elapsed().as_secs_f64();
-        self.requests.latency[self.kind as usize].observe(secs);
+impl Answering {
+    /// Records the request's time now.
+    pub fn done(mut self) {
+        self.record();
+    }
+
+    fn record(&mut self) {
+        if let Some(h) = self.latency.take() {
+            h.observe(self.start.elapsed().as_secs_f64());
+        }
     }
 }
 
-impl Default for Requests {
-    fn default() -> Self {
-        Requests {
-            latency: Req::ALL
-                .iter()
-                .map(|r| {
-                    metrics::latency(
-                        "unkai_fuse_op_duration_seconds",
-                        "FUSE requests answered, by kind, and the daemon's time on each.",
-                        ("op", r.name()),
-                    )
-                })
-                .collect(),
-            read_bytes: AtomicU64::new(0),
-            written_bytes: AtomicU64::new(0),
-        }
+impl Drop for Answering {
+    fn drop(&mut self) {
+        self.record();
     }
 }
 
 impl Requests {
-    /// Times a request of kind `r` until the result is dropped, and counts it then.
-    pub fn start(&self, r: Req) -> Answering<'_> {
+    /// The histogram of requests `op` of `proto`, made on the first.
+    fn latency(&self, proto: Proto, op: &str) -> Histogram {
+        let ops = &self.by[proto as usize].ops;
+        if let Some(h) = ops.read().get(op) {
+            return h.clone();
+        }
+        ops.write()
+            .entry(op.to_string())
+            .or_insert_with(|| {
+                metrics::latency_of(
+                    OP_SERIES,
+                    "Requests answered, by protocol (fuse, nfs, s3, webdav) and kind, and \
+                     the time spent on each.",
+                    &[("proto", proto.name()), ("op", op)],
+                )
+            })
+            .clone()
+    }
+
+    /// Times a request `op` of `proto`, begun at `start`, until the result is dropped, and
+    /// counts it then.
+    pub fn start_at(&self, proto: Proto, op: &str, start: Instant) -> Answering {
         Answering {
-            requests: self,
-            kind: r,
-            start: Instant::now(),
+            latency: Some(self.latency(proto, op)),
+            start,
         }
     }
 
-    /// Counts `n` bytes returned by a read.
-    pub fn read(&self, n: usize) {
-        self.read_bytes.fetch_add(n as u64, Relaxed);
+    /// Times a request `op` of `proto` from now (see [`Requests::start_at`]).
+    pub fn start(&self, proto: Proto, op: &str) -> Answering {
+        self.start_at(proto, op, Instant::now())
     }
 
-    /// Counts `n` bytes taken by a write.
-    pub fn written(&self, n: usize) {
-        self.written_bytes.fetch_add(n as u64, Relaxed);
+    /// Counts `n` bytes returned by a read of `proto`.
+    pub fn read(&self, proto: Proto, n: usize) {
+        self.by[proto as usize]
+            .read_bytes
+            .fetch_add(n as u64, Relaxed);
     }
 
-    /// Requests of kind `r` answered so far.
-    pub fn get(&self, r: Req) -> u64 {
-        self.latency[r as usize].get_sample_count()
+    /// Counts `n` bytes taken by a write of `proto`.
+    pub fn written(&self, proto: Proto, n: usize) {
+        self.by[proto as usize]
+            .written_bytes
+            .fetch_add(n as u64, Relaxed);
     }
 
-    pub fn total(&self) -> u64 {
-        Req::ALL.iter().map(|&r| self.get(r)).sum()
+    /// Requests `op` of `proto` answered so far.
+    pub fn get(&self, proto: Proto, op: &str) -> u64 {
+        self.by[proto as usize]
+            .ops
+            .read()
+            .get(op)
+            .map_or(0, |h| h.get_sample_count())
     }
 
-    fn nanos(&self, r: Req) -> u64 {
-        (self.latency[r as usize].get_sample_sum() * 1e9) as u64
+    /// Requests of `proto` answered so far.
+    pub fn total(&self, proto: Proto) -> u64 {
+        self.served(proto).iter().map(|s| s.1).sum()
     }
 
-    /// The figures as the mount's metrics.
-    pub fn figures(&self, out: &mut Families) {
-        out.histograms(&self.latency);
-        out.counter(
-            "unkai_fuse_read_bytes_total",
-            "Bytes applications read through the mount (FUSE reads).",
-            &[],
-            self.read_bytes.load(Relaxed),
-        );
-        out.counter(
-            "unkai_fuse_written_bytes_total",
-            "Bytes applications wrote through the mount (FUSE writes).",
-            &[],
-            self.written_bytes.load(Relaxed),
-        );
-    }
-
-    /// Each kind served at least once, with its count and nanoseconds, the largest `key`
-    /// first (by name among equals).
-    fn served(&self, key: impl Fn(&(Req, u64, u64)) -> u64) -> Vec<(Req, u64, u64)> {
-        let mut seen: Vec<(Req, u64, u64)> = Req::ALL
+    /// Each kind of `proto` served at least once, with its count and nanoseconds.
+    fn served(&self, proto: Proto) -> Vec<(String, u64, u64)> {
+        self.by[proto as usize]
+            .ops
+            .read()
             .iter()
-            .map(|&r| (r, self.get(r), self.nanos(r)))
-            .filter(|&(_, n, _)| n > 0)
-            .collect();
-        seen.sort_by(|a, b| key(b).cmp(&key(a)).then(a.0.name().cmp(b.0.name())));
+            .map(|(op, h)| {
+                let ns = (h.get_sample_sum() * 1e9) as u64;
+                (op.clone(), h.get_sample_count(), ns)
+            })
+            .filter(|s| s.1 > 0)
+            .collect()
+    }
+
+    /// The served kinds of `proto`, the largest `key` first (by name among equals).
+    fn sorted(
+        &self,
+        proto: Proto,
+        key: impl Fn(&(String, u64, u64)) -> u64,
+    ) -> Vec<(String, u64, u64)> {
+        let mut seen = self.served(proto);
+        seen.sort_by(|a, b| key(b).cmp(&key(a)).then(a.0.cmp(&b.0)));
         seen
     }
 
-    /// One line: the total, then each kind served, most frequent first:
-    /// `FUSE requests: 12 (lookup 5, getattr 4, create 3)`.
-    pub fn summary(&self) -> String {
-        let each: Vec<String> = self
-            .served(|s| s.1)
-            .iter()
-            .map(|(r, n, _)| format!("{} {n}", r.name()))
-            .collect();
-        format!("FUSE requests: {} ({})", self.total(), each.join(", "))
+    /// The protocols that served anything.
+    pub fn protocols(&self) -> Vec<Proto> {
+        Proto::ALL
+            .into_iter()
+            .filter(|&p| {
+                let b = &self.by[p as usize];
+                !b.ops.read().is_empty()
+                    || b.read_bytes.load(Relaxed) > 0
+                    || b.written_bytes.load(Relaxed) > 0
+            })
+            .collect()
     }
 
-    /// One line: the daemon's time answering requests, by kind, most first:
+    /// The figures as metrics: the latency histograms, and the bytes of each protocol that
+    /// served anything.
+    pub fn figures(&self, out: &mut Families) {
+        for p in Proto::ALL {
+            let b = &self.by[p as usize];
+            let ops = b.ops.read();
+            let mut sorted: Vec<(&String, &Histogram)> = ops.iter().collect();
+            sorted.sort_by(|a, b| a.0.cmp(b.0));
+            out.histograms(sorted.into_iter().map(|(_, h)| h));
+        }
+        for p in self.protocols() {
+            let b = &self.by[p as usize];
+            out.counter(
+                "unkai_read_bytes_total",
+                "Bytes clients read through the export, by protocol.",
+                &[("proto", p.name())],
+                b.read_bytes.load(Relaxed),
+            );
+            out.counter(
+                "unkai_written_bytes_total",
+                "Bytes clients wrote through the export, by protocol.",
+                &[("proto", p.name())],
+                b.written_bytes.load(Relaxed),
+            );
+        }
+    }
+
+    /// One line: the total of `proto`, then each kind served, most frequent first:
+    /// `FUSE requests: 12 (lookup 5, getattr 4, create 3)`.
+    pub fn summary(&self, proto: Proto) -> String {
+        let seen = self.sorted(proto, |s| s.1);
+        let total: u64 = seen.iter().map(|s| s.1).sum();
+        let each: Vec<String> = seen.iter().map(|(op, n, _)| format!("{op} {n}")).collect();
+        format!("{} requests: {total} ({})", proto.title(), each.join(", "))
+    }
+
+    /// One line: the time spent answering requests of `proto`, by kind, most first:
     /// `FUSE request time: 1.2 s (create 800 ms, 181 µs each; getattr 400 ms, 22 µs each)`.
-    pub fn time_summary(&self) -> String {
-        let seen = self.served(|s| s.2);
+    pub fn time_summary(&self, proto: Proto) -> String {
+        let seen = self.sorted(proto, |s| s.2);
         let total: u64 = seen.iter().map(|s| s.2).sum();
         let each: Vec<String> = seen
             .iter()
-            .map(|&(r, n, ns)| format!("{} {}, {} µs each", r.name(), duration(ns), ns / n / 1000))
+            .map(|(op, n, ns)| format!("{op} {}, {} µs each", duration(*ns), ns / n / 1000))
             .collect();
         format!(
-            "FUSE request time: {} ({})",
+            "{} request time: {} ({})",
+            proto.title(),
             duration(total),
             each.join("; ")
         )
@@ -188,21 +228,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_by_kind_most_frequent_first() {
+    fn counts_by_protocol_and_kind_most_frequent_first() {
         let r = Requests::default();
-        assert_eq!(r.summary(), "FUSE requests: 0 ()");
-        for k in [Req::Getattr, Req::Lookup, Req::Getattr, Req::CopyFileRange] {
-            let _answering = r.start(k);
-            if k == Req::Lookup {
+        assert_eq!(r.summary(Proto::Fuse), "FUSE requests: 0 ()");
+        for k in ["getattr", "lookup", "getattr", "copy_file_range"] {
+            let _answering = r.start(Proto::Fuse, k);
+            if k == "lookup" {
                 std::thread::sleep(std::time::Duration::from_millis(3));
             }
         }
-        assert_eq!(r.get(Req::Getattr), 2);
+        r.start(Proto::Webdav, "PUT").done();
+        assert_eq!(r.get(Proto::Fuse, "getattr"), 2);
+        assert_eq!(r.get(Proto::Webdav, "PUT"), 1);
+        assert_eq!(r.get(Proto::Nfs, "getattr"), 0);
         assert_eq!(
-            r.summary(),
+            r.summary(Proto::Fuse),
             "FUSE requests: 4 (getattr 2, copy_file_range 1, lookup 1)"
         );
-        let t = r.time_summary();
+        assert_eq!(r.summary(Proto::Webdav), "WebDAV requests: 1 (PUT 1)");
+        assert_eq!(r.protocols(), [Proto::Fuse, Proto::Webdav]);
+        let t = r.time_summary(Proto::Fuse);
         assert!(t.starts_with("FUSE request time: "), "{t}");
         let after = t.split_once('(').unwrap().1;
         assert!(after.starts_with("lookup "), "the slowest first: {t}");
@@ -215,7 +260,21 @@ mod tests {
             ("0 µs".into(), "2 ms".into())
         );
         assert_eq!(duration(12_345_000_000), "12.3 s");
-        let names: std::collections::HashSet<_> = Req::ALL.iter().map(|r| r.name()).collect();
-        assert_eq!(names.len(), Req::ALL.len(), "names are distinct");
+        let mut f = Families::default();
+        r.figures(&mut f);
+        let text = f.text();
+        assert!(
+            text.contains("unkai_op_duration_seconds_count{op=\"getattr\",proto=\"fuse\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("unkai_op_duration_seconds_count{op=\"PUT\",proto=\"webdav\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("unkai_written_bytes_total{proto=\"webdav\"} 0"),
+            "{text}"
+        );
+        assert!(!text.contains("proto=\"nfs\""), "{text}");
     }
 }
