@@ -117,8 +117,8 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     export.anon_uid = args.anonuid;
     export.anon_gid = args.anongid;
     apply_options(&mut export, &args.options)?;
-    front::run(&args.volume, "nfs", move |f| {
-        crate::nfs::serve(f, listen, export)
+    front::run(&args.volume, "nfs", move |ex| {
+        crate::nfs::serve(crate::volume::front::Front::of(&ex), listen, export)
     })
 }
 
