@@ -458,6 +458,9 @@ impl Filesystem for Adapter {
     fn destroy(&mut self) {
         tracing::info!("{}", self.requests.summary());
         tracing::info!("{}", self.requests.time_summary());
+        if let Some(line) = self.requests.round_trip_summary() {
+            tracing::info!("{line}");
+        }
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
