@@ -2,7 +2,7 @@
 //! keeps of its own requests ([`latency`]), and [`Families`], in which a layer writes out the
 //! counters it owns, under their Prometheus names, when asked (at a scrape, for `unkai stats`).
 //!
-//! Each layer owns its figures (plain atomics, and these histograms: `fuse::requests`,
+//! Each layer owns its figures (plain atomics, and these histograms: `vfs::export::requests`,
 //! `object::traffic`, `data`'s caches and stage, the metadata engines) and names them here,
 //! beside the code that counts; `volume::metrics` asks each for its families, labels them
 //! with the volume's name and serves them. So counting costs an atomic increment on the hot
