@@ -461,6 +461,9 @@ impl Filesystem for Adapter {
     fn destroy(&mut self) {
         tracing::info!("{}", self.export.requests().summary());
         tracing::info!("{}", self.export.requests().time_summary());
+        if let Some(line) = self.export.requests().round_trip_summary() {
+            tracing::info!("{line}");
+        }
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
