@@ -1,10 +1,12 @@
 //! Volumes as a user names them: META-URLs, the embedded default volume, formatting and
-//! opening (metadata engine + bucket) with errors that say what to do; [`serve`] runs the
-//! life of a mount of an opened volume.
+//! opening (metadata engine + bucket) with errors that say what to do; [`client`] runs the
+//! life of a client of an opened volume, which [`serve`] mounts and [`front`] serves
+//! through a network server.
 //!
 //! Not for: parsing flags (that is `cli`), or the file system a mount serves (that is `vfs`
 //! + `fuse`).
 
+pub mod client;
 pub mod front;
 pub mod metrics;
 pub mod open;

@@ -512,7 +512,7 @@ fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()>
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&args)
         .env(READY_FD_ENV, "3")
-        .env(crate::volume::serve::DAEMON_LOG_ENV, &log)
+        .env(crate::volume::client::DAEMON_LOG_ENV, &log)
         .env(crate::cli::LOG_VOLUME_ENV, volume)
         .stdin(std::process::Stdio::null())
         .stdout(logf.try_clone()?)

@@ -59,7 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     export.anon_uid = args.anonuid;
     export.anon_gid = args.anongid;
-    front::run(&args.volume, "nfs", move |f| {
-        crate::nfs::serve(f, listen, export)
+    front::run(&args.volume, "nfs", move |ex| {
+        crate::nfs::serve(crate::volume::front::Front::of(&ex), listen, export)
     })
 }
