@@ -969,6 +969,8 @@ fn callers_act_as_themselves_with_root_squashed() {
     let srv = Server::start(&vol, &[]);
     let (ok, out) = nfs_cp(&src, &srv.url("/open/by-1000", "&uid=1000&gid=1000"));
     assert!(ok, "{out}");
+    let (ok, out) = nfs_cp(&src, &srv.url("/open/kept-1000", "&uid=1000&gid=1000"));
+    assert!(ok, "{out}");
     let (ok, out) = nfs_cp(&src, &srv.url("/open/by-root", "&uid=0&gid=0"));
     assert!(ok, "{out}");
     // The copy made it 0600? nfs-cp creates 0660: make it 0600 and 0640 (group 500) over NFS
@@ -1031,6 +1033,7 @@ fn callers_act_as_themselves_with_root_squashed() {
         let md = std::fs::metadata(m.p(&format!("open/{name}"))).unwrap();
         (md.uid(), md.gid())
     };
+    assert_eq!(owner("kept-1000"), (1000, 1000));
     assert_eq!(owner("by-1000"), (1000, 500));
     assert_eq!(owner("by-root"), (65534, 65534));
     assert_eq!(owner("by-real-root"), (0, 0));
