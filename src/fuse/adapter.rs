@@ -100,6 +100,46 @@ pub const LOG_NAME: &[u8] = b".accesslog";
 /// Its inode number: beyond any the volume hands out.
 const LOG_INO: u64 = u64::MAX - 1;
 
+/// The kinds of request the adapter answers, as the kernel's protocol names them: each is
+/// counted from the start.
+const KINDS: &[&str] = &[
+    "lookup",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "symlink",
+    "rename",
+    "link",
+    "open",
+    "read",
+    "write",
+    "getlk",
+    "setlk",
+    "flush",
+    "release",
+    "fsync",
+    "opendir",
+    "readdir",
+    "readdirplus",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+    "access",
+    "create",
+    "ioctl",
+    "fallocate",
+    "lseek",
+    "copy_file_range",
+];
+
 /// Handles of `.accesslog` readers: apart from the volume's (which count up from 1).
 const LOG_FH: u64 = 1 << 62;
 
@@ -151,6 +191,7 @@ impl Adapter {
         coherence: Arc<Coherence>,
         inodes: Inodes,
     ) -> Adapter {
+        export.requests().register(Proto::Fuse, KINDS);
         Adapter {
             vfs: export.vfs().clone(),
             cache,
@@ -412,6 +453,9 @@ impl Filesystem for Adapter {
     fn destroy(&mut self) {
         tracing::info!("{}", self.export.requests().summary(Proto::Fuse));
         tracing::info!("{}", self.export.requests().time_summary(Proto::Fuse));
+        if let Some(line) = self.export.requests().round_trip_summary(Proto::Fuse) {
+            tracing::info!("{line}");
+        }
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -447,7 +491,12 @@ impl Filesystem for Adapter {
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_ASYNC_DIO,
+            // Not FUSE_ASYNC_DIO: with it, the kernel completes an asynchronous O_DIRECT
+            // write (io_submit, io_uring) when our reply comes, without dropping the pages a
+            // buffered reader cached meanwhile from the bytes before it, so a read after the
+            // write returned those stale bytes. Without it, the kernel sends the write's
+            // requests one by one and drops the range's pages after the last reply, before
+            // the write completes (as for a synchronous one). See docs/design.md, "O_DIRECT".
             InitFlags::FUSE_MAX_PAGES,
             // File handles (name_to_handle_at, NFS re-export): an inode is found again by
             // number through a lookup of "." (and a directory's parent through "..").

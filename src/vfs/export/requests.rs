@@ -2,11 +2,15 @@
 //! answering them (a latency histogram per kind), and the bytes read and written through
 //! each protocol: logged when the client stops, so that what a workload costs in round trips
 //! can be read off (requests per extracted file, per `stat`) and where the time goes, and
-//! served as the client's metrics ([`Requests::figures`]).
+//! served as the client's metrics ([`Requests::figures`]). Also the round trips to the
+//! metadata database each kind of request made (the engine's tally of the answering thread,
+//! read before and after: `metrics::round_trips_here`; so only where one thread answers a
+//! request, as FUSE's do).
 //!
 //! Not for: anything a request does (the front ends and `vfs`), or logging it (`log`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
@@ -18,11 +22,22 @@ use crate::metrics::{self, Families, Histogram};
 /// The series of the requests' latency histograms, labelled `proto` and `op`.
 pub const OP_SERIES: &str = "unkai_op_duration_seconds";
 
-/// One protocol's requests: a histogram per kind (its count is the requests answered), and
-/// the bytes its clients read and wrote.
+/// The series of the round trips to the metadata database by request, labelled as
+/// [`OP_SERIES`].
+pub const ROUND_TRIPS_SERIES: &str = "unkai_op_round_trips_total";
+
+/// One kind of request: each request's time (its count is the requests answered), and the
+/// round trips to the metadata database made while answering.
+#[derive(Clone, Debug)]
+struct Op {
+    latency: Histogram,
+    round_trips: Arc<AtomicU64>,
+}
+
+/// One protocol's requests by kind, and the bytes its clients read and wrote.
 #[derive(Debug, Default)]
 struct ByProto {
-    ops: RwLock<HashMap<String, Histogram>>,
+    ops: RwLock<HashMap<String, Op>>,
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
 }
@@ -37,8 +52,10 @@ pub struct Requests {
 /// One request being answered: its time is recorded when this is dropped (when the front
 /// end has replied), or when [`Answering::done`] says so.
 pub struct Answering {
-    latency: Option<Histogram>,
+    op: Option<Op>,
     start: Instant,
+    /// The thread's round trips when the request came.
+    round_trips: u64,
 }
 
 impl Answering {
@@ -48,8 +65,12 @@ impl Answering {
     }
 
     fn record(&mut self) {
-        if let Some(h) = self.latency.take() {
-            h.observe(self.start.elapsed().as_secs_f64());
+        if let Some(op) = self.op.take() {
+            op.latency.observe(self.start.elapsed().as_secs_f64());
+            let made = metrics::round_trips_here().wrapping_sub(self.round_trips);
+            if made > 0 {
+                op.round_trips.fetch_add(made, Relaxed);
+            }
         }
     }
 }
@@ -61,31 +82,41 @@ impl Drop for Answering {
 }
 
 impl Requests {
-    /// The histogram of requests `op` of `proto`, made on the first.
-    fn latency(&self, proto: Proto, op: &str) -> Histogram {
+    /// The figures of requests `op` of `proto`, made at the first.
+    fn op(&self, proto: Proto, op: &str) -> Op {
         let ops = &self.by[proto as usize].ops;
-        if let Some(h) = ops.read().get(op) {
-            return h.clone();
+        if let Some(o) = ops.read().get(op) {
+            return o.clone();
         }
         ops.write()
             .entry(op.to_string())
-            .or_insert_with(|| {
-                metrics::latency_of(
+            .or_insert_with(|| Op {
+                latency: metrics::latency_of(
                     OP_SERIES,
                     "Requests answered, by protocol (fuse, nfs, s3, webdav) and kind, and \
                      the time spent on each.",
                     &[("proto", proto.name()), ("op", op)],
-                )
+                ),
+                round_trips: Arc::default(),
             })
             .clone()
+    }
+
+    /// Makes the figures of requests `ops` of `proto` before any comes, so that each kind
+    /// shows in the metrics from the start (at zero).
+    pub fn register(&self, proto: Proto, ops: &[&str]) {
+        for op in ops {
+            self.op(proto, op);
+        }
     }
 
     /// Times a request `op` of `proto`, begun at `start`, until the result is dropped, and
     /// counts it then.
     pub fn start_at(&self, proto: Proto, op: &str, start: Instant) -> Answering {
         Answering {
-            latency: Some(self.latency(proto, op)),
+            op: Some(self.op(proto, op)),
             start,
+            round_trips: metrics::round_trips_here(),
         }
     }
 
@@ -114,7 +145,16 @@ impl Requests {
             .ops
             .read()
             .get(op)
-            .map_or(0, |h| h.get_sample_count())
+            .map_or(0, |o| o.latency.get_sample_count())
+    }
+
+    /// Round trips to the metadata database made answering requests `op` of `proto`.
+    pub fn round_trips(&self, proto: Proto, op: &str) -> u64 {
+        self.by[proto as usize]
+            .ops
+            .read()
+            .get(op)
+            .map_or(0, |o| o.round_trips.load(Relaxed))
     }
 
     /// Requests of `proto` answered so far.
@@ -128,9 +168,9 @@ impl Requests {
             .ops
             .read()
             .iter()
-            .map(|(op, h)| {
-                let ns = (h.get_sample_sum() * 1e9) as u64;
-                (op.clone(), h.get_sample_count(), ns)
+            .map(|(op, o)| {
+                let ns = (o.latency.get_sample_sum() * 1e9) as u64;
+                (op.clone(), o.latency.get_sample_count(), ns)
             })
             .filter(|s| s.1 > 0)
             .collect()
@@ -166,9 +206,19 @@ impl Requests {
         for p in Proto::ALL {
             let b = &self.by[p as usize];
             let ops = b.ops.read();
-            let mut sorted: Vec<(&String, &Histogram)> = ops.iter().collect();
+            let mut sorted: Vec<(&String, &Op)> = ops.iter().collect();
             sorted.sort_by(|a, b| a.0.cmp(b.0));
-            out.histograms(sorted.into_iter().map(|(_, h)| h));
+            out.histograms(sorted.iter().map(|(_, o)| &o.latency));
+            for (name, o) in sorted {
+                out.counter(
+                    ROUND_TRIPS_SERIES,
+                    "Round trips to the metadata database made answering requests, by \
+                     protocol and kind (none on an embedded engine; counted where one thread \
+                     answers a request: FUSE's).",
+                    &[("op", name), ("proto", p.name())],
+                    o.round_trips.load(Relaxed),
+                );
+            }
         }
         for p in self.protocols() {
             let b = &self.by[p as usize];
@@ -194,6 +244,36 @@ impl Requests {
         let total: u64 = seen.iter().map(|s| s.1).sum();
         let each: Vec<String> = seen.iter().map(|(op, n, _)| format!("{op} {n}")).collect();
         format!("{} requests: {total} ({})", proto.title(), each.join(", "))
+    }
+
+    /// One line: the round trips to the metadata database made answering requests of
+    /// `proto`, by kind, most first, with the mean per request: `metadata round trips: 30
+    /// (create 20, 2.0 each; unlink 10, 1.0 each)`; None if there were none (an embedded
+    /// engine).
+    pub fn round_trip_summary(&self, proto: Proto) -> Option<String> {
+        let mut seen: Vec<(String, u64, u64)> = self.by[proto as usize]
+            .ops
+            .read()
+            .iter()
+            .map(|(op, o)| {
+                let n = o.round_trips.load(Relaxed);
+                (op.clone(), n, o.latency.get_sample_count())
+            })
+            .filter(|s| s.1 > 0)
+            .collect();
+        if seen.is_empty() {
+            return None;
+        }
+        seen.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        let total: u64 = seen.iter().map(|s| s.1).sum();
+        let each: Vec<String> = seen
+            .iter()
+            .map(|(op, n, reqs)| format!("{op} {n}, {:.1} each", *n as f64 / (*reqs).max(1) as f64))
+            .collect();
+        Some(format!(
+            "metadata round trips: {total} ({})",
+            each.join("; ")
+        ))
     }
 
     /// One line: the time spent answering requests of `proto`, by kind, most first:
@@ -276,5 +356,30 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("proto=\"nfs\""), "{text}");
+        assert_eq!(
+            r.round_trip_summary(Proto::Fuse),
+            None,
+            "no round trips, no line"
+        );
+        {
+            let _answering = r.start(Proto::Fuse, "create");
+            metrics::round_trips(3);
+        }
+        {
+            let _answering = r.start(Proto::Fuse, "unlink");
+            metrics::round_trips(1);
+        }
+        metrics::round_trips(5); // outside any request: not counted
+        assert_eq!(
+            (
+                r.round_trips(Proto::Fuse, "create"),
+                r.round_trips(Proto::Fuse, "unlink")
+            ),
+            (3, 1)
+        );
+        assert_eq!(
+            r.round_trip_summary(Proto::Fuse).unwrap(),
+            "metadata round trips: 4 (create 3, 3.0 each; unlink 1, 1.0 each)"
+        );
     }
 }
