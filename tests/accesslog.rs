@@ -326,6 +326,85 @@ fn each_server_logs_and_counts_every_request_with_its_protocol() {
     }
 }
 
+/// The NFS server logs every call of a scripted sequence of libnfs (nfs-cp in, nfs-cat
+/// out, nfs-ls, a missing file) naming its protocol, client, identity, procedure, handle's
+/// inode and names, and its NFS status, and counts it in `/metrics` under `nfs`.
+#[test]
+fn the_nfs_server_logs_and_counts_every_call() {
+    use common::fronts::{Front, have};
+    if !have("nfs-cp") {
+        return;
+    }
+    let vol = Volume::new();
+    let log = vol.dir.path().join("nfs-access.log");
+    let port = free_port();
+    let srv = Front::start(
+        &vol,
+        "nfs",
+        &[
+            "-o",
+            "no_root_squash",
+            "--access-log",
+            log.to_str().unwrap(),
+            "--metrics",
+            &format!("127.0.0.1:{port}"),
+        ],
+    );
+    let before = counted(port, "nfs");
+    let (host, nfs_port) = srv.addr.rsplit_once(':').unwrap();
+    let url =
+        |p: &str| format!("nfs://{host}/{p}?nfsport={nfs_port}&mountport={nfs_port}&uid=0&gid=0");
+    let src = vol.dir.path().join("src.txt");
+    fs::write(&src, b"hello over nfs").unwrap();
+    let tool = |args: &[&str]| {
+        let out = std::process::Command::new(args[0])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        (out.status.success(), out.stdout)
+    };
+    let (ok, _) = tool(&["nfs-cp", src.to_str().unwrap(), &url("/f.txt")]);
+    assert!(ok, "nfs-cp in:\n{}", srv.log_text());
+    let (ok, out) = tool(&["nfs-cat", &url("/f.txt")]);
+    assert!(ok && out == b"hello over nfs", "nfs-cat");
+    let (ok, out) = tool(&["nfs-ls", &url("/")]);
+    assert!(
+        ok && String::from_utf8_lossy(&out).contains("f.txt"),
+        "nfs-ls"
+    );
+    let (ok, _) = tool(&["nfs-cat", &url("/nope")]);
+    assert!(!ok, "nfs-cat of a missing file");
+    let got = wait_for_requests(
+        &log,
+        "nfs",
+        &[
+            "MNT (/): OK",
+            "CREATE (1,f.txt): OK",
+            "LOOKUP (1,nope): NFS3ERR_NOENT",
+        ],
+    );
+    for op in ["WRITE", "READ", "READDIRPLUS"] {
+        assert!(
+            got.iter()
+                .any(|r| r.starts_with(&format!("{op} (")) && r.ends_with(": OK")),
+            "no {op} in {got:#?}"
+        );
+    }
+    let text = fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines()
+            .filter(|l| l.contains("[proto:nfs,"))
+            .all(|l| l.contains("[proto:nfs,uid:0,gid:0,client:127.0.0.1:")),
+        "each line names the identity and the client:\n{text}"
+    );
+    let after = counted(port, "nfs");
+    let moved = |op: &str| after.get(op).unwrap_or(&0.0) - before.get(op).unwrap_or(&0.0);
+    for op in ["MNT", "CREATE", "WRITE", "READ", "READDIRPLUS", "LOOKUP"] {
+        assert!(moved(op) >= 1.0, "{op}: {after:?}");
+    }
+    srv.stop();
+}
+
 /// SIGHUP makes a server reopen its access log (logrotate moves the file, then signals): the
 /// requests after it go to the new file, and the server goes on serving.
 #[test]

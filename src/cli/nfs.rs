@@ -118,7 +118,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     export.anon_gid = args.anongid;
     apply_options(&mut export, &args.options)?;
     front::run(&args.volume, "nfs", move |ex| {
-        crate::nfs::serve(crate::volume::front::Front::of(&ex), listen, export)
+        crate::nfs::serve(ex, listen, export)
     })
 }
 

@@ -28,6 +28,7 @@ use super::io::{blocking, read_body, write_body};
 use super::listing::{self, Query};
 use crate::meta::{Attr, Ctx, Ino, Kind, RenameFlags};
 use crate::vfs::export::Export;
+use crate::vfs::export::rules::{Identity, Rules};
 use crate::vfs::{self, Vfs, may, paths};
 
 /// The gateway's own directory at the served root: temporary files and multipart uploads.
@@ -152,21 +153,37 @@ impl Inner {
         Ok(())
     }
 
-    /// Directory `dir` lets the gateway add or remove entries.
-    fn may_change(&self, dir: &Attr) -> vfs::Result<()> {
-        if !may(&self.ctx, dir, 3) {
-            return Err(vfs::Error::Sys(libc::EACCES));
-        }
-        Ok(())
+    /// The kernel's permission rules (`vfs::export::rules`), and the gateway's identity as
+    /// they take it.
+    fn rules(&self) -> (Rules<'_>, Identity) {
+        (Rules::new(self.vfs()), Identity::of(&self.ctx))
     }
 
-    /// The sticky bit of `dir` lets the gateway remove or replace `victim`.
+    /// Directory `dir` lets the gateway add entries (EACCES).
+    fn may_change(&self, dir: &Attr) -> vfs::Result<()> {
+        let (r, who) = self.rules();
+        r.create(&who, dir)
+    }
+
+    /// Directory `dir` lets the gateway remove or replace `victim` (EACCES; EPERM for the
+    /// sticky bit).
     fn may_remove(&self, dir: &Attr, victim: &Attr) -> vfs::Result<()> {
-        self.may_change(dir)?;
-        if !vfs::sticky_allows(&self.ctx, dir, victim) {
-            return Err(vfs::Error::Sys(libc::EACCES));
-        }
-        Ok(())
+        let (r, who) = self.rules();
+        r.remove(&who, dir, victim)
+    }
+
+    /// The gateway may read object `a` (mode bits and ACL).
+    fn may_read(&self, a: &Attr) -> bool {
+        let (r, who) = self.rules();
+        r.may(&who, a, 4)
+    }
+
+    /// The gateway may write over object `a` (a PUT over it is a write to a file, which a
+    /// read-only file refuses: EACCES), and replace it in `dir`.
+    fn may_overwrite(&self, dir: &Attr, a: &Attr) -> vfs::Result<()> {
+        let (r, who) = self.rules();
+        r.open(&who, a, 2)?;
+        r.remove(&who, dir, a)
     }
 
     /// The bucket's directory.
@@ -281,7 +298,7 @@ impl Inner {
                     paths::mkdir_all(self.vfs(), &self.ctx, b.ino, dir_path.as_bytes(), 0o777)?;
                 match self.vfs().lookup(&self.ctx, dir.ino, name.as_bytes()) {
                     Ok(old) if old.kind == Kind::Dir => return Err(vfs::Error::Sys(libc::EISDIR)),
-                    Ok(old) => self.may_remove(&dir, &old)?,
+                    Ok(old) => self.may_overwrite(&dir, &old)?,
                     Err(e) if e.errno() == libc::ENOENT => self.may_change(&dir)?,
                     Err(e) => return Err(e),
                 }
@@ -675,8 +692,8 @@ impl S3 for Gateway {
         let (a, etag, fh, r, stored) = self
             .run(move |g| {
                 let a = g.object(&bucket, &key)?;
-                if !may(&g.ctx, &a, 4) {
-                    return Err(s3_error!(AccessDenied));
+                if !g.may_read(&a) {
+                    return Err(s3_error(&vfs::Error::Sys(libc::EACCES), Missing::Key));
                 }
                 let o = g
                     .vfs()
@@ -866,8 +883,8 @@ impl S3 for Gateway {
             .run(move |g| {
                 g.writable()?;
                 let src = g.object(&src_bucket, &src_key)?;
-                if !may(&g.ctx, &src, 4) {
-                    return Err(s3_error!(AccessDenied));
+                if !g.may_read(&src) {
+                    return Err(s3_error(&vfs::Error::Sys(libc::EACCES), Missing::Key));
                 }
                 g.bucket(&bucket)?;
                 let etag = g.etag(&src);

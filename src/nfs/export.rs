@@ -2,17 +2,14 @@
 //! connect (`--allow`), and whom each call acts as: the AUTH_UNIX uid, gid and supplementary
 //! groups the client sends, with `root_squash` (the default), `no_root_squash` or
 //! `all_squash` mapping them to `anonuid`/`anongid`; AUTH_NONE calls act as the anonymous
-//! identity. An [`Identity`] then says what it may do with an inode: its mode bits (through
-//! `vfs::may`) and its POSIX ACL, as the kernel checks them for a local caller.
+//! identity. What an [`Identity`] may then do is the kernel's rules, which every front end
+//! shares (`vfs::export::rules`).
 //!
 //! Not for: the protocol (`rpc`, `proto`), the file system calls (`fs`), or flags every
 //! server shares (`cli::front`).
 
 use std::net::IpAddr;
 use std::str::FromStr;
-
-use crate::meta::acl::Acl;
-use crate::meta::{Attr, Ctx, Kind};
 
 /// A client network: an address and how many leading bits of it must match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -151,75 +148,13 @@ impl Export {
     }
 }
 
-/// The identity a call acts as.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    pub uid: u32,
-    pub gid: u32,
-    /// Supplementary groups.
-    pub groups: Vec<u32>,
-}
-
-impl Identity {
-    /// As a `Ctx` for the vfs (no umask: NFS clients apply their own to the mode they send).
-    /// What it creates gets this uid and gid.
-    pub fn ctx(&self) -> Ctx {
-        Ctx {
-            uid: self.uid,
-            gid: self.gid,
-            pid: 0,
-            umask: 0,
-        }
-    }
-
-    /// Whether it belongs to `gid`, supplementary groups included.
-    pub fn in_group(&self, gid: u32) -> bool {
-        self.gid == gid || self.groups.contains(&gid)
-    }
-
-    /// A `Ctx` for rules about inode `a` that the vfs applies by the caller's group
-    /// (`vfs::may`, the setgid bit a write or chmod drops): a `Ctx` carries one group and
-    /// no supplementary ones, so where this identity belongs to `a`'s group by a
-    /// supplementary group, that group stands as its primary one.
-    pub fn ctx_for(&self, a: &Attr) -> Ctx {
-        let mut c = self.ctx();
-        if self.in_group(a.gid) {
-            c.gid = a.gid;
-        }
-        c
-    }
-
-    /// Whether it may access `a` for `want` (r=4, w=2, x=1): the mode bits as `vfs::may`
-    /// checks them, or `acl`, the inode's access ACL if it has one, as the kernel's
-    /// `posix_acl_permission` does (root and the owner are decided by the mode bits alone).
-    pub fn may(&self, a: &Attr, want: u32, acl: Option<&Acl>) -> bool {
-        match acl {
-            Some(acl) if self.uid != 0 && self.uid != a.uid => {
-                acl.permits(a.uid, a.gid, self.uid, &|g| self.in_group(g), want)
-            }
-            _ => crate::vfs::may(&self.ctx_for(a), a, want),
-        }
-    }
-
-    /// Whether it owns `a` (or is root): chmod, and times set explicitly.
-    pub fn owns(&self, a: &Attr) -> bool {
-        self.uid == 0 || self.uid == a.uid
-    }
-
-    /// Whether the sticky bit of `dir` lets it remove or replace `victim`.
-    pub fn may_delete(&self, dir: &Attr, victim: &Attr) -> bool {
-        crate::vfs::sticky_allows(&self.ctx(), dir, victim)
-    }
-
-    /// Whether it may create a device node (CAP_MKNOD: root only).
-    pub fn may_mknod(&self, kind: Kind) -> bool {
-        self.uid == 0 || !matches!(kind, Kind::CharDev | Kind::BlockDev)
-    }
-}
+pub use crate::vfs::export::rules::Identity;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::meta::{Attr, Kind};
+
     #[test]
     fn networks_match_by_prefix() {
         let n: Net = "10.0.0.0/8".parse().unwrap();

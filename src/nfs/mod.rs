@@ -16,6 +16,9 @@
 //! - `export`: export options and identities, as exports(5) defines them;
 //! - `fs`: every call into the vfs, with the permission checks a local caller gets.
 //!
+//! The server is given the volume's export (`vfs::export`), as every front end is: each
+//! call is counted and logged there, and the permission rules are its (`vfs::export::rules`).
+//!
 //! Not for: flags (`cli::nfs`), opening the volume (`volume::front`), NFSv4 or locking (NLM).
 
 pub mod export;
@@ -28,7 +31,7 @@ pub mod xdr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::volume::front::Front;
+use crate::vfs::export::Export as Served;
 use export::Export;
 use fs::{Fs, IDLE};
 use handle::Handles;
@@ -38,29 +41,39 @@ use rpc::Service;
 /// The most a READ returns and a WRITE may carry (FSINFO's rtmax and wtmax).
 pub const MAX_IO: u32 = 1 << 20;
 
-/// Serves `front` over NFSv3 at `listen` until the runtime stops it; then every handle is
-/// released (the caller flushes the volume).
+/// Serves the volume's export `served` over NFSv3 at `listen`, with the options `export`,
+/// until the runtime stops it; then every handle is released (the caller flushes the volume).
 pub async fn serve(
-    front: Front,
+    served: Arc<Served>,
     listen: std::net::SocketAddr,
     export: Export,
 ) -> anyhow::Result<()> {
-    let fs = Fs::new(front.vfs.clone(), front.root);
-    let handles = Handles::new(&fs.volume_uuid(), front.root);
+    let root = served.root();
+    let fs = Fs::new(served.vfs().clone(), root);
+    let handles = Handles::new(&fs.volume_uuid(), root);
+    // Every procedure shows in the metrics from the start (at zero).
+    let names: Vec<&str> = (0..22)
+        .map(|p| rpc::proc_name(nfs3_types::nfs3::PROGRAM, p))
+        .collect();
+    served
+        .requests()
+        .register(crate::vfs::export::Proto::Nfs, &names);
     let service = Arc::new(Service {
         proto: Proto {
             fs,
             handles,
-            read_only: front.read_only,
+            read_only: served.read_only(),
             verf: handle::write_verifier(),
+            served: served.clone(),
         },
         export: export.clone(),
+        served: served.clone(),
     });
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| anyhow::anyhow!("cannot listen at {listen}: {e}"))?;
     let addr = listener.local_addr()?;
-    tracing::info!("nfs serving volume '{}' at {addr}", front.name);
+    tracing::info!("nfs serving volume '{}' at {addr}", served.name());
     // Handles idle for a while are released; all of them when the server stops.
     let _release = Releaser(service.clone());
     let _reaper = {

@@ -7,7 +7,7 @@
 
 use nfs3_types::mount::{dirpath, export_node, fhandle3, mountres3, mountres3_ok, mountstat3};
 use nfs3_types::nfs3::*;
-use nfs3_types::xdr_codec::{BoundedList, List, Opaque, Pack, Void};
+use nfs3_types::xdr_codec::{BoundedList, List, Opaque, Pack, Unpack, Void};
 
 use super::MAX_IO;
 use super::export::Identity;
@@ -156,6 +156,8 @@ pub struct Proto {
     pub read_only: bool,
     /// This run's write verifier.
     pub verf: [u8; 8],
+    /// The volume's export: the bytes read and written are counted there.
+    pub served: std::sync::Arc<crate::vfs::export::Export>,
 }
 
 type Res<T> = Result<T, nfsstat3>;
@@ -194,6 +196,63 @@ impl Proto {
         } else {
             Ok(())
         }
+    }
+
+    /// The arguments of a call as the access log shows them, in the FUSE lines' form: the
+    /// inode its (first) handle names, then its names, offsets and counts:
+    /// `(1,f.txt)`, `(12,0,4096)`, `(1,a,7,b)`; MOUNT's path: `(/)`.
+    pub fn describe(&self, mount: bool, procedure: u32, args: &[u8]) -> String {
+        use crate::vfs::export::log;
+        let mut c = std::io::Cursor::new(args);
+        let mut parts: Vec<String> = Vec::new();
+        if mount {
+            if procedure == 1 || procedure == 3 {
+                if let Ok((p, _)) = Path::unpack(&mut c) {
+                    parts.push(log::name(&p.0));
+                }
+            }
+            return format!("({})", parts.join(","));
+        }
+        let ino = |c: &mut std::io::Cursor<&[u8]>| match Fh::unpack(c) {
+            Ok((fh, _)) => match self.handles.inode(&fh.0) {
+                Ok(i) => i.to_string(),
+                Err(_) => "?".to_string(),
+            },
+            Err(_) => "?".to_string(),
+        };
+        let name = |c: &mut std::io::Cursor<&[u8]>| match Name::unpack(c) {
+            Ok((n, _)) => log::name(&n.0),
+            Err(_) => "?".to_string(),
+        };
+        match procedure {
+            0 => {}
+            // A directory and a name.
+            3 | 8..=13 => {
+                parts.push(ino(&mut c));
+                parts.push(name(&mut c));
+            }
+            // READ, WRITE, COMMIT: the offset and the count.
+            6 | 7 | 21 => {
+                parts.push(ino(&mut c));
+                if let (Ok((off, _)), Ok((count, _))) = (u64::unpack(&mut c), u32::unpack(&mut c)) {
+                    parts.push(off.to_string());
+                    parts.push(count.to_string());
+                }
+            }
+            14 => {
+                parts.push(ino(&mut c));
+                parts.push(name(&mut c));
+                parts.push(ino(&mut c));
+                parts.push(name(&mut c));
+            }
+            15 => {
+                parts.push(ino(&mut c));
+                parts.push(ino(&mut c));
+                parts.push(name(&mut c));
+            }
+            _ => parts.push(ino(&mut c)),
+        }
+        format!("({})", parts.join(","))
     }
 
     /// Runs NFSv3 procedure `procedure` with `args` as `who`, its results appended to `out`.
@@ -554,6 +613,11 @@ impl Proto {
                 .read(who, i, a.offset, count)
                 .map_err(|e| status(&e))
         });
+        if let Ok((data, _, _)) = &r {
+            self.served
+                .requests()
+                .read(crate::vfs::export::Proto::Nfs, data.len());
+        }
         let r = match &r {
             Ok((data, eof, at)) => READ3res::Ok(READ3resok {
                 file_attributes: post_op_attr::Some(fattr(at)),
@@ -588,7 +652,13 @@ impl Proto {
         }
         let data = &a.data.0[..a.count as usize];
         let sync = a.stable != stable_how::UNSTABLE;
-        match self.fs.write(who, ino, a.offset, data, sync) {
+        let written = self.fs.write(who, ino, a.offset, data, sync);
+        if written.is_ok() {
+            self.served
+                .requests()
+                .written(crate::vfs::export::Proto::Nfs, data.len());
+        }
+        match written {
             Ok((before, after)) => WRITE3res::Ok(WRITE3resok {
                 file_wcc: wcc_data {
                     before: pre(Some(&before)),

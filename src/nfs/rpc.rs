@@ -5,6 +5,10 @@
 //! one connection run concurrently, [`IN_FLIGHT`] at most; their replies go out in the order
 //! they finish, as RPC allows (each names its call's xid).
 //!
+//! Each call of NFS or MOUNT is counted and logged with its procedure, handle, names and
+//! outcome (the NFS status) as a request of the volume's export (`vfs::export`), under the
+//! protocol `nfs`, like every front end's.
+//!
 //! Not for: accepting connections or `--allow` (`nfs::serve`), what a call does (`proto`).
 
 use std::io::Cursor;
@@ -20,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::export::{Cred, Export};
 use super::proto::{Fault, Proto};
 use super::xdr::{self, AuthUnix, CallHead};
+use crate::vfs::export::Caller;
 
 /// The longest RPC record (all its fragments) a client may send: the largest WRITE FSINFO
 /// allows plus room for the RPC header, credentials and arguments (a few hundred bytes).
@@ -31,10 +36,12 @@ pub const IN_FLIGHT: usize = 16;
 const NFS: u32 = nfs3_types::nfs3::PROGRAM;
 const MOUNT: u32 = nfs3_types::mount::PROGRAM;
 
-/// A server: the export's procedures and whom its calls act as.
+/// A server: the export's procedures, whom its calls act as, and the volume's export (its
+/// access log and request counters).
 pub struct Service {
     pub proto: Proto,
     pub export: Export,
+    pub served: Arc<crate::vfs::export::Export>,
 }
 
 /// Reads one record (its fragments joined); None at a clean end of the stream. A fragment
@@ -96,7 +103,7 @@ fn accepted(data: accept_stat_data) -> reply_body<'static> {
 impl Service {
     /// Answers the call `rec` (a whole record): its reply record, or None when it is not a
     /// call at all (the connection is then closed).
-    pub fn call(&self, rec: &[u8]) -> Option<Vec<u8>> {
+    pub fn call(&self, rec: &[u8], client: &str) -> Option<Vec<u8>> {
         let mut c = Cursor::new(rec);
         let (head, _) = CallHead::unpack(&mut c).ok()?;
         if head.mtype != 0 {
@@ -130,28 +137,104 @@ impl Service {
             }
         };
         let who = self.export.identity(&cred);
+        let (prog, procedure) = (head.prog, head.procedure);
+        if !matches!((prog, head.vers), (NFS | MOUNT, 3)) {
+            let m = match prog {
+                NFS | MOUNT => accept_stat_data::PROG_MISMATCH { low: 3, high: 3 },
+                _ => accept_stat_data::PROG_UNAVAIL,
+            };
+            return Some(reply(xid, accepted(m), &[]));
+        }
+        let caller = Caller {
+            proto: crate::vfs::export::Proto::Nfs,
+            ctx: who.ctx(),
+            client: Some(client.to_string()),
+            user: None,
+        };
+        let request = self
+            .served
+            .request(&caller, proc_name(prog, procedure), || {
+                self.proto.describe(prog == MOUNT, procedure, args)
+            });
         let mut results = Vec::new();
-        let done = match (head.prog, head.vers) {
-            (NFS, 3) => self.proto.nfs(&who, head.procedure, args, &mut results),
-            (MOUNT, 3) => self.proto.mount(&who, head.procedure, args, &mut results),
-            (NFS | MOUNT, _) => {
-                let m = accept_stat_data::PROG_MISMATCH { low: 3, high: 3 };
-                return Some(reply(xid, accepted(m), &[]));
-            }
-            _ => return Some(reply(xid, accepted(accept_stat_data::PROG_UNAVAIL), &[])),
+        let done = match prog {
+            NFS => self.proto.nfs(&who, procedure, args, &mut results),
+            _ => self.proto.mount(&who, procedure, args, &mut results),
         };
         let data = match done {
-            Ok(()) => accept_stat_data::SUCCESS,
+            Ok(()) => {
+                if let Some(why) = outcome(prog, procedure, &results) {
+                    request.failed_as(why);
+                }
+                accept_stat_data::SUCCESS
+            }
             Err(Fault::Garbage) => {
                 results.clear();
+                request.failed_as("GARBAGE_ARGS");
                 accept_stat_data::GARBAGE_ARGS
             }
             Err(Fault::NoProc) => {
                 results.clear();
+                request.failed_as("PROC_UNAVAIL");
                 accept_stat_data::PROC_UNAVAIL
             }
         };
+        drop(request);
         Some(reply(xid, accepted(data), &results))
+    }
+}
+
+/// The procedures' names, as RFC 1813 spells them (MOUNT's too: `MNT`, `UMNT`...), for
+/// the access log and the metrics.
+pub fn proc_name(prog: u32, procedure: u32) -> &'static str {
+    const NFS_PROCS: [&str; 22] = [
+        "NULL",
+        "GETATTR",
+        "SETATTR",
+        "LOOKUP",
+        "ACCESS",
+        "READLINK",
+        "READ",
+        "WRITE",
+        "CREATE",
+        "MKDIR",
+        "SYMLINK",
+        "MKNOD",
+        "REMOVE",
+        "RMDIR",
+        "RENAME",
+        "LINK",
+        "READDIR",
+        "READDIRPLUS",
+        "FSSTAT",
+        "FSINFO",
+        "PATHCONF",
+        "COMMIT",
+    ];
+    const MOUNT_PROCS: [&str; 6] = ["MOUNT_NULL", "MNT", "DUMP", "UMNT", "UMNTALL", "EXPORT"];
+    let names: &[&'static str] = if prog == MOUNT {
+        &MOUNT_PROCS
+    } else {
+        &NFS_PROCS
+    };
+    names.get(procedure as usize).copied().unwrap_or("unknown")
+}
+
+/// The NFS (or MOUNT) status of a reply's results, if it is an error: its name.
+fn outcome(prog: u32, procedure: u32, results: &[u8]) -> Option<String> {
+    use nfs3_types::{mount::mountstat3, nfs3::nfsstat3};
+    let head = results.get(..4)?;
+    match (prog, procedure) {
+        (_, 0) => None,
+        (MOUNT, 1) => match xdr::decode::<mountstat3>(head)? {
+            mountstat3::MNT3_OK => None,
+            s => Some(format!("{s:?}")),
+        },
+        (MOUNT, _) => None,
+        _ => match xdr::decode::<nfsstat3>(head)? {
+            nfsstat3::NFS3_OK => None,
+            s => Some(format!("{s:?}")),
+        },
     }
 }
 
@@ -161,6 +244,9 @@ pub async fn connection(
     stream: tokio::net::TcpStream,
 ) -> anyhow::Result<()> {
     let _ = stream.set_nodelay(true);
+    let client = stream
+        .peer_addr()
+        .map_or_else(|_| "?".to_string(), |a| a.to_string());
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(IN_FLIGHT);
     let writer = tokio::spawn(async move {
@@ -180,8 +266,9 @@ pub async fn connection(
         };
         let service = service.clone();
         let tx = tx.clone();
+        let client = client.clone();
         tokio::spawn(async move {
-            let r = tokio::task::spawn_blocking(move || service.call(&rec)).await;
+            let r = tokio::task::spawn_blocking(move || service.call(&rec, &client)).await;
             match r {
                 Ok(Some(reply)) => {
                     let _ = tx.send(reply).await;

@@ -15,7 +15,6 @@ use nix::sys::signal::Signal;
 use super::client::{Client, ClientConfig, Hangup, Setup};
 use super::open::{self, StoreConfig};
 use crate::meta::{Ino, Meta, ROOT_INO};
-use crate::vfs::Vfs;
 use crate::vfs::export::Export;
 
 /// How to serve a volume to a network front end; every field already checked by the caller.
@@ -37,29 +36,6 @@ pub struct FrontConfig {
     pub scan: Option<open::ScanConfig>,
     /// A file the access log is written to (`--access-log`; None: no log).
     pub access_log: Option<std::path::PathBuf>,
-}
-
-/// What the NFS server gets to serve, until it serves an [`Export`] as the others do.
-#[derive(Clone)]
-pub struct Front {
-    pub vfs: Arc<Vfs>,
-    /// The directory served as the root: `--subdir`'s inode, or the volume's root.
-    pub root: Ino,
-    /// Every change is to be refused (the protocol's read-only error).
-    pub read_only: bool,
-    /// The volume's name.
-    pub name: String,
-}
-
-impl Front {
-    pub fn of(export: &Export) -> Front {
-        Front {
-            vfs: export.vfs().clone(),
-            root: export.root(),
-            read_only: export.read_only(),
-            name: export.name().to_string(),
-        }
-    }
 }
 
 /// Serves the opened volume `meta` through `serve` (a protocol server: it binds its own

@@ -4,8 +4,9 @@
 //! Every vfs call runs in `spawn_blocking` (the engines block). Writes are gathered into
 //! pieces of [`WRITE_PIECE`] bytes before they reach the vfs; nothing holds a whole file.
 //! Errors become dav-server's `FsError` (hence HTTP statuses) in one place, [`fs_error`].
-//! Mode bits are checked here as the kernel checks them for a FUSE mount
-//! (`default_permissions`): the vfs leaves that to its front end.
+//! Permissions are checked here by the kernel's rules every server shares
+//! (`vfs::export::rules`: mode bits, ACLs, the sticky bit), as the kernel checks them in
+//! front of a FUSE mount: the vfs leaves that to its front end.
 //!
 //! Not for: HTTP, authentication, TLS (`webdav`), path walking (`vfs::paths`).
 
@@ -23,6 +24,7 @@ use futures::FutureExt;
 use http::StatusCode;
 
 use crate::meta::{Attr, Ctx, Ino, Kind, Nanos, RenameFlags, SetAttr, SetTime};
+use crate::vfs::export::rules::{Change, Identity, Rules};
 use crate::vfs::export::{Export, Proto};
 use crate::vfs::{self, Vfs, paths};
 
@@ -69,6 +71,8 @@ struct Served {
     root: Ino,
     read_only: bool,
     ctx: Ctx,
+    /// `ctx` as the permission rules take it.
+    who: Identity,
 }
 
 /// The volume (from the export's root down) as a dav-server file system.
@@ -86,6 +90,7 @@ impl VolumeFs {
                 root: export.root(),
                 read_only: export.read_only(),
                 export,
+                who: Identity::of(&ctx),
                 ctx,
             }),
         }
@@ -159,9 +164,14 @@ impl Served {
         Ok(())
     }
 
+    /// The kernel's permission rules, on this volume.
+    fn rules(&self) -> Rules<'_> {
+        Rules::new(&self.vfs)
+    }
+
     /// Whether the server's identity may access `a` for `want` (r=4, w=2, x=1).
     fn may(&self, a: &Attr, want: u32) -> vfs::Result<()> {
-        if vfs::may(&self.ctx, a, want) {
+        if self.rules().may(&self.who, a, want) {
             Ok(())
         } else {
             Err(errno(libc::EACCES))
@@ -174,10 +184,7 @@ impl Served {
         self.writable()?;
         let (parent, name) = split(path)?;
         let dir = self.resolve(parent)?;
-        if dir.kind != Kind::Dir {
-            return Err(errno(libc::ENOTDIR));
-        }
-        self.may(&dir, 3)?;
+        self.rules().create(&self.who, &dir)?;
         Ok((dir, name))
     }
 
@@ -185,22 +192,13 @@ impl Served {
     fn remove(&self, path: &[u8], dir: bool) -> vfs::Result<()> {
         let (parent, name) = self.parent_for_change(path)?;
         let a = self.vfs.lookup(&self.ctx, parent.ino, name)?;
-        self.sticky(&parent, &a)?;
+        self.rules().remove(&self.who, &parent, &a)?;
         match (dir, a.kind == Kind::Dir) {
             (true, true) => self.vfs.rmdir(&self.ctx, parent.ino, name),
             (false, false) => self.vfs.unlink(&self.ctx, parent.ino, name),
             (true, false) => Err(errno(libc::ENOTDIR)),
             (false, true) => Err(errno(libc::EISDIR)),
         }
-    }
-
-    /// A sticky directory's entries go (or are replaced) only by their owner or the
-    /// directory's, as the kernel enforces it.
-    fn sticky(&self, dir: &Attr, a: &Attr) -> vfs::Result<()> {
-        if !vfs::sticky_allows(&self.ctx, dir, a) {
-            return Err(errno(libc::EPERM));
-        }
-        Ok(())
     }
 
     /// Opens (or creates) `path` as `o` says; the handle and the file's attributes.
@@ -232,7 +230,8 @@ impl Served {
                     // nor are devices, fifos and sockets opened.
                     _ => return Err(errno(libc::EPERM)),
                 }
-                self.may(&a, if o.read { 4 } else { 0 } | if writes { 2 } else { 0 })?;
+                let want = if o.read { 4 } else { 0 } | if writes { 2 } else { 0 };
+                self.rules().open(&self.who, &a, want)?;
                 let opened = self.vfs.open(a.ino, flags)?;
                 (opened.fh, opened.attr)
             }
@@ -281,7 +280,7 @@ impl Served {
             if old.kind != Kind::File {
                 return Err(errno(libc::EEXIST));
             }
-            self.may(&old, 2)?;
+            self.rules().open(&self.who, &old, 2)?;
         }
         let input = self.vfs.open(src.ino, libc::O_RDONLY)?;
         let out = match self.vfs.create(
@@ -327,11 +326,14 @@ impl Served {
     fn rename(&self, from: &[u8], to: &[u8]) -> vfs::Result<()> {
         let (sdir, sname) = self.parent_for_change(from)?;
         let a = self.vfs.lookup(&self.ctx, sdir.ino, sname)?;
-        self.sticky(&sdir, &a)?;
         let (ddir, dname) = self.parent_for_change(to)?;
-        if let Ok(old) = self.vfs.lookup(&self.ctx, ddir.ino, dname) {
-            self.sticky(&ddir, &old)?;
-        }
+        let old = match self.vfs.lookup(&self.ctx, ddir.ino, dname) {
+            Ok(old) => Some(old),
+            Err(e) if e.errno() == libc::ENOENT => None,
+            Err(e) => return Err(e),
+        };
+        self.rules()
+            .rename(&self.who, &sdir, &a, &ddir, old.as_ref())?;
         self.vfs.rename(
             &self.ctx,
             sdir.ino,
@@ -732,13 +734,11 @@ impl DavFileSystem for VolumeFs {
             self.blocking(move |ex| {
                 ex.writable()?;
                 let a = ex.resolve(&p)?;
-                if ex.ctx.uid != 0 && ex.ctx.uid != a.uid {
-                    return Err(errno(libc::EPERM));
-                }
-                let set = SetAttr {
+                let change = Change {
                     mtime: Some(SetTime::At(nanos_of(tm))),
-                    ..SetAttr::default()
+                    ..Change::default()
                 };
+                let set = ex.rules().setattr(&ex.who, &a, &change)?;
                 ex.vfs
                     .setattr(&ex.ctx, a.ino, &set, None, false)
                     .map(|_| ())

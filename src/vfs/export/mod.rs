@@ -1,15 +1,17 @@
 //! The export API: what every front end (the FUSE mount; the NFS, S3 and WebDAV servers)
 //! serves of a volume, and the parts of serving it that are the same whatever the protocol:
 //! the directory served as the root, read-only or not, who a request comes from
-//! ([`Caller`]), and each request counted ([`requests`]) and logged ([`log`]) with its
-//! protocol, as [`Export::request`] (or [`Export::begin`], for a front end that learns a
-//! request's kind only once it has answered it) says.
+//! ([`Caller`]), the kernel's permission rules for the servers ([`rules`]: the kernel applies
+//! them itself in front of a FUSE mount), and each request counted ([`requests`]) and logged
+//! ([`log`]) with its protocol, as [`Export::request`] (or [`Export::begin`], for a front end
+//! that learns a request's kind only once it has answered it) says.
 //!
 //! Not for: any protocol (each front end translates its own requests), opening the volume or
 //! the life of a client (`volume::client`).
 
 pub mod log;
 pub mod requests;
+pub mod rules;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI32, Ordering};
