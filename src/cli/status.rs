@@ -53,9 +53,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     println!("  metadata:   {}", crate::meta::url::redact(&url));
     println!("  storage:    {}", fmt.storage);
     println!(
-        "  block size: {}   trash: {} days   capacity: {}   inodes: {}",
+        "  block size: {}   trash: {}   capacity: {}   inodes: {}",
         super::human_bytes(fmt.block_size as u64),
-        fmt.trash_days,
+        super::days(fmt.trash_days),
         if fmt.capacity == 0 {
             "unlimited".to_string()
         } else {

@@ -2991,7 +2991,7 @@ fn stored_bytes_count_data_not_holes(e: Engine) {
         // Overwriting stored bytes adds only what was a hole.
         write(m, f.ino, 5000, 10_000);
         assert_eq!(stored(f.ino), 18_000);
-        // Punching a hole, zeroing a range: gone from what is stored.
+        // Punching a hole: gone from what is stored.
         let punch = FallocMode {
             punch_hole: true,
             keep_size: true,
@@ -2999,24 +2999,29 @@ fn stored_bytes_count_data_not_holes(e: Engine) {
         };
         m.fallocate(&CTX, f.ino, punch, 1000, 2000).unwrap();
         assert_eq!(stored(f.ino), 16_000);
+        // Zeroing a range keeps it allocated (as ext4's unwritten extents): its data stays
+        // counted, and so does the hole it covers (15,000..16,000).
         let zero = FallocMode {
             zero_range: true,
             ..FallocMode::default()
         };
         m.fallocate(&CTX, f.ino, zero, 14_000, 2000).unwrap();
-        assert_eq!(stored(f.ino), 15_000);
-        // Preallocation and growth by truncate store nothing.
+        assert_eq!(stored(f.ino), 17_000);
+        // Preallocation reserves every hole of its range (the punched one too); growth by
+        // truncate stores nothing.
         m.fallocate(&CTX, f.ino, FallocMode::default(), 0, 4 * CHUNK_SIZE)
             .unwrap();
+        assert_eq!(stored(f.ino), 4 * CHUNK_SIZE);
         m.truncate(&CTX, f.ino, 5 * CHUNK_SIZE).unwrap();
-        assert_eq!(stored(f.ino), 15_000);
-        // A copy stores what its source stored in the range.
+        assert_eq!(stored(f.ino), 4 * CHUNK_SIZE);
+        // A copy stores what its source stored in the range, reservations included.
         let g = mkfile(m, ROOT_INO, "g");
         m.copy_range(&CTX, f.ino, 0, g.ino, 0, 20_000).unwrap();
-        assert_eq!(stored(g.ino), 12_000);
-        // Compaction into one slice keeps holes holes.
+        assert_eq!(stored(g.ino), 20_000);
+        // A cut frees what lies past the new end, reservations too.
         m.truncate(&CTX, f.ino, CHUNK_SIZE + 10).unwrap();
-        assert_eq!(stored(f.ino), 13_010);
+        assert_eq!(stored(f.ino), CHUNK_SIZE + 10);
+        // Compaction into one slice (here: of 16,000 bytes) keeps holes holes.
         let old = m.read_chunk(f.ino, 0).unwrap();
         let id = m.new_slice_id().unwrap();
         let whole = SliceRec {

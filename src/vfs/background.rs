@@ -80,6 +80,13 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
         upload = Some((id, total as u32));
         in_flight = Some(up);
     }
+    // Reserved ranges (fallocate) stay reserved: merged, beside the data.
+    for p in view.iter().filter(|p| p.is_reserved()) {
+        match new.last_mut() {
+            Some(r) if r.is_reserved() && r.end() == p.pos as u64 => r.len += p.len,
+            _ => new.push(SliceRec::reserved(p.pos, p.len)),
+        }
+    }
     let replaced = meta.replace_slices(ino, index, &recs, &new)?;
     if !replaced {
         if let Some((id, size)) = upload {
