@@ -23,8 +23,8 @@ use super::error::{Missing, s3_error};
 use super::io::{blocking, read_body, write_body};
 use super::listing::{self, Query};
 use crate::meta::{Attr, Ctx, Ino, Kind, RenameFlags};
+use crate::vfs::export::Export;
 use crate::vfs::{self, Vfs, may, paths};
-use crate::volume::front::Front;
 
 /// The gateway's own directory at the served root: temporary files and multipart uploads.
 pub const STATE_DIR: &str = ".unkai-s3";
@@ -57,11 +57,11 @@ struct Inner {
 }
 
 impl Gateway {
-    pub fn new(front: &Front, uid: u32, gid: u32) -> Gateway {
+    pub fn new(export: &Export, uid: u32, gid: u32) -> Gateway {
         Gateway(Arc::new(Inner {
-            vfs: front.vfs.clone(),
-            root: front.root,
-            read_only: front.read_only,
+            vfs: export.vfs().clone(),
+            root: export.root(),
+            read_only: export.read_only(),
             ctx: Ctx {
                 uid,
                 gid,
