@@ -245,8 +245,8 @@ impl Rpc {
         Rpc { s, xid: 1, cred }
     }
 
-    /// Calls `proc` of `prog` v3 with `args`; the reply's results (after accept_stat).
-    fn call(&mut self, prog: u32, proc_: u32, args: &[u8]) -> Reply {
+    /// Calls `proc` of `prog` v3 with `args`; the reply from its accept_stat on.
+    fn call_raw(&mut self, prog: u32, proc_: u32, args: &[u8]) -> Reply {
         self.xid += 1;
         let mut m = Vec::new();
         for v in [self.xid, 0, 2, prog, 3, proc_] {
@@ -288,6 +288,12 @@ impl Rpc {
         assert_eq!(r.u32(), 0, "accepted");
         r.u32(); // verifier
         r.opaque();
+        r
+    }
+
+    /// Calls `proc` of `prog` v3 with `args`; the reply's results (after accept_stat).
+    fn call(&mut self, prog: u32, proc_: u32, args: &[u8]) -> Reply {
+        let mut r = self.call_raw(prog, proc_, args);
         assert_eq!(r.u32(), 0, "accept_stat SUCCESS");
         r
     }
@@ -742,6 +748,15 @@ fn garbage_leaves_the_server_serving() {
             "a connection sending {junk:?} was left open"
         );
     }
+    // A call whose arguments claim a 4 GiB handle, or a name past any bound: GARBAGE_ARGS
+    // (4), and the connection goes on serving.
+    let mut rpc = Rpc::connect(srv.port, 0);
+    assert_eq!(rpc.call_raw(100003, 1, &[0xff; 4]).u32(), 4);
+    let mut long_name = Vec::new();
+    put_opaque(&mut long_name, &[0u8; 24]);
+    put_u32(&mut long_name, 1 << 30);
+    assert_eq!(rpc.call_raw(100003, 3, &long_name).u32(), 4);
+    assert!(rpc.mount("/").is_ok());
     let tmp = tempfile::tempdir().unwrap();
     let data = pattern(300_000, 5);
     let (ok, out) = nfs_cp(&write_tmp(tmp.path(), "d", &data), &srv.url("/after", ""));
@@ -954,6 +969,8 @@ fn callers_act_as_themselves_with_root_squashed() {
     let srv = Server::start(&vol, &[]);
     let (ok, out) = nfs_cp(&src, &srv.url("/open/by-1000", "&uid=1000&gid=1000"));
     assert!(ok, "{out}");
+    let (ok, out) = nfs_cp(&src, &srv.url("/open/kept-1000", "&uid=1000&gid=1000"));
+    assert!(ok, "{out}");
     let (ok, out) = nfs_cp(&src, &srv.url("/open/by-root", "&uid=0&gid=0"));
     assert!(ok, "{out}");
     // The copy made it 0600? nfs-cp creates 0660: make it 0600 and 0640 (group 500) over NFS
@@ -1016,6 +1033,7 @@ fn callers_act_as_themselves_with_root_squashed() {
         let md = std::fs::metadata(m.p(&format!("open/{name}"))).unwrap();
         (md.uid(), md.gid())
     };
+    assert_eq!(owner("kept-1000"), (1000, 1000));
     assert_eq!(owner("by-1000"), (1000, 500));
     assert_eq!(owner("by-root"), (65534, 65534));
     assert_eq!(owner("by-real-root"), (0, 0));

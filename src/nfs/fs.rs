@@ -87,6 +87,11 @@ impl Fs {
         }
     }
 
+    /// The volume's uuid (file handles are keyed by it).
+    pub fn volume_uuid(&self) -> String {
+        self.vfs.meta().format().uuid.clone()
+    }
+
     pub fn getattr(&self, ino: Ino) -> Result<Attr> {
         self.vfs.getattr(ino)
     }
@@ -220,8 +225,9 @@ impl Fs {
         if a.kind != Kind::File {
             return err(libc::EINVAL);
         }
-        // Whatever handle syncs the file syncs all that was written to it.
-        let open = self.writer(ino)?;
+        // Whatever handle syncs the file syncs all that was written to it: the writer's if
+        // one is open, else a handle for reading (nothing to open for writing).
+        let open = self.reader(ino)?;
         self.vfs.fsync(open.fh)?;
         self.vfs.getattr(ino)
     }
@@ -410,10 +416,17 @@ impl Fs {
                     if who.uid != a.uid && !self.may(who, &a, 2) {
                         return err(libc::EACCES);
                     }
-                    return if c.is_empty() {
-                        Ok(a)
-                    } else {
-                        self.apply(who, &a, c)
+                    // As knfsd: of the attributes asked, only a truncation applies to a
+                    // file that was there.
+                    return match c.size {
+                        Some(n) => {
+                            let trunc = Change {
+                                size: Some(n),
+                                ..Change::default()
+                            };
+                            self.apply(who, &a, &trunc)
+                        }
+                        None => Ok(a),
                     };
                 }
                 Err(e) if e.errno() == libc::ENOENT => {}
@@ -741,6 +754,16 @@ mod tests {
                 .errno(),
             libc::EEXIST
         );
+        // UNCHECKED of a file that is there: opened, its mode left, a truncation applied.
+        let again = Change {
+            mode: Some(0o600),
+            size: Some(0),
+            ..Change::default()
+        };
+        let a = fs
+            .create(&root, ROOT_INO, b"f", 0o600, false, &again)
+            .unwrap();
+        assert_eq!((a.ino, a.mode, a.length), (f.ino, 0o644, 0));
         let dotdot = fs.make(
             &root,
             ROOT_INO,

@@ -45,11 +45,12 @@ pub async fn serve(
     listen: std::net::SocketAddr,
     export: Export,
 ) -> anyhow::Result<()> {
-    let uuid = front.vfs.meta().format().uuid.clone();
+    let fs = Fs::new(front.vfs.clone(), front.root);
+    let handles = Handles::new(&fs.volume_uuid(), front.root);
     let service = Arc::new(Service {
         proto: Proto {
-            fs: Fs::new(front.vfs.clone(), front.root),
-            handles: Handles::new(&uuid, front.root),
+            fs,
+            handles,
             read_only: front.read_only,
             verf: handle::write_verifier(),
         },
