@@ -35,8 +35,8 @@ pub const ORIGIN: &[u8] = b"trusted.unkai.origin";
 const HOUR_NANOS: i64 = 3_600_000_000_000;
 
 /// The setting naming the client purging the trash early, and until when its claim holds:
-/// `SESSION:NANOS` (empty: nobody).
-const PURGER: &str = "trashPurger";
+/// `SESSION:NANOS` (empty: nobody). A mount's business, not the volume's: never dumped.
+pub const PURGER: &str = "trashPurger";
 /// How long a claim to purge early holds (it is given back at the end of each round).
 const PURGER_LEASE: i64 = 60 * 1_000_000_000;
 

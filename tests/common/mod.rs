@@ -153,7 +153,8 @@ impl Volume {
     }
 
     /// Formats a volume whose metadata lives in a fresh PostgreSQL database (None when
-    /// PostgreSQL tests are off) and whose data lives in `bucket/` of a temporary directory.
+    /// PostgreSQL tests are off) and whose data lives in `bucket/` of a temporary directory
+    /// (unless `extra` gives a `--storage`).
     /// The URL given to every command is `meta_url(db URL)`; `env` goes with them too.
     pub fn postgres(
         extra: &[&str],
@@ -183,7 +184,11 @@ impl Volume {
         let name = "testvol".to_string();
         let env = with_cache_dir(env, dir.path());
         let storage = format!("file://{}/bucket", dir.path().display());
-        let mut args = vec!["format", "--storage", &storage];
+        let mut args = vec!["format"];
+        // Unless the test gives a bucket of its own.
+        if !extra.contains(&"--storage") {
+            args.extend(["--storage", &storage]);
+        }
         args.extend_from_slice(extra);
         args.push(&meta_url);
         args.push(&name);
