@@ -2,14 +2,21 @@
 //! keeps of its own requests ([`latency`]), and [`Families`], in which a layer writes out the
 //! counters it owns, under their Prometheus names, when asked (at a scrape, for `unkai stats`).
 //!
-//! Each layer owns its figures (plain atomics, and these histograms: `fuse::requests`,
+//! Each layer owns its figures (plain atomics, and these histograms: `vfs::export::requests`,
 //! `object::traffic`, `data`'s caches and stage, the metadata engines) and names them here,
 //! beside the code that counts; `volume::metrics` asks each for its families, labels them
 //! with the volume's name and serves them. So counting costs an atomic increment on the hot
 //! path, and no layer imports another to be counted (see docs/design.md, "Metrics").
 //!
+//! Round trips to the metadata database are also tallied per thread ([`round_trips`],
+//! [`round_trips_here`]): the engine counts each exchange where it makes it, and the layer
+//! answering a request (the FUSE adapter) reads the tally before and after, so round trips
+//! are known per request kind without the engine knowing what request it serves.
+//!
 //! Not for: serving or labelling figures by volume (that is `volume::metrics`), or deciding
 //! anything from them.
+
+use std::cell::Cell;
 
 use prometheus::core::Collector;
 use prometheus::proto::{self, MetricType};
@@ -27,6 +34,22 @@ pub const LATENCY_BUCKETS: &[f64] = &[
 /// the family's).
 pub const MEMORY_HELP: &str = "Memory the mount holds, by use: write buffers, blocks cached, blocks \
      in flight (uploads, fetches, read-ahead).";
+
+thread_local! {
+    static ROUND_TRIPS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts `n` round trips this thread made to the metadata database (see
+/// [`round_trips_here`]).
+pub fn round_trips(n: u64) {
+    ROUND_TRIPS.with(|c| c.set(c.get().wrapping_add(n)));
+}
+
+/// Round trips this thread has made so far: the difference across a request is what the
+/// request cost.
+pub fn round_trips_here() -> u64 {
+    ROUND_TRIPS.with(Cell::get)
+}
 
 /// A latency histogram of series `name` with the one label `label` (e.g. `("op", "read")`):
 /// observing is a few atomic operations, without a lock or an allocation.

@@ -153,6 +153,17 @@ fn metrics_follow_a_workload(vol: &Volume) {
         "kind=\"write\"",
     );
     assert!(writes >= K as f64, "{}", after.1);
+    // Round trips to the database: each create reaches PostgreSQL at least once, and the
+    // requests' tally never passes the engine's; SQLite makes none.
+    let trips = d(&after, "unkai_meta_round_trips_total", "for=\"operations\"");
+    let per_create = d(&after, "unkai_fuse_op_round_trips_total", "op=\"create\"");
+    match vol.db.is_some() {
+        true => {
+            assert!(per_create >= (K + 1) as f64, "{}", after.1);
+            assert!(trips >= per_create, "{}", after.1);
+        }
+        false => assert_eq!((trips, per_create), (0.0, 0.0), "{}", after.1),
+    }
     // What was just written is read back from the memory cache.
     assert!(
         d(&after, "unkai_cache_hits_total", "level=\"memory\"") > 0.0,

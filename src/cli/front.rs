@@ -6,14 +6,13 @@
 //! own command), or any protocol.
 
 use std::future::Future;
+use std::sync::Arc;
 
 use anyhow::bail;
 
 use super::mount::StoreArgs;
-use crate::volume::{
-    self,
-    front::{Front, FrontConfig},
-};
+use crate::vfs::export::Export;
+use crate::volume::{self, front::FrontConfig};
 
 /// The volume a network server serves, and how.
 #[derive(clap::Args, Clone)]
@@ -46,7 +45,7 @@ pub struct VolumeArgs {
 /// through `serve` until it ends or SIGINT/SIGTERM comes; `what` names the server.
 pub fn run<F, Fut>(args: &VolumeArgs, what: &'static str, serve: F) -> anyhow::Result<()>
 where
-    F: FnOnce(Front) -> Fut,
+    F: FnOnce(Arc<Export>) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
     let meta_url = match &args.meta_url {

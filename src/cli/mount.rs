@@ -168,8 +168,9 @@ pub struct StoreArgs {
     /// for as long as it hangs).
     #[arg(long, default_value_t = 60.0, env = "UNKAI_IO_DEADLINE")]
     io_deadline: f64,
-    /// The key file of a volume encrypted with one (`format --encrypt-key-file`). A volume
-    /// encrypted with an RSA key needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`), or the PEM
+    /// file of an RSA key recorded nowhere (`format --allow-unencrypted-rsa-key`). A volume
+    /// whose RSA key is recorded needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
     #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
     encrypt_key_file: Option<PathBuf>,
 }
@@ -514,7 +515,7 @@ fn spawn_daemon(a: &Args, mountpoint: &Path, volume: &str) -> anyhow::Result<()>
     let mut cmd = std::process::Command::new(std::env::current_exe()?);
     cmd.args(&args)
         .env(READY_FD_ENV, "3")
-        .env(crate::volume::serve::DAEMON_LOG_ENV, &log)
+        .env(crate::volume::client::DAEMON_LOG_ENV, &log)
         .env(crate::cli::LOG_VOLUME_ENV, volume)
         .stdin(std::process::Stdio::null())
         .stdout(logf.try_clone()?)

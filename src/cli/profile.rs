@@ -2,7 +2,7 @@
 //! written with `mount --access-log`): the operations by count and time, the processes
 //! behind them, the slowest requests, as `juicefs profile`.
 //!
-//! Not for: writing the log (`fuse::accesslog`).
+//! Not for: writing the log (`vfs::export::log`).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};

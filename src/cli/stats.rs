@@ -20,7 +20,8 @@ use crate::fuse::mounts;
 #[derive(clap::Args)]
 #[command(
     after_help = "Columns: fuse ops/s, their mean latency (ms), bytes read and written per second \
-through the mount; meta transactions/s, their mean latency (ms), retries/s; the block cache's \
+through the mount; meta transactions/s, their mean latency (ms), retries/s, round trips to the \
+database/s and per FUSE request (PostgreSQL); the block cache's \
 hit ratio; object GET and PUT requests/s, their mean latency (ms), errors/s, bytes got and put \
 per second; bytes staged (write-back) and blocks being uploaded; memory in use.\n\n\
 Examples:\n  unkai stats /mnt/unkai                       # until Ctrl-C\n  unkai stats --interval 5 /mnt/unkai\n  unkai stats --count 10 /mnt/unkai > stats.txt  # 10 lines, then exit"
@@ -169,6 +170,25 @@ const COLUMNS: &[Column] = &[
     ("meta", "lat", |a, b, _| mean_ms(a, b, META, None)),
     ("meta", "retry", |a, b, dt| {
         short(rate(a, b, dt, "unkai_meta_retries_total", "value", None))
+    }),
+    ("meta", "rtrip", |a, b, dt| {
+        short(rate(
+            a,
+            b,
+            dt,
+            "unkai_meta_round_trips_total",
+            "value",
+            Some(("for", "operations")),
+        ))
+    }),
+    ("meta", "rt/op", |a, b, _| {
+        // Round trips per FUSE request answered ("-" when none was).
+        let d = |name, field| b.sum(name, field, None) - a.sum(name, field, None);
+        let ops = d(FUSE, "count");
+        match ops > 0.0 {
+            true => format!("{:.2}", d("unkai_fuse_op_round_trips_total", "value") / ops),
+            false => "-".into(),
+        }
     }),
     ("cache", "hit%", |a, b, _| {
         let d = |name, level| {

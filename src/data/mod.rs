@@ -1311,6 +1311,7 @@ mod tests {
                 wrap: crate::meta::format::KeyWrap::KeyFile,
                 wrapped_key: String::new(),
                 rsa_key: None,
+                rsa_fingerprint: None,
             });
         }
         let roots = vec![dir.join("cache")];

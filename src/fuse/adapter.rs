@@ -1,7 +1,7 @@
 //! The fuser adapter: each FUSE request becomes one `vfs` call and one reply.
 //!
 //! This is where errors become errnos, where attributes get their kernel cache TTLs, where
-//! requests are counted by kind (`fuse::requests`, logged at unmount), and where
+//! requests are counted and logged (through the `vfs::export`), and where
 //! the kernel connection is configured (request sizes, READDIRPLUS, parallel directory ops).
 //!
 //! Not for: any file-system logic; if a method here does more than translate, it belongs in vfs.
@@ -25,12 +25,13 @@ use fuser::{
 };
 
 use super::Coherence;
-use super::accesslog::{self, AccessLog};
 use super::inodes::Inodes;
-use super::requests::{Answering, Req, Requests};
 use crate::meta::{
     Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
 };
+use crate::vfs::export::Export;
+use crate::vfs::export::log::{self as accesslog, AccessLog};
+use crate::vfs::export::requests::{Answering, Req};
 use crate::vfs::{self, Vfs};
 
 /// Kernel cache settings of a mount.
@@ -82,12 +83,11 @@ pub struct Adapter {
     /// Whether the kernel enforces POSIX ACLs (`FUSE_POSIX_ACL`); without it, setting one is
     /// refused rather than kept and ignored.
     acl: bool,
-    /// The requests served, by kind, and the bytes read and written (logged at unmount,
-    /// served as metrics).
-    requests: Arc<Requests>,
-    /// The access log (`.accesslog`, `--access-log`), and the readers of `.accesslog` by
-    /// their handles.
-    log: Arc<AccessLog>,
+    /// What the mount serves: its access log (`.accesslog`, `--access-log`) and the requests
+    /// served, by kind, and the bytes read and written (logged at unmount, served as
+    /// metrics).
+    export: Arc<Export>,
+    /// The readers of `.accesslog` by their handles.
     log_readers: Mutex<HashMap<u64, Arc<accesslog::Reader>>>,
     /// The kernel's inode numbers of the volume's (a subdir mount's root is the kernel's 1).
     inodes: Inodes,
@@ -95,6 +95,12 @@ pub struct Adapter {
 
 /// The kernel's inode of the mount's root (FUSE_ROOT_ID).
 const FUSE_ROOT: u64 = 1;
+
+/// The name of the access log's virtual file at the root.
+pub const LOG_NAME: &[u8] = b".accesslog";
+
+/// Its inode number: beyond any the volume hands out.
+const LOG_INO: u64 = u64::MAX - 1;
 
 /// Handles of `.accesslog` readers: apart from the volume's (which count up from 1).
 const LOG_FH: u64 = 1 << 62;
@@ -146,7 +152,7 @@ impl Adapter {
     /// Starts answering a request of kind `r`; `args` (its inodes, names, offsets) is made
     /// only if the access log is on.
     fn op(&self, req: &Request, r: Req, args: impl FnOnce() -> String) -> Op<'_> {
-        let log = self.log.on().then(|| {
+        let log = self.export.log().on().then(|| {
             let head = format!(
                 "{} [uid:{},gid:{},pid:{},comm:{}] {} {}",
                 accesslog::stamp(),
@@ -157,10 +163,10 @@ impl Adapter {
                 r.name(),
                 args()
             );
-            (&*self.log, head, Instant::now())
+            (self.export.log(), head, Instant::now())
         });
         Op {
-            _answering: self.requests.start(r),
+            _answering: self.export.requests().start(r),
             log,
             err: Cell::new(None),
         }
@@ -170,7 +176,7 @@ impl Adapter {
     fn log_attr(&self) -> FileAttr {
         let now = SystemTime::now();
         FileAttr {
-            ino: INodeNo(accesslog::INO),
+            ino: INodeNo(LOG_INO),
             size: 0,
             blocks: 0,
             atime: now,
@@ -189,20 +195,17 @@ impl Adapter {
     }
 
     pub fn new(
-        vfs: Arc<Vfs>,
+        export: Arc<Export>,
         cache: CacheConfig,
         coherence: Arc<Coherence>,
-        requests: Arc<Requests>,
-        log: Arc<AccessLog>,
         inodes: Inodes,
     ) -> Adapter {
         Adapter {
-            vfs,
+            vfs: export.vfs().clone(),
             cache,
             coherence,
             acl: false,
-            requests,
-            log,
+            export,
             log_readers: Mutex::new(HashMap::new()),
             inodes,
         }
@@ -456,8 +459,11 @@ impl Adapter {
 
 impl Filesystem for Adapter {
     fn destroy(&mut self) {
-        tracing::info!("{}", self.requests.summary());
-        tracing::info!("{}", self.requests.time_summary());
+        tracing::info!("{}", self.export.requests().summary());
+        tracing::info!("{}", self.export.requests().time_summary());
+        if let Some(line) = self.export.requests().round_trip_summary() {
+            tracing::info!("{line}");
+        }
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -493,7 +499,12 @@ impl Filesystem for Adapter {
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_ASYNC_DIO,
+            // Not FUSE_ASYNC_DIO: with it, the kernel completes an asynchronous O_DIRECT
+            // write (io_submit, io_uring) when our reply comes, without dropping the pages a
+            // buffered reader cached meanwhile from the bytes before it, so a read after the
+            // write returned those stale bytes. Without it, the kernel sends the write's
+            // requests one by one and drops the range's pages after the last reply, before
+            // the write completes (as for a synchronous one). See docs/design.md, "O_DIRECT".
             InitFlags::FUSE_MAX_PAGES,
             // File handles (name_to_handle_at, NFS re-export): an inode is found again by
             // number through a lookup of "." (and a directory's parent through "..").
@@ -520,7 +531,7 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Lookup, || {
             format!("({},{})", parent.0, name.to_string_lossy())
         });
-        if parent.0 == FUSE_ROOT && name.as_bytes() == accesslog::NAME {
+        if parent.0 == FUSE_ROOT && name.as_bytes() == LOG_NAME {
             return reply.entry(&Duration::from_secs(1), &self.log_attr(), Generation(0));
         }
         let parent = self.inodes.volume(parent);
@@ -563,7 +574,7 @@ impl Filesystem for Adapter {
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let op = self.op(req, Req::Getattr, || format!("({})", ino.0));
-        if ino.0 == accesslog::INO {
+        if ino.0 == LOG_INO {
             return reply.attr(&Duration::from_secs(1), &self.log_attr());
         }
         let ino = self.inodes.volume(ino);
@@ -793,7 +804,7 @@ impl Filesystem for Adapter {
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         let op = self.op(req, Req::Open, || format!("({})", ino.0));
-        if ino.0 == accesslog::INO {
+        if ino.0 == LOG_INO {
             if req.uid() != 0 {
                 return reply.error(op.failed(Errno::EACCES));
             }
@@ -801,7 +812,7 @@ impl Filesystem for Adapter {
             let fh = (LOG_FH + 1..)
                 .find(|f| !rs.contains_key(f))
                 .unwrap_or(LOG_FH + 1);
-            rs.insert(fh, self.log.open_reader());
+            rs.insert(fh, self.export.log().open_reader());
             return reply.opened(FileHandle(fh), FopenFlags::FOPEN_DIRECT_IO);
         }
         let ino = self.inodes.volume(ino);
@@ -833,7 +844,7 @@ impl Filesystem for Adapter {
         let op = self.op(req, Req::Read, || format!("({},{},{})", fh.0, offset, size));
         match self.vfs.read(fh.0, offset, size) {
             Ok(d) => {
-                self.requests.read(d.len());
+                self.export.requests().read(d.len());
                 reply.data(&d)
             }
             Err(e) => reply.error(op.failed(errno(&e))),
@@ -867,7 +878,7 @@ impl Filesystem for Adapter {
                     // safe within a request).
                     self.coherence.forget_attr(ino);
                 }
-                self.requests.written(n as usize);
+                self.export.requests().written(n as usize);
                 reply.written(n)
             }
             Err(e) => reply.error(op.failed(errno(&e))),
@@ -994,7 +1005,7 @@ impl Filesystem for Adapter {
     ) {
         if fh.0 > LOG_FH {
             if let Some(r) = self.log_readers.lock().remove(&fh.0) {
-                self.log.close_reader(r);
+                self.export.log().close_reader(r);
             }
             return reply.ok();
         }

@@ -4,12 +4,10 @@
 //! root), [`mounts`] reads and changes the mount table.
 //! Not for: file-system logic (vfs), volume setup (cli).
 
-pub mod accesslog;
 pub mod adapter;
 pub mod coherence;
 pub mod inodes;
 pub mod mounts;
-pub mod requests;
 
 use std::io;
 use std::path::Path;
@@ -22,7 +20,7 @@ pub use adapter::{Adapter, CacheConfig};
 pub use coherence::Coherence;
 pub use inodes::Inodes;
 
-use crate::vfs::Vfs;
+use crate::vfs::export::Export;
 
 /// Source name of every unkai mount in the mount table: `unkai:<volume>`.
 pub const FSNAME_PREFIX: &str = "unkai:";
@@ -42,13 +40,6 @@ pub struct MountOptions {
     pub coherence: Arc<Coherence>,
     /// The mount's flags from `-o` (nosuid, nodev, noexec, atime).
     pub flags: MountFlags,
-    /// Where the requests served are counted (the mount's metrics read them).
-    pub requests: Arc<requests::Requests>,
-    /// The access log (`.accesslog`, `--access-log`).
-    pub log: Arc<accesslog::AccessLog>,
-    /// The volume's directory served as the mount's root (`--subdir`; the volume's root
-    /// otherwise).
-    pub root: crate::meta::Ino,
 }
 
 /// When reads move access times: the mount's flag, which `vfs` applies (see `vfs::atime`).
@@ -160,10 +151,11 @@ impl MountFlags {
     }
 }
 
-/// Mounts `vfs` at `mountpoint`. The mount is ready (the kernel handshake done) on return;
-/// call `run()` on the session to serve requests until unmounted.
+/// Mounts `export` (its root: the volume's, or `--subdir`'s) at `mountpoint`. The mount is
+/// ready (the kernel handshake done) on return; call `run()` on the session to serve
+/// requests until unmounted. Its requests are counted and logged by the export.
 pub fn mount(
-    vfs: Arc<Vfs>,
+    export: Arc<Export>,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> io::Result<fuser::Session<Adapter>> {
@@ -188,15 +180,8 @@ pub fn mount(
     };
     cfg.n_threads = Some(opts.threads.max(1));
     cfg.clone_fd = true;
-    let inodes = Inodes::at(opts.root);
-    let adapter = Adapter::new(
-        vfs,
-        opts.cache.clone(),
-        opts.coherence.clone(),
-        opts.requests.clone(),
-        opts.log.clone(),
-        inodes,
-    );
+    let inodes = Inodes::at(export.root());
+    let adapter = Adapter::new(export, opts.cache.clone(), opts.coherence.clone(), inodes);
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
     if opts.flags.atime == Atime::Strict {
         // Only a remount of the mount itself can set it (as root); on failure the session,

@@ -2,10 +2,11 @@
 //! XML, error codes) is the `s3s` crate's; this module binds the listener, serves HTTP/1
 //! connections with hyper, and gives s3s the access keys from the environment.
 //!
-//! Not for: the S3 operations themselves (`objects`), the volume's life (`volume::front`),
+//! Not for: the S3 operations themselves (`objects`), the volume's life (`volume::client`),
 //! flags (`cli::gateway`).
 
 mod error;
+mod headers;
 mod io;
 mod listing;
 mod objects;
@@ -18,7 +19,9 @@ use s3s::service::S3ServiceBuilder;
 
 pub use objects::{Gateway, STATE_DIR};
 
-use crate::volume::front::Front;
+use std::sync::Arc;
+
+use crate::vfs::export::Export;
 
 /// The environment variables the access key is read from, in order of preference (the
 /// second pair as JuiceFS's and MinIO's gateways take it).
@@ -55,18 +58,18 @@ pub struct Options {
     pub gid: u32,
 }
 
-/// Serves `front` as S3 at `opts.listen` until the runtime stops it.
-pub async fn serve(front: Front, opts: Options) -> anyhow::Result<()> {
+/// Serves `export` as S3 at `opts.listen` until the runtime stops it.
+pub async fn serve(export: Arc<Export>, opts: Options) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(opts.listen)
         .await
         .with_context(|| format!("cannot listen at {}", opts.listen))?;
     let addr = listener.local_addr()?;
-    let mut builder = S3ServiceBuilder::new(Gateway::new(&front, opts.uid, opts.gid));
+    let mut builder = S3ServiceBuilder::new(Gateway::new(&export, opts.uid, opts.gid));
     if let Some(k) = opts.keys {
         builder.set_auth(SimpleAuth::from_single(k.access, k.secret));
     }
     let service = builder.build();
-    tracing::info!("gateway serving volume '{}' at {addr}", front.name);
+    tracing::info!("gateway serving volume '{}' at {addr}", export.name());
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(c) => c,

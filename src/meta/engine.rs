@@ -79,12 +79,16 @@ pub(crate) fn unless_gone<T>(r: TxResult<T>) -> TxResult<Option<T>> {
 
 /// What an engine's transactions did since it opened, for the mount's metrics
 /// ([`Meta::figures`](super::Meta::figures)): each transaction's time by kind (a write's
-/// retries included) and the conflicts that made one run again. Atomics only.
+/// retries included), the conflicts that made one run again, and the round trips to a
+/// database server (none for an embedded engine). Atomics only.
 #[derive(Debug)]
 pub struct TxStats {
     /// By [`TxKind`]: `Write` (write transactions and lone statements), `Read`.
     latency: [crate::metrics::Histogram; 2],
     retries: std::sync::atomic::AtomicU64,
+    /// Message exchanges with the server: [0] for operations (statements, BEGIN, COMMIT, a
+    /// pipelined batch: each one), [1] for change notifications (sent behind, in batches).
+    round_trips: [std::sync::atomic::AtomicU64; 2],
 }
 
 /// The kind of a transaction, as [`TxStats`] counts it.
@@ -106,6 +110,7 @@ impl Default for TxStats {
         TxStats {
             latency: [h("write"), h("read")],
             retries: Default::default(),
+            round_trips: Default::default(),
         }
     }
 }
@@ -149,6 +154,23 @@ impl TxStats {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Counts one message exchange with the database server made for an operation (and
+    /// tallies it for the thread's request: `metrics::round_trips`).
+    pub fn round_trip(&self) {
+        self.round_trips[0].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        crate::metrics::round_trips(1);
+    }
+
+    /// Counts one exchange made to tell other clients of changes (behind the operations).
+    pub fn notify_round_trip(&self) {
+        self.round_trips[1].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Round trips made for operations so far.
+    pub fn round_trips(&self) -> u64 {
+        self.round_trips[0].load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Transactions of `kind` so far.
     pub fn count(&self, kind: TxKind) -> u64 {
         self.latency[kind as usize].get_sample_count()
@@ -163,6 +185,16 @@ impl TxStats {
             &[],
             self.retries.load(std::sync::atomic::Ordering::Relaxed),
         );
+        for (i, what) in ["operations", "notifications"].into_iter().enumerate() {
+            out.counter(
+                "unkai_meta_round_trips_total",
+                "Message exchanges with the metadata database server (a statement, BEGIN, \
+                 COMMIT, a pipelined batch: one each), for operations or to tell other clients \
+                 of changes. None for an embedded engine.",
+                &[("for", what)],
+                self.round_trips[i].load(std::sync::atomic::Ordering::Relaxed),
+            );
+        }
     }
 }
 

@@ -8,6 +8,7 @@
 
 pub mod atime;
 pub mod background;
+pub mod export;
 pub mod handle;
 pub mod inspect;
 pub mod locks;

@@ -1,6 +1,6 @@
 //! The life of a network front end's client of a volume (`unkai nfs`, `gateway`, `webdav`):
-//! the data side opened as a mount opens it, the session registered, a [`Vfs`] built, the
-//! server run on a tokio runtime until it ends or SIGINT/SIGTERM comes, then everything
+//! a [`Client`] of the volume (the same life as a mount's), its export served by a protocol
+//! server on a tokio runtime until the server ends or SIGINT/SIGTERM comes, then everything
 //! flushed and the session closed.
 //!
 //! Not for: any protocol (each server turns its requests into `vfs` calls in its own module),
@@ -12,10 +12,11 @@ use std::sync::Arc;
 use anyhow::Context;
 use nix::sys::signal::Signal;
 
+use super::client::{Client, ClientConfig, Hangup, Setup};
 use super::open::{self, StoreConfig};
-use super::serve::{Ticker, block_signals, other_sessions, register_session};
 use crate::meta::{Ino, Meta, ROOT_INO};
-use crate::vfs::{self, Vfs};
+use crate::vfs::Vfs;
+use crate::vfs::export::Export;
 
 /// How to serve a volume to a network front end; every field already checked by the caller.
 #[derive(Clone, Debug)]
@@ -36,7 +37,7 @@ pub struct FrontConfig {
     pub scan: Option<open::ScanConfig>,
 }
 
-/// What a network server gets to serve.
+/// What the NFS server gets to serve, until it serves an [`Export`] as the others do.
 #[derive(Clone)]
 pub struct Front {
     pub vfs: Arc<Vfs>,
@@ -48,89 +49,68 @@ pub struct Front {
     pub name: String,
 }
 
+impl Front {
+    pub fn of(export: &Export) -> Front {
+        Front {
+            vfs: export.vfs().clone(),
+            root: export.root(),
+            read_only: export.read_only(),
+            name: export.name().to_string(),
+        }
+    }
+}
+
 /// Serves the opened volume `meta` through `serve` (a protocol server: it binds its own
 /// listener, so that the volume is open before anybody can connect) on a multi-threaded
 /// tokio runtime, until it returns or SIGINT or SIGTERM comes; then flushes what is written
 /// and closes the session. A server that fails is an error here.
 pub fn run<F, Fut>(meta: Arc<dyn Meta>, cfg: &FrontConfig, serve: F) -> anyhow::Result<()>
 where
-    F: FnOnce(Front) -> Fut,
+    F: FnOnce(Arc<Export>) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let fmt = meta.format().clone();
-    // Signals are handled by one thread: block them before any thread starts.
-    let sigs = block_signals()?;
-    let metrics_listener = cfg.metrics.map(super::metrics::bind).transpose()?;
-    let (store, backup_obj) =
-        open::open_store(&fmt, meta.engine(), &cfg.store, cfg.backup_meta.is_some())?;
-    register_session(&*meta, &format!("({} server)", cfg.what))?;
-    let alone = |meta: &dyn Meta| {
+    let client = ClientConfig {
+        session: format!("({} server)", cfg.what),
+        store: cfg.store.clone(),
+        root: cfg.subdir.as_ref().map_or(ROOT_INO, |s| s.0),
+        read_only: cfg.read_only,
+        metrics: cfg.metrics,
+        stats_socket: None,
+        access_log: None,
+        scan: cfg.scan.clone(),
+        backup_meta: cfg.backup_meta.clone(),
+        hangup: Hangup::Reopen,
+    };
+    let mut client = Client::open(meta, &client, |meta| {
         if meta.engine().one_machine() {
-            if let Ok(n) = other_sessions(meta) {
+            if let Ok(n) = super::client::other_sessions(&**meta) {
                 meta.set_alone(n == 0);
             }
         }
-    };
-    alone(&*meta);
-    let vfs = Arc::new(Vfs::new(
-        meta.clone(),
-        store,
-        vfs::Config {
-            buffer_limit: cfg.store.budgets().1,
-            ..vfs::Config::default()
-        },
-    ));
-    if let Some(scan) = &cfg.scan {
-        // Each event is logged by the scanner itself; a server has no access log of its own.
-        open::start_scanning(&vfs, scan, Arc::new(|_: &str| {}))?;
-    }
-    let follower = {
-        let meta = meta.clone();
-        Ticker::start("unkai-sessions", super::serve::ALONE_CHECK, move || {
-            alone(&*meta)
-        })
-    };
-    let exporter = metrics_listener.map(|l| {
-        let figures = super::metrics::Figures {
-            volume: fmt.name.clone(),
-            requests: Default::default(),
-            vfs: vfs.clone(),
-        };
-        let socket = std::env::temp_dir().join(format!("unkai-stats-{}.sock", std::process::id()));
-        super::metrics::Exporter::start(figures, socket, false, Some(l))
-    });
-    let exporter = exporter.transpose()?;
-    let backups = cfg
-        .backup_meta
-        .clone()
-        .zip(backup_obj)
-        .map(|(schedule, obj)| crate::admin::backup::Backups::start(meta.clone(), obj, schedule));
-    let front = Front {
-        vfs: vfs.clone(),
-        root: cfg.subdir.as_ref().map_or(ROOT_INO, |s| s.0),
-        read_only: cfg.read_only,
-        name: fmt.name.clone(),
-    };
-
-    let rt = tokio::runtime::Builder::new_multi_thread()
+        Ok(Setup::default())
+    })?;
+    let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name(format!("unkai-{}", cfg.what))
         .build()
-        .context("cannot start the server's threads")?;
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = client.close(None);
+            return Err(e).context("cannot start the server's threads");
+        }
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<Signal>();
-    std::thread::Builder::new()
-        .name("unkai-signals".into())
-        .spawn(move || {
-            while let Ok(sig) = sigs.wait() {
-                if sig != Signal::SIGHUP {
-                    let _ = stop.send(sig);
-                    return;
-                }
-            }
-        })?;
+    let mut stop = Some(stop);
+    client.on_signals(move |sig| {
+        if let Some(s) = stop.take() {
+            let _ = s.send(sig);
+        }
+    })?;
     let what = cfg.what;
+    let export = client.export().clone();
     let served = rt.block_on(async move {
-        let server = tokio::spawn(serve(front));
+        let server = tokio::spawn(serve(export));
         tokio::select! {
             res = server => match res {
                 Ok(res) => res,
@@ -146,10 +126,7 @@ where
     });
     // Requests still running hold handles; they end with the runtime.
     rt.shutdown_timeout(std::time::Duration::from_secs(10));
-    drop(follower);
-    drop(backups);
-    drop(exporter);
-    let res = vfs.shutdown();
+    let res = client.close(None);
     served?;
     res.context("flushing at shutdown")?;
     tracing::info!("{what} server stopped; everything written is flushed");

@@ -21,23 +21,20 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 use tokio::io::AsyncWriteExt;
 
-use crate::fuse::requests::Requests;
 use crate::metrics::Families;
-use crate::vfs::Vfs;
+use crate::vfs::export::Export;
 
-/// What a scrape reads: the mount's layers.
+/// What a scrape reads: the client's layers, through its export.
 pub struct Figures {
     pub volume: String,
-    pub requests: Arc<Requests>,
-    pub vfs: Arc<Vfs>,
+    pub export: Arc<Export>,
 }
 
 impl Figures {
-    /// Every figure of the mount now, each sample labelled `volume="NAME"`.
+    /// Every figure of the client now, each sample labelled `volume="NAME"`.
     pub fn families(&self) -> Families {
         let mut out = Families::default();
-        self.requests.figures(&mut out);
-        self.vfs.figures(&mut out);
+        self.export.figures(&mut out);
         out.label_all("volume", &self.volume);
         out
     }
@@ -77,29 +74,51 @@ pub fn socket_path(pid_file: &Path, pid: u32) -> PathBuf {
     pid_file.with_file_name(format!("stats-{pid}.sock"))
 }
 
-/// The server of a mount's figures; dropping it stops it and removes its socket.
+/// The server of a client's figures; dropping it stops it and removes its socket.
 pub struct Exporter {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    socket: PathBuf,
+    socket: Option<PathBuf>,
+    http_addr: Option<SocketAddr>,
+}
+
+/// The unix socket `path`, readable by every user with `public` (else by the client's
+/// user only).
+fn stats_socket(path: &Path, public: bool) -> anyhow::Result<std::os::unix::net::UnixListener> {
+    let _ = std::fs::remove_file(path);
+    let unix = std::os::unix::net::UnixListener::bind(path)
+        .with_context(|| format!("cannot create the stats socket {}", path.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    let mode = if public { 0o666 } else { 0o600 };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))?;
+    unix.set_nonblocking(true)?;
+    Ok(unix)
 }
 
 impl Exporter {
-    /// Serves `figures` on the unix socket `socket` (readable by every user with `public`,
-    /// else by the mount's user), and on `http` if given.
+    /// Serves `figures` on the unix socket `socket` (its path, and whether every user may
+    /// read it), and on `http` if given; None if neither is. A socket that cannot be made
+    /// is warned about (`unkai stats` then cannot show this client) and left out.
     pub fn start(
         figures: Figures,
-        socket: PathBuf,
-        public: bool,
+        socket: Option<(PathBuf, bool)>,
         http: Option<TcpListener>,
-    ) -> anyhow::Result<Exporter> {
-        let _ = std::fs::remove_file(&socket);
-        let unix = std::os::unix::net::UnixListener::bind(&socket)
-            .with_context(|| format!("cannot create the stats socket {}", socket.display()))?;
-        use std::os::unix::fs::PermissionsExt;
-        let mode = if public { 0o666 } else { 0o600 };
-        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(mode))?;
-        unix.set_nonblocking(true)?;
+    ) -> anyhow::Result<Option<Exporter>> {
+        let unix = socket.and_then(|(path, public)| match stats_socket(&path, public) {
+            Ok(l) => Some((l, path)),
+            Err(e) => {
+                tracing::warn!("{e:#}: `unkai stats` cannot show this client");
+                None
+            }
+        });
+        if unix.is_none() && http.is_none() {
+            return Ok(None);
+        }
+        let (unix, socket) = match unix {
+            Some((l, p)) => (Some(l), Some(p)),
+            None => (None, None),
+        };
+        let http_addr = http.as_ref().and_then(|l| l.local_addr().ok());
         if let Some(l) = &http {
             l.set_nonblocking(true)?;
         }
@@ -113,7 +132,7 @@ impl Exporter {
             .spawn(move || {
                 rt.block_on(async move {
                     let serving = async {
-                        let unix = tokio::net::UnixListener::from_std(unix)?;
+                        let unix = unix.map(tokio::net::UnixListener::from_std).transpose()?;
                         let http = http.map(tokio::net::TcpListener::from_std).transpose()?;
                         tokio::join!(
                             serve_socket(unix, figures.clone()),
@@ -131,11 +150,17 @@ impl Exporter {
                     }
                 })
             })?;
-        Ok(Exporter {
+        Ok(Some(Exporter {
             stop: Some(stop),
             thread: Some(thread),
             socket,
-        })
+            http_addr,
+        }))
+    }
+
+    /// Where `/metrics` is served, if it is.
+    pub fn http_addr(&self) -> Option<SocketAddr> {
+        self.http_addr
     }
 }
 
@@ -147,12 +172,18 @@ impl Drop for Exporter {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        let _ = std::fs::remove_file(&self.socket);
+        if let Some(s) = &self.socket {
+            let _ = std::fs::remove_file(s);
+        }
     }
 }
 
-/// Each client of the unix socket gets the figures as JSON, then the end of the stream.
-async fn serve_socket(unix: tokio::net::UnixListener, figures: Arc<Figures>) {
+/// Each client of the unix socket gets the figures as JSON, then the end of the stream
+/// (nothing without a socket).
+async fn serve_socket(unix: Option<tokio::net::UnixListener>, figures: Arc<Figures>) {
+    let Some(unix) = unix else {
+        return std::future::pending().await;
+    };
     loop {
         match unix.accept().await {
             Ok((mut conn, _)) => {

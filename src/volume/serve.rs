@@ -11,16 +11,14 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::mpsc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use nix::sys::signal::{SigSet, Signal};
 
-use crate::data::DataStore;
+use super::client::{Client, ClientConfig, DAEMON_LOG_ENV, Hangup, Setup, other_sessions};
 use crate::fuse::{self, CacheConfig, MountOptions, mounts};
-use crate::meta::{EngineKind, Meta, SessionInfo};
-use crate::vfs::{self, Vfs};
+use crate::meta::{EngineKind, Meta};
+use crate::vfs;
 
 /// TTLs of the kernel's caches when this mount is the volume's only client: nobody else can
 /// change what the kernel remembers.
@@ -128,9 +126,6 @@ impl Sharing {
     }
 }
 
-/// How often a mount of a one-machine volume checks whether it is alone on it.
-pub(super) const ALONE_CHECK: Duration = Duration::from_secs(2);
-
 /// Whether the TTLs follow other mounts coming and going: on a volume of one machine, unless
 /// the user set them.
 fn ttls_follow(cfg: &MountConfig, engine: EngineKind) -> bool {
@@ -165,114 +160,6 @@ fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Re
     })
 }
 
-/// Other clients' sessions on the volume (dead ones go at the heartbeats' clean-ups).
-pub(super) fn other_sessions(meta: &dyn Meta) -> anyhow::Result<usize> {
-    Ok(meta
-        .sessions()?
-        .into_iter()
-        .filter(|s| s.pid != std::process::id())
-        .count())
-}
-
-/// A thread that runs a job every `period` until dropped; the drop stops and joins it.
-pub(super) struct Ticker(Option<(mpsc::Sender<()>, std::thread::JoinHandle<()>)>);
-
-impl Ticker {
-    pub(super) fn start(
-        name: &str,
-        period: Duration,
-        mut job: impl FnMut() + Send + 'static,
-    ) -> Ticker {
-        let (stop, stopped) = mpsc::channel::<()>();
-        let thread = std::thread::Builder::new()
-            .name(name.into())
-            .spawn(move || {
-                while let Err(mpsc::RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
-                    job();
-                }
-            });
-        match thread {
-            Ok(t) => Ticker(Some((stop, t))),
-            Err(e) => {
-                tracing::warn!("cannot start thread {name}: {e}");
-                Ticker(None)
-            }
-        }
-    }
-}
-
-impl Drop for Ticker {
-    fn drop(&mut self) {
-        if let Some((stop, t)) = self.0.take() {
-            drop(stop);
-            let _ = t.join();
-        }
-    }
-}
-
-/// Keeps `coherence` told whether this mount is alone on the volume (with `ttls`: a dead
-/// client cleaned up later, or another mount that comes or goes, moves the TTLs), and the
-/// volume whether it may group commits. Drop it before the volume closes, so that the
-/// volume's last reference goes with the unmount (SQLite checkpoints its WAL when its
-/// connections close).
-fn follow_sessions(meta: Arc<dyn Meta>, coherence: Arc<fuse::Coherence>, ttls: bool) -> Ticker {
-    Ticker::start(
-        "unkai-sessions",
-        ALONE_CHECK,
-        move || match other_sessions(&*meta) {
-            Ok(n) => {
-                meta.set_alone(n == 0);
-                if ttls {
-                    coherence.set_alone(n == 0);
-                }
-            }
-            Err(e) => tracing::debug!("counting other sessions: {e}"),
-        },
-    )
-}
-
-/// While unmounting: what is left to upload ("BLOCKS BYTES"), and on a second line why
-/// uploads fail while they do, written once a second to `path` for `unkai umount` to show
-/// (see `cli::umount`). Stops when dropped; the caller removes the file.
-fn upload_progress(store: DataStore, path: PathBuf) -> Ticker {
-    Ticker::start("unkai-progress", Duration::from_secs(1), move || {
-        let (blocks, bytes) = store.staged();
-        if blocks > 0 {
-            let trouble = store.upload_trouble().unwrap_or_default();
-            let _ = std::fs::write(&path, format!("{blocks} {bytes}\n{trouble}\n"));
-        }
-    })
-}
-
-/// Blocks SIGINT, SIGTERM and SIGHUP in this thread (and so in every thread started after),
-/// for one thread to wait for them.
-pub(super) fn block_signals() -> anyhow::Result<SigSet> {
-    let mut sigs = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        sigs.add(s);
-    }
-    sigs.thread_block()?;
-    Ok(sigs)
-}
-
-/// Registers this client's session in the volume; `mountpoint` is what the session list shows.
-pub(super) fn register_session(meta: &dyn Meta, mountpoint: &str) -> anyhow::Result<()> {
-    let host = nix::unistd::gethostname()
-        .map(|h| h.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    meta.new_session(SessionInfo {
-        host,
-        pid: std::process::id(),
-        mountpoint: mountpoint.to_string(),
-        version: env!("CARGO_PKG_VERSION").into(),
-        started: 0,
-        heartbeat: 0,
-        id: 0,
-        ..Default::default()
-    })?;
-    Ok(())
-}
-
 /// Decides how the volume is shared, and starts other clients' changes flowing into
 /// `coherence` when it may be.
 fn sharing(meta: &dyn Meta, coherence: &Arc<fuse::Coherence>) -> anyhow::Result<Sharing> {
@@ -288,57 +175,17 @@ fn sharing(meta: &dyn Meta, coherence: &Arc<fuse::Coherence>) -> anyhow::Result<
     })
 }
 
-/// Set by `mount -d` for its daemon: the log file its output goes to, which SIGHUP reopens.
-pub const DAEMON_LOG_ENV: &str = "UNKAI_DAEMON_LOG";
-
-/// Points standard output and error at `path` again (after logrotate moved the old file).
-fn reopen_log(path: &std::path::Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)?;
-    for fd in [1, 2] {
-        // SAFETY: dup2 onto the process's own standard descriptors; `f` is open.
-        if unsafe { libc::dup2(f.as_raw_fd(), fd) } < 0 {
-            return Err(std::io::Error::last_os_error());
+/// Unmounts (detaching the mount if it is busy): what a signal that stops the mount does.
+fn unmount(unmounter: &mut fuser::SessionUnmounter, mp: &std::path::Path) {
+    if let Err(e) = unmounter.unmount() {
+        tracing::warn!(
+            "{} is busy ({e}); detaching it, files still open keep working",
+            mp.display()
+        );
+        if let Err(e) = mounts::unmount(mp, true) {
+            tracing::error!("cannot unmount {}: {e}", mp.display());
         }
     }
-    Ok(())
-}
-
-/// Unmounts on SIGINT or SIGTERM (detaching the mount if it is busy), and on SIGHUP unless
-/// this is a daemon of `mount -d`, whose SIGHUP (logrotate's) reopens its log file.
-fn spawn_signal_thread(
-    sigs: SigSet,
-    mut unmounter: fuser::SessionUnmounter,
-    mp: PathBuf,
-) -> anyhow::Result<()> {
-    std::thread::Builder::new()
-        .name("unkai-signals".into())
-        .spawn(move || {
-            let log = std::env::var_os(DAEMON_LOG_ENV).map(PathBuf::from);
-            while let Ok(sig) = sigs.wait() {
-                if let (Signal::SIGHUP, Some(log)) = (sig, &log) {
-                    match reopen_log(log) {
-                        Ok(()) => tracing::info!("SIGHUP: log file {} reopened", log.display()),
-                        Err(e) => tracing::warn!("SIGHUP: cannot reopen {}: {e}", log.display()),
-                    }
-                    continue;
-                }
-                tracing::info!("{sig:?}: unmounting {}", mp.display());
-                if let Err(e) = unmounter.unmount() {
-                    tracing::warn!(
-                        "{} is busy ({e}); detaching it, files still open keep working",
-                        mp.display()
-                    );
-                    if let Err(e) = mounts::unmount(&mp, true) {
-                        tracing::error!("cannot unmount {}: {e}", mp.display());
-                    }
-                }
-            }
-        })?;
-    Ok(())
 }
 
 fn write_pid_file(path: &std::path::Path, meta_url: &str) {
@@ -369,82 +216,82 @@ fn write_pid_file(path: &std::path::Path, meta_url: &str) {
 /// `unkai umount`), then flushes. Calls `ready` once the mount is in place.
 pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> anyhow::Result<()> {
     let fmt = meta.format().clone();
-    // Signals are handled by one thread: block them before any thread starts so every thread
-    // inherits the mask.
-    let sigs = block_signals()?;
-    // Before the mount: an address already taken is an error on the terminal.
-    let metrics_listener = cfg.metrics.map(super::metrics::bind).transpose()?;
-    let (store, backup_obj) =
-        super::open::open_store(&fmt, meta.engine(), &cfg.store, cfg.backup_meta.is_some())?;
-    register_session(&*meta, &cfg.mountpoint.display().to_string())?;
     let coherence = Arc::new(fuse::Coherence::default());
-    let sharing = sharing(&*meta, &coherence)?;
     let follow = ttls_follow(cfg, meta.engine());
-    coherence.start_alone(sharing == Sharing::Exclusive);
-    meta.set_alone(sharing == Sharing::Exclusive);
-    let cache = cache_config(cfg, sharing, follow)?;
-    let now = |t: Duration| match cache.alone_ttl {
-        Some(a) if sharing == Sharing::Exclusive => a,
-        _ => t,
-    };
-    tracing::info!(
-        "{}: kernel caches attributes {:?}, entries {:?}{}, writeback cache {}",
-        sharing.describe(),
-        now(cache.attr_ttl),
-        now(cache.entry_ttl),
-        if follow {
-            " (following other mounts as they come and go)"
-        } else {
-            ""
+    let mut decided = None;
+    let client = ClientConfig {
+        session: cfg.mountpoint.display().to_string(),
+        store: cfg.store.clone(),
+        root: cfg.subdir.as_ref().map_or(crate::meta::ROOT_INO, |s| s.0),
+        read_only: cfg.read_only,
+        metrics: cfg.metrics,
+        // The figures are counts, never names: every user of the mount may read them.
+        stats_socket: Some((
+            super::metrics::socket_path(&cfg.pid_file, std::process::id()),
+            cfg.allow_other,
+        )),
+        access_log: cfg.access_log.clone(),
+        scan: cfg.scan.clone(),
+        backup_meta: cfg.backup_meta.clone(),
+        // A daemon's SIGHUP (logrotate's) reopens its logs; a terminal's hangup unmounts.
+        hangup: match std::env::var_os(DAEMON_LOG_ENV) {
+            Some(_) => Hangup::Reopen,
+            None => Hangup::Stop,
         },
-        if cache.writeback { "on" } else { "off" }
-    );
-    let requests = Arc::new(fuse::requests::Requests::default());
-    let vfs = Arc::new(Vfs::new(
-        meta.clone(),
-        store,
-        vfs::Config {
-            buffer_limit: cfg.store.budgets().1,
+    };
+    let mut client = Client::open(meta.clone(), &client, |meta| {
+        let sharing = sharing(&**meta, &coherence)?;
+        coherence.start_alone(sharing == Sharing::Exclusive);
+        meta.set_alone(sharing == Sharing::Exclusive);
+        let cache = cache_config(cfg, sharing, follow)?;
+        let now = |t: Duration| match cache.alone_ttl {
+            Some(a) if sharing == Sharing::Exclusive => a,
+            _ => t,
+        };
+        tracing::info!(
+            "{}: kernel caches attributes {:?}, entries {:?}{}, writeback cache {}",
+            sharing.describe(),
+            now(cache.attr_ttl),
+            now(cache.entry_ttl),
+            if follow {
+                " (following other mounts as they come and go)"
+            } else {
+                ""
+            },
+            if cache.writeback { "on" } else { "off" }
+        );
+        let vfs = vfs::Config {
             background: true,
             append_at_end: !cache.writeback,
             atime: cfg.flags.atime,
-        },
-    ));
-    let log = Arc::new(
-        fuse::accesslog::AccessLog::new(cfg.access_log.as_deref()).with_context(|| {
-            format!(
-                "cannot open the access log {}",
-                cfg.access_log
-                    .as_deref()
-                    .unwrap_or(std::path::Path::new(""))
-                    .display()
-            )
-        })?,
-    );
-    if let Some(scan) = &cfg.scan {
-        let log = log.clone();
-        let events = Arc::new(move |line: &str| {
-            log.record(format!("{} [scan] {line}", fuse::accesslog::stamp()))
-        });
-        super::open::start_scanning(&vfs, scan, events)?;
-    }
+            ..vfs::Config::default()
+        };
+        decided = Some(cache);
+        let coherence = coherence.clone();
+        Ok(Setup {
+            vfs,
+            on_alone: Some(Box::new(move |alone| {
+                if follow {
+                    coherence.set_alone(alone)
+                }
+            })),
+        })
+    })?;
+    let cache = decided.expect("decided when the client opened");
     let opts = MountOptions {
         allow_other: cfg.allow_other,
         read_only: cfg.read_only,
         flags: cfg.flags,
         threads: cfg.threads,
         volume: fmt.name.clone(),
-        root: cfg.subdir.as_ref().map_or(crate::meta::ROOT_INO, |s| s.0),
         cache,
-        coherence: coherence.clone(),
-        requests: requests.clone(),
-        log,
+        coherence,
     };
     let mountpoint = &cfg.mountpoint;
-    let mut session = match fuse::mount(vfs.clone(), mountpoint, &opts) {
+    let mut session = match fuse::mount(client.export().clone(), mountpoint, &opts) {
         Ok(s) => s,
         Err(e) => {
-            let _ = vfs.shutdown();
+            let _ = client.close(None);
             bail!("cannot mount at {}: {e}", mountpoint.display());
         }
     };
@@ -459,21 +306,6 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         mountpoint.display(),
         std::process::id()
     );
-    let metrics_addr = metrics_listener.as_ref().and_then(|l| l.local_addr().ok());
-    let figures = super::metrics::Figures {
-        volume: fmt.name.clone(),
-        requests,
-        vfs: vfs.clone(),
-    };
-    let socket = super::metrics::socket_path(&cfg.pid_file, std::process::id());
-    // The figures are counts, never names: every user of the mount may read them.
-    let exporter =
-        super::metrics::Exporter::start(figures, socket, cfg.allow_other, metrics_listener)
-            .inspect_err(|e| tracing::warn!("{e:#}: `unkai stats` cannot show this mount"))
-            .ok();
-    if let Some(a) = metrics_addr {
-        tracing::info!("metrics served at http://{a}/metrics");
-    }
     if cfg.foreground {
         eprintln!(
             "unkai: volume '{}' mounted at {} (Ctrl-C to unmount)",
@@ -481,18 +313,14 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             mountpoint.display()
         );
     }
-    let backups = cfg
-        .backup_meta
-        .clone()
-        .zip(backup_obj)
-        .map(|(schedule, obj)| crate::admin::backup::Backups::start(meta.clone(), obj, schedule));
     ready();
 
-    spawn_signal_thread(sigs, session.unmount_callable(), mountpoint.clone())?;
-    let follower = match meta.engine().one_machine() {
-        true => Some(follow_sessions(meta.clone(), coherence, follow)),
-        false => None,
-    };
+    let mut unmounter = session.unmount_callable();
+    let mp = mountpoint.clone();
+    client.on_signals(move |sig| {
+        tracing::info!("{sig:?}: unmounting {}", mp.display());
+        unmount(&mut unmounter, &mp);
+    })?;
 
     let served = match session.run() {
         // The kernel ended the connection itself (seen now and then when a mount detached
@@ -504,14 +332,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         }
         other => other,
     };
-    drop(follower);
-    drop(backups);
-    let progress_file = cfg.pid_file.with_extension("staged");
-    let progress = upload_progress(vfs.store().clone(), progress_file.clone());
-    let res = vfs.shutdown();
-    drop(exporter);
-    drop(progress);
-    let _ = std::fs::remove_file(&progress_file);
+    let res = client.close(Some(&cfg.pid_file.with_extension("staged")));
     let _ = std::fs::remove_file(meta_url_file(&cfg.pid_file));
     let _ = std::fs::remove_file(&cfg.pid_file);
     served.context("serving FUSE requests")?;

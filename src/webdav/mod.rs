@@ -2,7 +2,7 @@
 //! behind HTTP Basic authentication ([`auth`]) and, optionally, TLS (tokio-rustls). Requests
 //! become vfs calls in [`fs`].
 //!
-//! Not for: opening the volume or handling signals (`volume::front`), file-system logic
+//! Not for: opening the volume or handling signals (`volume::client`), file-system logic
 //! (`vfs`), the command line (`cli::webdav`).
 
 pub mod auth;
@@ -20,7 +20,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::meta::Ctx;
-use crate::volume::front::Front;
+use crate::vfs::export::Export;
 
 pub use auth::Auth;
 
@@ -87,14 +87,14 @@ fn unauthorized() -> Response<Body> {
 }
 
 /// The dav-server handler of an export.
-pub fn handler(export: &Front, ctx: Ctx) -> DavHandler {
-    let fs = fs::VolumeFs::new(export.vfs.clone(), export.root, export.read_only, ctx);
+pub fn handler(export: &Export, ctx: Ctx) -> DavHandler {
+    let fs = fs::VolumeFs::new(export.vfs().clone(), export.root(), export.read_only(), ctx);
     DavHandler::builder()
         .filesystem(Box::new(fs))
         // LOCK/UNLOCK (macOS Finder and Windows need them): locks kept in this server's
         // memory, seen by its WebDAV clients only.
         .locksystem(dav_server::memls::MemLs::new())
-        .methods(if export.read_only {
+        .methods(if export.read_only() {
             DavMethodSet::WEBDAV_RO
         } else {
             DavMethodSet::WEBDAV_RW
@@ -105,7 +105,7 @@ pub fn handler(export: &Front, ctx: Ctx) -> DavHandler {
 }
 
 /// Serves the export until the future is dropped (or listening fails).
-pub async fn serve(export: Front, opts: Options) -> anyhow::Result<()> {
+pub async fn serve(export: Arc<Export>, opts: Options) -> anyhow::Result<()> {
     let tls = opts.tls.clone().map(tokio_rustls::TlsAcceptor::from);
     let listener = tokio::net::TcpListener::bind(&opts.listen)
         .await
@@ -116,7 +116,7 @@ pub async fn serve(export: Front, opts: Options) -> anyhow::Result<()> {
             )
         })?;
     let addr = listener.local_addr()?;
-    tracing::info!("webdav serving volume '{}' at {addr}", export.name);
+    tracing::info!("webdav serving volume '{}' at {addr}", export.name());
     let scheme = if tls.is_some() { "https" } else { "http" };
     tracing::info!("webdav: the volume's URL is {scheme}://{addr}/");
     match (&opts.auth, &tls) {
@@ -224,12 +224,13 @@ mod tests {
         let sub = vfs
             .mknod(&Ctx::ROOT, ROOT_INO, b"sub", Kind::Dir, 0o755, 0)
             .unwrap();
-        let ex = Front {
-            vfs: vfs.clone(),
-            root: sub.ino,
+        let ex = Export::new(
+            vfs.clone(),
+            sub.ino,
             read_only,
-            name: "r".into(),
-        };
+            "r".into(),
+            crate::vfs::export::AccessLog::new(None).unwrap(),
+        );
         let ctx = Ctx {
             umask: 0o022,
             ..Ctx::ROOT

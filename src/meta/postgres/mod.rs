@@ -119,18 +119,15 @@ pub struct Postgres {
     pool: Pool,
     /// Change notification to and from the other clients (started by `watch`).
     watch: Watch,
-    /// What its transactions did (the mount's metrics).
-    stats: TxStats,
 }
 
 /// Runs `f` in a transaction holding the database's format lock (one format or schema upgrade
 /// at a time; DDL is transactional in PostgreSQL).
 fn with_format_lock(c: &mut Conn, f: impl FnOnce(&mut Conn) -> TxResult<()>) -> TxResult<()> {
-    c.client
-        .batch_execute("BEGIN; SELECT pg_advisory_xact_lock(hashtext('unkai-format'));")?;
-    let r = f(c).and_then(|()| Ok(c.client.batch_execute("COMMIT")?));
+    c.batch("BEGIN; SELECT pg_advisory_xact_lock(hashtext('unkai-format'));")?;
+    let r = f(c).and_then(|()| Ok(c.batch("COMMIT")?));
     if r.is_err() {
-        let _ = c.client.batch_execute("ROLLBACK");
+        let _ = c.batch("ROLLBACK");
     }
     r
 }
@@ -148,24 +145,23 @@ fn migrate(c: &mut Conn, url: &str, mut format: Format) -> TxResult<Format> {
     let json = serde_json::to_string(&format).expect("format serializes");
     with_format_lock(c, |c| {
         // Schema 4's columns are added by SCHEMA; what files store is counted here.
-        c.client.batch_execute(SCHEMA)?;
+        c.batch(SCHEMA)?;
         if old < 4 {
             let rows = c
-                .client
-                .query("SELECT ino, slices FROM unkai_chunk", &[])?
+                .once("SELECT ino, slices FROM unkai_chunk", &[])?
                 .into_iter()
                 .map(|r| Ok((r.try_get::<_, i64>(0)?, r.try_get::<_, Vec<u8>>(1)?)))
                 .collect::<std::result::Result<Vec<_>, ::postgres::Error>>()?;
             let stored = ops::stored_per_inode(rows);
             let inos: Vec<i64> = stored.keys().copied().collect();
             let bytes: Vec<i64> = stored.values().map(|b| *b as i64).collect();
-            c.client.execute(
+            c.once(
                 "UPDATE unkai_node n SET stored = s.b
                  FROM unnest($1::BIGINT[], $2::BIGINT[]) AS s(i, b) WHERE n.ino = s.i",
                 &[&inos, &bytes],
             )?;
         }
-        c.client.execute(
+        c.once(
             "UPDATE unkai_setting SET value=$1 WHERE name='format'",
             &[&json],
         )?;
@@ -187,31 +183,28 @@ impl EngineMeta<Postgres> {
         let json = serde_json::to_string(fmt).expect("format serializes");
         let mut attempt = || {
             with_format_lock(&mut c, |c| {
-                c.client.batch_execute(SCHEMA)?;
+                c.batch(SCHEMA)?;
                 let existing = c
-                    .client
-                    .query_opt("SELECT value FROM unkai_setting WHERE name='format'", &[])?;
+                    .once("SELECT value FROM unkai_setting WHERE name='format'", &[])?
+                    .into_iter()
+                    .next();
                 if let Some(row) = existing {
                     let old: Format = serde_json::from_str(row.try_get(0)?).map_err(|e| {
                         corrupt(format!("unreadable volume settings in {url}: {e}"))
                     })?;
                     let mut sessions = Vec::new();
-                    for r in c
-                        .client
-                        .query("SELECT info, heartbeat FROM unkai_session", &[])?
-                    {
+                    for r in c.once("SELECT info, heartbeat FROM unkai_session", &[])? {
                         sessions.push((r.try_get(0)?, r.try_get(1)?));
                     }
                     ops::check_reformat(&old, &url, force, sessions)?;
                 }
-                c.client
-                    .batch_execute(&format!("TRUNCATE {TABLES} RESTART IDENTITY"))?;
-                c.client.execute(
+                c.batch(&format!("TRUNCATE {TABLES} RESTART IDENTITY"))?;
+                c.once(
                     "INSERT INTO unkai_setting (name, value) VALUES ('format', $1)",
                     &[&json],
                 )?;
                 for (name, v) in ops::NEW_COUNTERS.into_iter().chain([("renameLock", 0)]) {
-                    c.client.execute(
+                    c.once(
                         "INSERT INTO unkai_counter (name, value) VALUES ($1, $2)",
                         &[&name, &v],
                     )?;
@@ -234,16 +227,16 @@ impl EngineMeta<Postgres> {
         let url = pool.url.clone();
         let mut c = pool.connect().map_err(|e| pool.connect_err(e))?;
         let has = c
-            .client
-            .query_one("SELECT to_regclass('unkai_setting') IS NOT NULL", &[])
+            .once("SELECT to_regclass('unkai_setting') IS NOT NULL", &[])
             .map_err(pg_err)?;
-        if !has.get::<_, bool>(0) {
+        if !has.first().is_some_and(|r| r.get::<_, bool>(0)) {
             return Err(Error::NotFormatted(url));
         }
         let row = c
-            .client
-            .query_opt("SELECT value FROM unkai_setting WHERE name='format'", &[])
-            .map_err(pg_err)?;
+            .once("SELECT value FROM unkai_setting WHERE name='format'", &[])
+            .map_err(pg_err)?
+            .into_iter()
+            .next();
         let Some(row) = row else {
             return Err(Error::NotFormatted(url));
         };
@@ -258,7 +251,6 @@ impl EngineMeta<Postgres> {
             url,
             pool,
             watch: Watch::default(),
-            stats: TxStats::default(),
         };
         Ok(EngineMeta::new(engine, format))
     }
@@ -307,7 +299,7 @@ impl Engine for Postgres {
     }
 
     fn stats(&self) -> &TxStats {
-        &self.stats
+        &self.pool.stats
     }
 
     /// A write transaction (READ COMMITTED) whose first round trip also takes the volume's
@@ -342,14 +334,14 @@ impl Engine for Postgres {
                 list.join(", ")
             ));
         }
-        let _timed = self.stats.begin(TxKind::Write);
+        let _timed = self.pool.stats.begin(TxKind::Write);
         let mut delay = Duration::from_millis(1);
         loop {
             let mut lent = self.pool.get()?;
             lent.prelocked.clear();
             lent.no_default_acl.clear();
             let attempt = (|| -> TxResult<T> {
-                for m in lent.client.simple_query(&begin)? {
+                for m in lent.simple(&begin)? {
                     if let ::postgres::SimpleQueryMessage::Row(r) = m {
                         // An inode's row (the rename lock's has one column).
                         if r.len() == PRELOCK_COLUMNS {
@@ -374,19 +366,19 @@ impl Engine for Postgres {
                     }
                 }
                 end.push_str("COMMIT");
-                lent.client.batch_execute(&end)?;
+                lent.batch(&end)?;
                 Ok(v)
             })();
             lent.prelocked.clear();
             lent.no_default_acl.clear();
             if attempt.is_err() && !lent.client.is_closed() {
-                let _ = lent.client.batch_execute("ROLLBACK");
+                let _ = lent.batch("ROLLBACK");
             }
             match attempt {
                 Ok(v) => return Ok(v),
                 Err(TxError::Conflict(e)) => {
                     tracing::debug!("metadata transaction conflict, retrying: {e}");
-                    self.stats.retried();
+                    self.pool.stats.retried();
                     drop(lent);
                     backoff(&mut delay);
                 }
@@ -403,22 +395,22 @@ impl Engine for Postgres {
     /// A lone statement is atomic on its own: no transaction to open.
     fn single<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         // It may write: timed as a write.
-        let _timed = self.stats.begin(TxKind::Write);
+        let _timed = self.pool.stats.begin(TxKind::Write);
         self.on_conn(|c| f(&mut db(c)))
     }
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
-        let _timed = self.stats.begin(TxKind::Read);
+        let _timed = self.pool.stats.begin(TxKind::Read);
         self.on_conn(|c| f(&mut db(c)))
     }
 
     fn snapshot<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
-        let _timed = self.stats.begin(TxKind::Read);
+        let _timed = self.pool.stats.begin(TxKind::Read);
         self.on_conn(|c| {
             c.client
                 .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
             let r = f(&mut db(c));
-            let end = c.client.batch_execute("COMMIT");
+            let end = c.batch("COMMIT");
             let v = r?;
             end?;
             Ok(v)
@@ -431,8 +423,13 @@ impl Engine for Postgres {
     }
 
     fn watch(&self, session: u64, sink: ChangeSink) -> Result<bool> {
-        self.watch
-            .start(&self.pool.config, &self.pool.tls.connector, session, sink);
+        self.watch.start(
+            &self.pool.config,
+            &self.pool.tls.connector,
+            session,
+            sink,
+            self.pool.stats.clone(),
+        );
         Ok(true)
     }
 

@@ -5,6 +5,7 @@
 //! Not for: transactions or SQL of operations (the engine, `postgres`).
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::postgres::error::SqlState;
@@ -15,7 +16,7 @@ use parking_lot::{Condvar, Mutex};
 
 use super::tls::TlsPlan;
 use super::url::PgUrl;
-use crate::meta::engine::{TxError, TxResult};
+use crate::meta::engine::{TxError, TxResult, TxStats};
 use crate::meta::{Attr, Error, Ino, Result};
 
 /// Connections one client keeps at most.
@@ -63,9 +64,11 @@ impl From<::postgres::Error> for TxError {
     }
 }
 
-/// One connection and the statements prepared on it.
+/// One connection and the statements prepared on it. Every exchange with the server goes
+/// through its methods, which count it (`TxStats::round_trip`).
 pub(super) struct Conn {
     pub(super) client: Client,
+    stats: Arc<TxStats>,
     stmts: HashMap<&'static str, Statement>,
     /// Inodes locked (and read) by the statement that began the current transaction, not yet
     /// handed out: [`lock_node`] takes them from here instead of asking again.
@@ -83,6 +86,7 @@ impl Conn {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
         }
+        self.stats.round_trip();
         let s = self.client.prepare(sql)?;
         self.stmts.insert(sql, s.clone());
         Ok(s)
@@ -90,21 +94,25 @@ impl Conn {
 
     pub(super) fn query(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Vec<Row>> {
         let s = self.stmt(sql)?;
+        self.stats.round_trip();
         Ok(self.client.query(&s, p)?)
     }
 
     pub(super) fn query_opt(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Option<Row>> {
         let s = self.stmt(sql)?;
+        self.stats.round_trip();
         Ok(self.client.query_opt(&s, p)?)
     }
 
     pub(super) fn query_one(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Row> {
         let s = self.stmt(sql)?;
+        self.stats.round_trip();
         Ok(self.client.query_one(&s, p)?)
     }
 
     pub(super) fn execute(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<u64> {
         let s = self.stmt(sql)?;
+        self.stats.round_trip();
         Ok(self.client.execute(&s, p)?)
     }
 
@@ -116,11 +124,37 @@ impl Conn {
         mut f: impl FnMut(&Row) -> TxResult<()>,
     ) -> TxResult<()> {
         let s = self.stmt(sql)?;
+        self.stats.round_trip();
         let mut it = self.client.query_raw(&s, p)?;
         while let Some(r) = it.next()? {
             f(&r)?;
         }
         Ok(())
+    }
+
+    /// Statements of the simple protocol in one message (one round trip), without results.
+    pub(super) fn batch(&mut self, sql: &str) -> std::result::Result<(), ::postgres::Error> {
+        self.stats.round_trip();
+        self.client.batch_execute(sql)
+    }
+
+    /// Statements of the simple protocol in one message (one round trip), with their rows.
+    pub(super) fn simple(
+        &mut self,
+        sql: &str,
+    ) -> std::result::Result<Vec<::postgres::SimpleQueryMessage>, ::postgres::Error> {
+        self.stats.round_trip();
+        self.client.simple_query(sql)
+    }
+
+    /// A statement not prepared (setup and upgrades: run once), with its rows.
+    pub(super) fn once(
+        &mut self,
+        sql: &str,
+        p: &[P<'_>],
+    ) -> std::result::Result<Vec<Row>, ::postgres::Error> {
+        self.stats.round_trip();
+        self.client.query(sql, p)
     }
 }
 
@@ -139,6 +173,8 @@ pub(super) struct Pool {
     pub(super) tls: TlsPlan,
     /// The redacted URL, for messages.
     pub(super) url: String,
+    /// What its connections did (the engine's figures).
+    pub(super) stats: Arc<TxStats>,
     pub(super) state: Mutex<PoolState>,
     returned: Condvar,
 }
@@ -197,6 +233,7 @@ impl Pool {
             config,
             tls,
             url: u.to_string(),
+            stats: Arc::new(TxStats::default()),
             state: Mutex::new(PoolState {
                 idle: Vec::new(),
                 total: 0,
@@ -207,9 +244,11 @@ impl Pool {
 
     /// A new connection (not counted in the pool).
     pub(super) fn connect(&self) -> std::result::Result<Conn, ::postgres::Error> {
+        self.stats.round_trip();
         let client = self.config.connect(self.tls.connector.clone())?;
         Ok(Conn {
             client,
+            stats: self.stats.clone(),
             stmts: HashMap::new(),
             prelocked: HashMap::new(),
             no_default_acl: HashSet::new(),
@@ -281,8 +320,7 @@ pub(super) fn connect_creating(u: &PgUrl, pool: &Pool) -> Result<Conn> {
                 ))
             })?;
             let quoted = format!("\"{}\"", u.dbname.replace('"', "\"\""));
-            a.client
-                .batch_execute(&format!("CREATE DATABASE {quoted}"))
+            a.batch(&format!("CREATE DATABASE {quoted}"))
                 .map_err(|e2| {
                     Error::Refused(format!(
                         "database '{}' does not exist at {} and cannot be created ({}); create \

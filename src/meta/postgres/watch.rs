@@ -24,6 +24,7 @@ use ::postgres::Client;
 use parking_lot::Mutex;
 
 use super::tls::Tls;
+use crate::meta::engine::TxStats;
 use crate::meta::{Change, ChangeSink, Ino};
 
 /// The channel every client of a volume (one database) notifies and listens on.
@@ -49,8 +50,16 @@ pub(crate) struct Watch {
 }
 
 impl Watch {
-    /// Starts both threads: `sid` is this client's session (its own messages are ignored).
-    pub fn start(&self, config: &::postgres::Config, tls: &Tls, sid: u64, sink: ChangeSink) {
+    /// Starts both threads: `sid` is this client's session (its own messages are ignored);
+    /// what is sent is counted in `stats`.
+    pub fn start(
+        &self,
+        config: &::postgres::Config,
+        tls: &Tls,
+        sid: u64,
+        sink: ChangeSink,
+        stats: Arc<TxStats>,
+    ) {
         let mut config = config.clone();
         // A peer that vanished without closing is noticed within seconds.
         config.tcp_user_timeout(Duration::from_secs(10));
@@ -62,7 +71,7 @@ impl Watch {
             .name("unkai-notify".into())
             .spawn({
                 let tls = tls.clone();
-                move || send_loop(cfg, tls, sid, rx)
+                move || send_loop(cfg, tls, sid, rx, stats)
             })
             .expect("spawn the notify thread");
         let stop = self.stop.clone();
@@ -169,7 +178,13 @@ fn decode(payload: &str) -> Option<(u64, Vec<Change>)> {
     Some((sid, out))
 }
 
-fn send_loop(config: ::postgres::Config, tls: Tls, sid: u64, rx: mpsc::Receiver<Change>) {
+fn send_loop(
+    config: ::postgres::Config,
+    tls: Tls,
+    sid: u64,
+    rx: mpsc::Receiver<Change>,
+    stats: Arc<TxStats>,
+) {
     let mut conn: Option<Client> = None;
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -197,6 +212,7 @@ fn send_loop(config: ::postgres::Config, tls: Tls, sid: u64, rx: mpsc::Receiver<
                     }
                 },
             };
+            stats.notify_round_trip();
             match c.batch_execute(&sql) {
                 Ok(()) => break,
                 Err(e) => {

@@ -1,12 +1,13 @@
-//! The access log of a mount: one line per FUSE request (time, uid, gid, pid and process
+//! The access log of an export: one line per request (time, uid, gid, pid and process
 //! name, operation, its inodes and names, result, duration), as JuiceFS's `.accesslog`. Read
-//! live from the virtual file `.accesslog` at the mount's root (each open of it follows the
-//! log from then on), and written to a file with `mount --access-log FILE`. Costs nothing
+//! live through [`Reader`]s (the mount's virtual file `.accesslog`: each open of it follows
+//! the log from then on), and written to a file with `--access-log FILE`. Costs nothing
 //! while nobody reads it and no file is set: requests then build no line.
 //!
 //! A line: `2026.11.26 20:31:02.123456 [uid:0,gid:0,pid:4403,comm:cp] write (17,0,4096): OK <0.000012>`.
 //!
-//! Not for: counting requests (`requests`), or summarising the log (`cli::profile`).
+//! Not for: counting requests (`requests`), the virtual file itself (`fuse::adapter`), or
+//! summarising the log (`cli::profile`).
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -17,12 +18,6 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex};
-
-/// The name of the virtual file at the root.
-pub const NAME: &[u8] = b".accesslog";
-
-/// Its inode number: beyond any the volume hands out.
-pub const INO: u64 = u64::MAX - 1;
 
 /// Lines a reader that does not keep up may fall behind by before older ones are dropped.
 const BACKLOG: usize = 100_000;
@@ -115,6 +110,11 @@ impl AccessLog {
         let before = rs.len();
         rs.retain(|w| w.strong_count() > 0);
         self.sinks.fetch_sub(before - rs.len(), Ordering::Relaxed);
+    }
+
+    /// Logs an event of the antivirus scanner (`vfs::scan`): `STAMP [scan] LINE`.
+    pub fn scan_event(&self, line: &str) {
+        self.record(format!("{} [scan] {line}", stamp()));
     }
 
     /// Logs one line (without its newline).

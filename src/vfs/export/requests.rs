@@ -2,7 +2,9 @@
 //! answering them (a latency histogram per kind), and the bytes read and written through the
 //! mount: logged at unmount, so that what a workload costs in round trips can be read off
 //! (requests per extracted file, per `stat`) and where the daemon's time goes, and served as
-//! the mount's metrics ([`Requests::figures`]).
+//! the mount's metrics ([`Requests::figures`]). Also the round trips to the metadata database
+//! each kind of request made (the engine's tally of the answering thread, read before and
+//! after: `metrics::round_trips_here`).
 //!
 //! Not for: anything a request does (that is the adapter and `vfs`).
 
@@ -46,6 +48,8 @@ kinds! {
 pub struct Requests {
     /// By kind (`Req as usize`): each request's time; its count is the requests answered.
     latency: Vec<Histogram>,
+    /// By kind: round trips to the metadata database made while answering.
+    round_trips: Vec<AtomicU64>,
     read_bytes: AtomicU64,
     written_bytes: AtomicU64,
 }
@@ -56,12 +60,18 @@ pub struct Answering<'a> {
     requests: &'a Requests,
     kind: Req,
     start: Instant,
+    /// The thread's round trips when the request came.
+    round_trips: u64,
 }
 
 impl Drop for Answering<'_> {
     fn drop(&mut self) {
         let secs = self.start.elapsed().as_secs_f64();
         self.requests.latency[self.kind as usize].observe(secs);
+        let made = metrics::round_trips_here().wrapping_sub(self.round_trips);
+        if made > 0 {
+            self.requests.round_trips[self.kind as usize].fetch_add(made, Relaxed);
+        }
     }
 }
 
@@ -78,6 +88,7 @@ impl Default for Requests {
                     )
                 })
                 .collect(),
+            round_trips: Req::ALL.iter().map(|_| AtomicU64::new(0)).collect(),
             read_bytes: AtomicU64::new(0),
             written_bytes: AtomicU64::new(0),
         }
@@ -91,6 +102,7 @@ impl Requests {
             requests: self,
             kind: r,
             start: Instant::now(),
+            round_trips: metrics::round_trips_here(),
         }
     }
 
@@ -109,6 +121,11 @@ impl Requests {
         self.latency[r as usize].get_sample_count()
     }
 
+    /// Round trips to the metadata database made answering requests of kind `r` so far.
+    pub fn round_trips(&self, r: Req) -> u64 {
+        self.round_trips[r as usize].load(Relaxed)
+    }
+
     pub fn total(&self) -> u64 {
         Req::ALL.iter().map(|&r| self.get(r)).sum()
     }
@@ -120,6 +137,15 @@ impl Requests {
     /// The figures as the mount's metrics.
     pub fn figures(&self, out: &mut Families) {
         out.histograms(&self.latency);
+        for &r in Req::ALL {
+            out.counter(
+                "unkai_fuse_op_round_trips_total",
+                "Round trips to the metadata database made answering FUSE requests, by kind \
+                 (none on an embedded engine).",
+                &[("op", r.name())],
+                self.round_trips(r),
+            );
+        }
         out.counter(
             "unkai_fuse_read_bytes_total",
             "Bytes applications read through the mount (FUSE reads).",
@@ -155,6 +181,36 @@ impl Requests {
             .map(|(r, n, _)| format!("{} {n}", r.name()))
             .collect();
         format!("FUSE requests: {} ({})", self.total(), each.join(", "))
+    }
+
+    /// One line: the round trips to the metadata database, by kind of request, most first,
+    /// with the mean per request: `metadata round trips: 30 (create 20, 2.0 each; unlink 10,
+    /// 1.0 each)`; None if there were none (an embedded engine).
+    pub fn round_trip_summary(&self) -> Option<String> {
+        let mut seen: Vec<(Req, u64, u64)> = Req::ALL
+            .iter()
+            .map(|&r| (r, self.round_trips(r), self.get(r)))
+            .filter(|&(_, n, _)| n > 0)
+            .collect();
+        if seen.is_empty() {
+            return None;
+        }
+        seen.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.name().cmp(b.0.name())));
+        let total: u64 = seen.iter().map(|s| s.1).sum();
+        let each: Vec<String> = seen
+            .iter()
+            .map(|&(r, n, reqs)| {
+                format!(
+                    "{} {n}, {:.1} each",
+                    r.name(),
+                    n as f64 / reqs.max(1) as f64
+                )
+            })
+            .collect();
+        Some(format!(
+            "metadata round trips: {total} ({})",
+            each.join("; ")
+        ))
     }
 
     /// One line: the daemon's time answering requests, by kind, most first:
@@ -215,6 +271,24 @@ mod tests {
             ("0 µs".into(), "2 ms".into())
         );
         assert_eq!(duration(12_345_000_000), "12.3 s");
+        assert_eq!(r.round_trip_summary(), None, "no round trips, no line");
+        {
+            let _answering = r.start(Req::Create);
+            metrics::round_trips(3);
+        }
+        {
+            let _answering = r.start(Req::Unlink);
+            metrics::round_trips(1);
+        }
+        metrics::round_trips(5); // outside any request: not counted
+        assert_eq!(
+            (r.round_trips(Req::Create), r.round_trips(Req::Unlink)),
+            (3, 1)
+        );
+        assert_eq!(
+            r.round_trip_summary().unwrap(),
+            "metadata round trips: 4 (create 3, 3.0 each; unlink 1, 1.0 each)"
+        );
         let names: std::collections::HashSet<_> = Req::ALL.iter().map(|r| r.name()).collect();
         assert_eq!(names.len(), Req::ALL.len(), "names are distinct");
     }
