@@ -141,7 +141,9 @@ pub struct StoreArgs {
     /// answers late; 0 for a plain local directory, which is local disk already].
     #[arg(long, env = "UNKAI_CACHE_SIZE")]
     cache_size: Option<String>,
-    /// The share of the cache directories' disks the block cache leaves free (0 to 1).
+    /// The share of the cache directories' disks the block cache leaves free (0 to 1); on a
+    /// file:// bucket, also the share of its disk below which the oldest trash is deleted
+    /// early, to make room.
     #[arg(long, default_value_t = 0.1, env = "UNKAI_FREE_SPACE_RATIO")]
     free_space_ratio: f64,
     /// Memory for cached blocks (the first level, before the disk cache), e.g. 256M.

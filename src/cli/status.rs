@@ -43,6 +43,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 "slice_bytes": usage.slice_bytes,
                 "objects": objects,
                 "pending_delete_slices": usage.pending_delete,
+                "trash_purged_early": {
+                    "entries": usage.trash_purged_early,
+                    "bytes": usage.trash_purged_early_bytes,
+                },
             },
             "sessions": sessions,
         });
@@ -83,6 +87,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         usage.slices,
         usage.pending_delete
     );
+    if usage.trash_purged_early > 0 {
+        println!(
+            "trash purged early for disk space: {} entries, {} (the disk under the bucket fell \
+             below its free-space floor)",
+            usage.trash_purged_early,
+            super::human_bytes(usage.trash_purged_early_bytes)
+        );
+    }
     if sessions.is_empty() {
         println!("mounts: none");
     } else {

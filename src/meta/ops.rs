@@ -2215,6 +2215,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.read_committed(|tx| tx.dead_slices(Some(cutoff), limit))
     }
 
+    fn dead_slices_early(&self, limit: usize) -> Result<Vec<DeadSlice>> {
+        self.read_committed(|tx| tx.dead_slices_by_age(limit))
+    }
+
+    fn purge_trash_early(&self, bytes: u64) -> Result<Option<Purged>> {
+        self.purge_early(bytes)
+    }
+
     fn forget_dead_slices(&self, ids: &[u64]) -> Result<()> {
         self.engine.single(|tx| tx.forget_dead(ids))
     }

@@ -99,6 +99,7 @@ engine_tests!(
     stored_bytes_count_data_not_holes,
     an_old_schema_counts_what_files_store,
     trash_days_delay_dead_slices,
+    trash_purged_early_oldest_first_by_one_client,
     usage_counters,
     concurrent_clients_on_one_volume,
     concurrent_mknod_unlink,
@@ -3126,6 +3127,87 @@ fn trash_days_delay_dead_slices(e: Engine) {
             "still in the trash period"
         );
         assert_eq!(m.usage().unwrap().pending_delete, 1);
+    }
+}
+
+/// `purge_trash_early`: the oldest deletions go first, as many as the bytes asked for; one
+/// client at a time (another's claim holds until given back or lapsed); counted in the usage;
+/// the slices of what went can be reclaimed at once.
+fn trash_purged_early_oldest_first_by_one_client(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        let mut fmt = test_format("trash");
+        fmt.trash_days = 1;
+        (place.create)(&fmt, false).unwrap();
+        let clients: Vec<Arc<dyn Meta>> = (0..2)
+            .map(|i| {
+                let m = (place.open)().unwrap();
+                m.new_session(session_info(&format!("/mnt/{i}"))).unwrap();
+                m
+            })
+            .collect();
+        let (one, two) = (&*clients[0], &*clients[1]);
+        let mut inos = Vec::new();
+        for i in 0..5 {
+            let name = format!("f{i}");
+            let f = mkfile(one, ROOT_INO, &name);
+            write(one, f.ino, 0, 4096);
+            one.unlink(&CTX, ROOT_INO, name.as_bytes()).unwrap();
+            inos.push(f.ino);
+        }
+        let trash = one.lookup(&CTX, ROOT_INO, b".trash").unwrap().ino;
+        let left = || -> Vec<Ino> {
+            let mut out = Vec::new();
+            for h in one.readdir(trash, 2, 100, false).unwrap() {
+                for e in one.readdir(h.ino, 2, 100, false).unwrap() {
+                    out.push(e.ino);
+                }
+            }
+            out.sort();
+            out
+        };
+        let claim = |who: String, until: Nanos| {
+            one.write_rows(&mut |tx| tx.put_setting("trashPurger", &format!("{who}:{until}")))
+                .unwrap()
+        };
+        let minute = 60_000_000_000;
+        // While the first client holds the claim, the second deletes nothing.
+        claim(one.session_id().to_string(), now_nanos() + minute);
+        assert_eq!(two.purge_trash_early(8192).unwrap(), None);
+        assert_eq!(left(), inos);
+        // Its holder purges: the two oldest, and gives the claim back.
+        assert_eq!(
+            one.purge_trash_early(8192).unwrap(),
+            Some(Purged {
+                entries: 2,
+                bytes: 8192
+            })
+        );
+        assert_eq!(left(), inos[2..]);
+        assert_eq!(
+            two.purge_trash_early(1).unwrap(),
+            Some(Purged {
+                entries: 1,
+                bytes: 4096
+            })
+        );
+        assert_eq!(left(), inos[3..]);
+        // A claim not given back (its client died) lapses.
+        claim("999".into(), now_nanos() - 1);
+        assert_eq!(
+            two.purge_trash_early(1).unwrap().map(|p| p.entries),
+            Some(1)
+        );
+        assert_eq!(left(), inos[4..]);
+        let u = one.usage().unwrap();
+        assert_eq!(
+            (u.trash_purged_early, u.trash_purged_early_bytes),
+            (4, 16384)
+        );
+        // Their slices are dead, within the trash period: reclaimed early only.
+        assert!(one.dead_slices(10).unwrap().is_empty());
+        assert_eq!(one.dead_slices_early(10).unwrap().len(), 4);
     }
 }
 
