@@ -36,7 +36,7 @@ PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); p
 start() {
   "$BIN" mount -d "$META" "$MNT" --log-level warn ${UNKAI_BENCH_ARGS:-} >>"$T/mount.log" 2>&1; MOUNTED=1
   : >"$T/nfs.log"
-  UNKAI_CACHE_DIR="$T/cache-nfs" "$BIN" nfs "$META" --listen "127.0.0.1:$PORT" --anonuid 0 --anongid 0 ${UNKAI_BENCH_ARGS:-} >>"$T/nfs.log" 2>&1 &
+  UNKAI_CACHE_DIR="$T/cache-nfs" "$BIN" nfs "$META" --listen "127.0.0.1:$PORT" --no-root-squash ${UNKAI_BENCH_ARGS:-} >>"$T/nfs.log" 2>&1 &
   SRV=$!
   for _ in $(seq 600); do grep -q "nfs serving volume" "$T/nfs.log" && break; sleep 0.1; done
   grep -q "nfs serving volume" "$T/nfs.log" || { cat "$T/nfs.log"; exit 1; }

@@ -89,8 +89,10 @@ pub struct FormatSpec {
 /// The key a user gives `format` to wrap a new volume's data key (`data::keys`).
 #[derive(Clone, Debug)]
 pub enum EncryptWith {
-    /// An RSA private key's PEM file, its passphrase from the environment.
-    RsaKey(PathBuf),
+    /// An RSA private key's PEM file, its passphrase from the environment. A key without a
+    /// passphrase is refused unless `unrecorded`, which records it nowhere (every command is
+    /// then given the file).
+    RsaKey { pem: PathBuf, unrecorded: bool },
     /// A key file: 32 random bytes or 64 hex digits.
     KeyFile(PathBuf),
 }
@@ -104,10 +106,25 @@ fn passphrase() -> Option<(zeroize::Zeroizing<String>, &'static str)> {
 }
 
 /// The data key of volume `fmt` (None: not encrypted), unwrapped with what the user gives:
-/// the key file `key_file` (flags take UNKAI_ENCRYPT_KEY_FILE too), or the RSA key's
-/// passphrase from UNKAI_RSA_PASSPHRASE (or JFS_RSA_PASSPHRASE). A wrong or missing one is an
-/// error of one line saying what to give.
+/// the key file `key_file` (flags take UNKAI_ENCRYPT_KEY_FILE too; the PEM file of an RSA
+/// key recorded nowhere), or the RSA key's passphrase from UNKAI_RSA_PASSPHRASE (or
+/// JFS_RSA_PASSPHRASE). A wrong or missing one is an error of one line saying what to give.
+/// A volume whose RSA key is recorded in the clear (formatted by an older unkai) opens, with
+/// a warning of one line saying how to protect it.
 pub fn data_key(fmt: &Format, key_file: Option<&Path>) -> anyhow::Result<Option<Arc<DataKey>>> {
+    if fmt
+        .encryption
+        .as_ref()
+        .is_some_and(|e| e.rsa_key_in_clear())
+    {
+        eprintln!(
+            "unkai: warning: volume '{}' holds its RSA private key in the clear in its metadata \
+             (formatted by an older unkai), so whoever reads the metadata, a dump or a backup \
+             can decrypt its data: encrypt it with `UNKAI_RSA_PASSPHRASE=... unkai config \
+             --protect-rsa-key META-URL`",
+            fmt.name
+        );
+    }
     let unlock = Unlock {
         passphrase: passphrase(),
         key_file: key_file.map(Path::to_path_buf),
@@ -191,25 +208,15 @@ pub fn format(meta_url: &str, spec: &FormatSpec) -> anyhow::Result<Format> {
             let key = DataKey::generate();
             Some(match with {
                 EncryptWith::KeyFile(path) => keys::wrap_with_key_file(&key, path, &uuid)?,
-                EncryptWith::RsaKey(path) => {
+                EncryptWith::RsaKey { pem, unrecorded } => {
                     let pass = passphrase();
-                    let (enc, unprotected) = keys::wrap_with_rsa(
+                    keys::wrap_with_rsa(
                         &key,
-                        path,
+                        pem,
                         pass.as_ref().map(|(p, _)| p.as_str()),
                         &uuid,
-                    )?;
-                    if unprotected {
-                        eprintln!(
-                            "unkai: warning: the RSA key {} has no passphrase: it is recorded \
-                             in the volume's metadata as it is, so whoever reads the metadata \
-                             can decrypt the data; protect it with `openssl pkcs8 -topk8 -v2 \
-                             aes256 -in {} -out NEW.pem` and format with NEW.pem",
-                            path.display(),
-                            path.display()
-                        );
-                    }
-                    enc
+                        *unrecorded,
+                    )?
                 }
             })
         }

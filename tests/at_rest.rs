@@ -495,3 +495,346 @@ fn postgres_key_file_encrypted_volume() {
     check_all(&m, &files);
     m.unmount();
 }
+
+/// The private key's material, in every form that could be written of it: each line of its
+/// PEM body, a stretch of its DER (PKCS#1 and PKCS#8), and of its private exponent and primes
+/// (big-endian bytes, and hex).
+fn key_material(clear_pem: &str) -> Vec<(String, Vec<u8>)> {
+    use rsa::pkcs1::EncodeRsaPrivateKey;
+    use rsa::pkcs8::{DecodePrivateKey, EncodePrivateKey};
+    use rsa::traits::PrivateKeyParts;
+    let k = rsa::RsaPrivateKey::from_pkcs8_pem(clear_pem).expect("a PKCS#8 PEM");
+    let mut out: Vec<(String, Vec<u8>)> = clear_pem
+        .lines()
+        .filter(|l| !l.starts_with("-----") && l.len() >= 40)
+        .enumerate()
+        .map(|(i, l)| (format!("line {i} of the PEM"), l.as_bytes().to_vec()))
+        .collect();
+    assert!(out.len() >= 20, "{clear_pem}");
+    let (pkcs1, pkcs8) = (k.to_pkcs1_der().unwrap(), k.to_pkcs8_der().unwrap());
+    for (name, der) in [
+        ("PKCS#1 DER", pkcs1.as_bytes()),
+        ("PKCS#8 DER", pkcs8.as_bytes()),
+    ] {
+        let mid = der.len() / 2;
+        out.push((name.into(), der[mid..mid + 48].to_vec()));
+    }
+    let primes = k.primes();
+    for (name, n) in [("d", k.d()), ("p", &primes[0]), ("q", &primes[1])] {
+        let b = n.to_bytes_be();
+        out.push((name.into(), b[8..56].to_vec()));
+        out.push((
+            format!("{name} in hex"),
+            hex::encode(&b[8..56]).into_bytes(),
+        ));
+    }
+    out
+}
+
+/// Asserts that no piece of `material` is in the file at `p` (`what` names it).
+fn holds_no_key(p: &Path, what: &str, material: &[(String, Vec<u8>)]) {
+    let b = fs::read(p).unwrap_or_default();
+    for (name, needle) in material {
+        assert!(
+            !b.windows(needle.len()).any(|w| w == &needle[..]),
+            "the private key ({name}) is in {what} {}",
+            p.display()
+        );
+    }
+}
+
+/// Formats a volume with a `file://` bucket, `extra` flags and `env`; returns it and what
+/// `format` printed.
+fn file_volume(extra: &[&str], env: &[(&str, &str)]) -> (Volume, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("unkai-test-")
+        .tempdir()
+        .unwrap();
+    let meta_url = format!("sqlite://{}/meta.db", dir.path().display());
+    let env = with_cache_dir(
+        env.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        dir.path(),
+    );
+    let mut args = vec!["format"];
+    args.extend_from_slice(extra);
+    args.extend([meta_url.as_str(), "testvol"]);
+    let (ok, out, err) = run_env(&args, &env);
+    assert!(ok, "format failed: {out}{err}");
+    let vol = Volume {
+        dir,
+        meta_url,
+        name: "testvol".into(),
+        env,
+        db: None,
+    };
+    (vol, out)
+}
+
+/// Writes files through a mount that backs its metadata up into the bucket every 2 s, waits
+/// for a backup, dumps the volume, reads the files back with the caches cleared; then
+/// searches every byte the volume has on disk (meta.db and its WAL, the staging area and
+/// cache, the bucket and the backups in it, decompressed too) and the dump for `material`.
+fn no_private_key_anywhere(vol: &Volume, material: &[(String, Vec<u8>)]) {
+    let files = workload("k");
+    let backups = |vol: &Volume| -> Vec<PathBuf> {
+        files_under(&vol.bucket().join(&vol.name))
+            .into_iter()
+            .filter(|p| p.to_string_lossy().contains("/meta/dump-"))
+            .collect()
+    };
+    let m = vol.mount_with(&["--backup-meta", "2s"]);
+    write_all(&m, &files[..6]);
+    assert!(
+        eventually(Duration::from_secs(120), || !backups(vol).is_empty()),
+        "no backup in the bucket; log:\n{}",
+        m.log_text()
+    );
+    // meta.db and its WAL as a mount leaves them (searched again after the unmount).
+    for p in all_files(vol.dir.path()) {
+        holds_no_key(&p, "the mounted volume's file", material);
+    }
+    m.unmount();
+    let dump = vol.dir.path().join("vol.json");
+    let (ok, out, err) = run_env(
+        &["dump", "-q", &vol.meta_url, dump.to_str().unwrap()],
+        &vol.env,
+    );
+    assert!(ok, "dump: {out}{err}");
+    assert!(
+        fs::read_to_string(&dump)
+            .unwrap()
+            .contains("\"encryption\""),
+        "the dump holds no encryption settings"
+    );
+    holds_no_key(&dump, "the dump", material);
+    let made = backups(vol);
+    assert!(!made.is_empty());
+    for b in &made {
+        let plain = zstd::decode_all(File::open(b).unwrap()).unwrap();
+        let p = vol.dir.path().join("backup.json");
+        fs::write(&p, &plain).unwrap();
+        assert!(
+            String::from_utf8_lossy(&plain).contains("\"encryption\""),
+            "the backup {} holds no encryption settings",
+            b.display()
+        );
+        holds_no_key(&p, "the backup", material);
+    }
+    let local: Vec<PathBuf> = all_files(vol.dir.path());
+    assert!(local.iter().any(|p| p.ends_with("meta.db")), "{local:?}");
+    for p in local {
+        holds_no_key(&p, "the volume's file", material);
+    }
+    clear_cache(vol);
+    let m = vol.mount();
+    check_all(&m, &files[..6]);
+    m.unmount();
+}
+
+/// An RSA private key is never recorded in the clear (issue 34): a key protected by a
+/// passphrase is recorded only encrypted; one without a passphrase is refused in one line
+/// naming the fix, or with --allow-unencrypted-rsa-key recorded nowhere (every mount gives
+/// its PEM file). Neither the metadata database (WAL included), a dump nor a backup in the
+/// bucket holds the key's material, and `format` says truly what a mount needs. A volume of
+/// older binaries with its key in the clear still opens, warns in one line, and
+/// `config --protect-rsa-key` encrypts its key.
+#[test]
+fn rsa_private_key_is_never_recorded_in_the_clear() {
+    let keys = tempfile::tempdir().unwrap();
+    let pass = "correct horse battery";
+    let Some(locked) = openssl_key(keys.path(), pass) else {
+        eprintln!("skipped: openssl is not installed");
+        return;
+    };
+    // The same key without a passphrase, as `openssl genrsa` without -aes256 makes it.
+    let open = keys.path().join("open.pem");
+    let out = Command::new("openssl")
+        .args(["pkey", "-passin"])
+        .arg(format!("pass:{pass}"))
+        .arg("-in")
+        .arg(&locked)
+        .arg("-out")
+        .arg(&open)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let clear = fs::read_to_string(&open).unwrap();
+    assert!(clear.contains("BEGIN PRIVATE KEY"), "{clear}");
+    let material = key_material(&clear);
+    let (locked_s, open_s) = (locked.to_str().unwrap(), open.to_str().unwrap());
+
+    // Without a passphrase and without the flag: refused in one line naming the fix, before
+    // anything is written.
+    let dir = tempfile::tempdir().unwrap();
+    let meta_url = format!("sqlite://{}/meta.db", dir.path().display());
+    for env in [
+        vec![],
+        vec![("UNKAI_RSA_PASSPHRASE".to_string(), pass.to_string())],
+    ] {
+        let env = with_cache_dir(env, dir.path());
+        let (ok, out, err) = run_env(
+            &["format", "--encrypt-rsa-key", open_s, &meta_url, "testvol"],
+            &env,
+        );
+        assert!(!ok, "a key without a passphrase was taken: {out}{err}");
+        let lines: Vec<&str> = err.trim_end().lines().collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains("no passphrase")
+                && lines[0].contains("openssl pkcs8 -topk8")
+                && lines[0].contains("--allow-unencrypted-rsa-key"),
+            "{err}"
+        );
+    }
+    for p in all_files(dir.path()) {
+        holds_no_key(&p, "the refused volume's file", &material);
+    }
+
+    // A key protected by its passphrase: recorded encrypted; mounts need the passphrase.
+    let (vol, out) = file_volume(
+        &["--encrypt-rsa-key", locked_s],
+        &[("UNKAI_RSA_PASSPHRASE", pass)],
+    );
+    assert!(
+        out.contains("recorded encrypted by its passphrase, the passphrase needed"),
+        "{out}"
+    );
+    no_private_key_anywhere(&vol, &material);
+    let line = mount_fails(&vol, &without(&vol.env, &["UNKAI_RSA_PASSPHRASE"]), &[]);
+    assert!(line.contains("UNKAI_RSA_PASSPHRASE"), "{line}");
+
+    // Without a passphrase, the risk named: recorded nowhere; every mount gives the PEM.
+    let (mut vol, out) = file_volume(
+        &["--encrypt-rsa-key", open_s, "--allow-unencrypted-rsa-key"],
+        &[],
+    );
+    assert!(
+        out.contains("recorded nowhere, its PEM file needed (--encrypt-key-file)"),
+        "{out}"
+    );
+    let line = mount_fails(&vol, &vol.env, &[]);
+    assert!(line.contains("--encrypt-key-file"), "{line}");
+    let other = keys.path().join("other.pem");
+    let made = Command::new("openssl")
+        .args(["genpkey", "-algorithm", "RSA", "-out"])
+        .arg(&other)
+        .output()
+        .unwrap();
+    assert!(made.status.success());
+    let line = mount_fails(
+        &vol,
+        &vol.env,
+        &["--encrypt-key-file", other.to_str().unwrap()],
+    );
+    assert!(line.contains("does not unlock"), "{line}");
+    vol.env
+        .push(("UNKAI_ENCRYPT_KEY_FILE".into(), open_s.to_string()));
+    no_private_key_anywhere(&vol, &material);
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(ok && out.contains("recorded nowhere"), "{out}{err}");
+}
+
+/// A volume formatted before unprotected keys were refused (its settings hold the PEM in the
+/// clear, made here by writing them so): it still opens without a passphrase, with a warning
+/// of one line naming the fix; `config --protect-rsa-key` encrypts the key in place, after
+/// which the passphrase is needed and the data reads back.
+#[test]
+fn rsa_key_recorded_in_the_clear_by_older_binaries_is_protected_in_place() {
+    let keys = tempfile::tempdir().unwrap();
+    let pass = "correct horse battery";
+    let Some(locked) = openssl_key(keys.path(), pass) else {
+        eprintln!("skipped: openssl is not installed");
+        return;
+    };
+    let out = Command::new("openssl")
+        .args(["pkey", "-passin"])
+        .arg(format!("pass:{pass}"))
+        .arg("-in")
+        .arg(&locked)
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let clear = String::from_utf8(out.stdout).unwrap();
+    let (vol, _) = file_volume(
+        &["--encrypt-rsa-key", locked.to_str().unwrap()],
+        &[("UNKAI_RSA_PASSPHRASE", pass)],
+    );
+    let files = workload("old");
+    let m = vol.mount();
+    write_all(&m, &files[..4]);
+    m.unmount();
+    // What an older unkai recorded for a key without a passphrase: the PEM as it was.
+    let db = rusqlite::Connection::open(vol.dir.path().join("meta.db")).unwrap();
+    let json: String = db
+        .query_row("SELECT value FROM setting WHERE name='format'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    let mut fmt: serde_json::Value = serde_json::from_str(&json).unwrap();
+    fmt["encryption"]["rsa_key"] = serde_json::Value::String(clear.clone());
+    db.execute(
+        "UPDATE setting SET value=?1 WHERE name='format'",
+        [fmt.to_string()],
+    )
+    .unwrap();
+    drop(db);
+
+    let bare = without(&vol.env, &["UNKAI_RSA_PASSPHRASE"]);
+    let mut args = vec!["fsck", "--verify", "-q"];
+    args.push(&vol.meta_url);
+    let (ok, out, err) = run_env(&args, &bare);
+    assert!(ok && out.contains("volume is consistent"), "{out}{err}");
+    let warnings: Vec<&str> = err.lines().filter(|l| l.contains("warning")).collect();
+    assert_eq!(warnings.len(), 1, "{err}");
+    assert!(
+        warnings[0].contains("in the clear") && warnings[0].contains("config --protect-rsa-key"),
+        "{err}"
+    );
+    let (ok, out, err) = run_env(&["status", &vol.meta_url], &bare);
+    assert!(ok && out.contains("UNPROTECTED"), "{out}{err}");
+
+    let mut new_pass = bare.clone();
+    new_pass.push(("UNKAI_RSA_PASSPHRASE".into(), "a new passphrase".into()));
+    let (ok, out, err) = run_env(&["config", "--protect-rsa-key", &vol.meta_url], &new_pass);
+    assert!(ok, "{out}{err}");
+    assert!(err.contains("delete them"), "{err}");
+    let db = rusqlite::Connection::open(vol.dir.path().join("meta.db")).unwrap();
+    let json: String = db
+        .query_row("SELECT value FROM setting WHERE name='format'", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    drop(db);
+    let material = key_material(&clear);
+    for (name, needle) in &material {
+        let needle = String::from_utf8_lossy(needle).into_owned();
+        assert!(
+            !json.contains(&needle),
+            "the key ({name}) in the settings: {json}"
+        );
+    }
+    // Nor is it left in the database's file or its WAL.
+    for p in all_files(vol.dir.path()) {
+        if p.to_string_lossy().contains("meta.db") {
+            holds_no_key(&p, "the protected volume's file", &material);
+        }
+    }
+    let (ok, out, err) = run_env(&["status", &vol.meta_url], &bare);
+    assert!(ok && !out.contains("UNPROTECTED"), "{out}{err}");
+    let line = mount_fails(&vol, &bare, &[]);
+    assert!(line.contains("UNKAI_RSA_PASSPHRASE"), "{line}");
+    let mut vol = vol;
+    vol.env = new_pass;
+    clear_cache(&vol);
+    let m = vol.mount();
+    check_all(&m, &files[..4]);
+    m.unmount();
+    let (ok, out, err) = run_env(&["config", "--protect-rsa-key", &vol.meta_url], &vol.env);
+    assert!(!ok && err.contains("nothing to protect"), "{out}{err}");
+}

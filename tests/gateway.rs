@@ -653,3 +653,181 @@ fn objects_put_are_scanned_and_infected_ones_quarantined() {
     assert_eq!(e.raw_os_error(), Some(libc::EACCES));
     m.unmount();
 }
+
+/// Content-Type, the other headers S3 stores (Cache-Control, Content-Disposition,
+/// Content-Encoding, Content-Language) and `x-amz-meta-*` metadata are kept with an object
+/// (the `user.s3.meta` xattr of its file) and returned by HeadObject and GetObject, to boto3
+/// and to object_store's attributes: set by PutObject, by CreateMultipartUpload until the
+/// upload completes, and by CopyObject (COPY keeps the source's, REPLACE takes the
+/// request's, a copy onto itself needs REPLACE). Metadata over S3's 2 KB is refused with
+/// MetadataTooLarge and stores nothing. A file written through a mount heads with S3's
+/// default type; one given the xattr by hand is served with it.
+#[test]
+fn content_type_and_user_metadata_are_kept_and_returned() {
+    let Some(py) = boto3() else { return };
+    let vol = Volume::new();
+    let m = vol.mount();
+    std::fs::create_dir_all(m.p("web")).unwrap();
+    std::fs::write(m.p("web/fuse.txt"), b"written through FUSE").unwrap();
+    std::fs::write(m.p("web/style.css"), b"h1 { color: red }").unwrap();
+    common::xattr::setxattr(
+        &m.p("web/style.css"),
+        "user.s3.meta",
+        br#"{"content-type":"text/css","meta":{"origin":"mount"}}"#,
+        0,
+    )
+    .unwrap();
+    m.unmount();
+    let gw = Gateway::start(&vol, &[]);
+    let out = python(
+        py,
+        &gw,
+        SK,
+        "def show(r):\n\
+         \x20   return json.dumps([r['ContentType'], r['Metadata'], r.get('CacheControl'), r.get('ContentDisposition'), r.get('ContentEncoding'), r.get('ContentLanguage')], sort_keys=True)\n\
+         page = {'Bucket': 'web', 'Key': 'page.html'}\n\
+         s3.put_object(Body=b'<h1>hi</h1>', ContentType='text/html; charset=utf-8', Metadata={'author': 'Ana', 'Build-Id': '42'}, CacheControl='max-age=60', ContentDisposition='inline', ContentEncoding='identity', ContentLanguage='de', **page)\n\
+         print(show(s3.head_object(**page)))\n\
+         g = s3.get_object(**page)\n\
+         print(show(g), g['Body'].read().decode())\n\
+         g = s3.get_object(ResponseContentType='text/plain', ResponseContentDisposition='attachment; filename=\"p.html\"', **page)\n\
+         print(show(g))\n\
+         s3.put_object(Bucket='web', Key='raw', Body=b'x')\n\
+         print(show(s3.head_object(Bucket='web', Key='raw')))\n\
+         print(show(s3.head_object(Bucket='web', Key='fuse.txt')))\n\
+         print(show(s3.get_object(Bucket='web', Key='style.css')))\n\
+         s3.copy_object(Bucket='web', Key='copy.html', CopySource=page, Metadata={'ignored': 'yes'}, ContentType='text/plain')\n\
+         print(show(s3.head_object(Bucket='web', Key='copy.html')))\n\
+         s3.copy_object(Bucket='web', Key='replaced.html', CopySource=page, MetadataDirective='REPLACE', ContentType='text/plain', Metadata={'new': 'one'})\n\
+         print(show(s3.head_object(Bucket='web', Key='replaced.html')))\n\
+         s3.copy_object(Bucket='web', Key='bare', CopySource=page, MetadataDirective='REPLACE')\n\
+         print(show(s3.head_object(Bucket='web', Key='bare')))\n\
+         print(code(lambda: s3.copy_object(CopySource=page, **page)))\n\
+         s3.copy_object(CopySource=page, MetadataDirective='REPLACE', ContentType='text/markdown', Metadata={'v': '2'}, **page)\n\
+         g = s3.get_object(**page)\n\
+         print(show(g), g['Body'].read().decode())\n\
+         print(code(lambda: s3.put_object(Bucket='web', Key='full', Body=b'x', Metadata={'k': 'v' * 2047})))\n\
+         print(len(s3.head_object(Bucket='web', Key='full')['Metadata']['k']))\n\
+         print(code(lambda: s3.put_object(Bucket='web', Key='over', Body=b'x', Metadata={'k': 'v' * 1000, 'l': 'w' * 1047})))\n\
+         print(code(lambda: s3.head_object(Bucket='web', Key='over')))\n\
+         print(code(lambda: s3.create_multipart_upload(Bucket='web', Key='over', Metadata={'k': 'v' * 3000})))\n\
+         print(code(lambda: s3.copy_object(Bucket='web', Key='over', CopySource=page, MetadataDirective='REPLACE', Metadata={'k': 'v' * 3000})))\n\
+         print(code(lambda: s3.head_object(Bucket='web', Key='over')))\n\
+         mp = {'Bucket': 'web', 'Key': 'archive.tar'}\n\
+         u = s3.create_multipart_upload(ContentType='application/x-tar', Metadata={'parts': '2'}, **mp)['UploadId']\n\
+         e1 = s3.upload_part(UploadId=u, PartNumber=1, Body=b'a' * (5 << 20), **mp)['ETag']\n\
+         e2 = s3.upload_part(UploadId=u, PartNumber=2, Body=b'b' * 10, **mp)['ETag']\n\
+         s3.complete_multipart_upload(UploadId=u, MultipartUpload={'Parts': [{'PartNumber': 1, 'ETag': e1}, {'PartNumber': 2, 'ETag': e2}]}, **mp)\n\
+         h = s3.head_object(**mp)\n\
+         print(show(h), h['ContentLength'])\n",
+    );
+    let lines: Vec<&str> = out.lines().collect();
+    let page = r#"["text/html; charset=utf-8", {"author": "Ana", "build-id": "42"}, "max-age=60", "inline", "identity", "de"]"#;
+    let want = [
+        page.to_string(),
+        format!("{page} <h1>hi</h1>"),
+        r#"["text/plain", {"author": "Ana", "build-id": "42"}, "max-age=60", "attachment; filename=\"p.html\"", "identity", "de"]"#.into(),
+        r#"["binary/octet-stream", {}, null, null, null, null]"#.into(),
+        r#"["binary/octet-stream", {}, null, null, null, null]"#.into(),
+        r#"["text/css", {"origin": "mount"}, null, null, null, null]"#.into(),
+        page.to_string(),
+        r#"["text/plain", {"new": "one"}, null, null, null, null]"#.into(),
+        r#"["binary/octet-stream", {}, null, null, null, null]"#.into(),
+        "InvalidRequest".into(),
+        r#"["text/markdown", {"v": "2"}, null, null, null, null] <h1>hi</h1>"#.into(),
+        "OK".into(),
+        "2047".into(),
+        "MetadataTooLarge".into(),
+        "404".into(),
+        "MetadataTooLarge".into(),
+        "MetadataTooLarge".into(),
+        "404".into(),
+        format!(
+            r#"["application/x-tar", {{"parts": "2"}}, null, null, null, null] {}"#,
+            (5 << 20) + 10
+        ),
+    ];
+    assert_eq!(lines, want, "{out}");
+
+    // object_store: attributes on a put and a multipart upload come back on a get, and a
+    // copy keeps them.
+    use object_store::{Attribute, Attributes, PutMultipartOptions, PutOptions};
+    let attrs = Attributes::from_iter([
+        (Attribute::ContentType, "image/png"),
+        (Attribute::CacheControl, "no-cache"),
+        (Attribute::ContentDisposition, "attachment"),
+        (Attribute::Metadata("camera".into()), "x100"),
+    ]);
+    let store = gw.store("web", SK);
+    rt().block_on(async {
+        let shown = |a: &Attributes| {
+            let mut v: Vec<(String, String)> = a
+                .iter()
+                .map(|(k, v)| (format!("{k:?}"), v.as_ref().to_string()))
+                .collect();
+            v.sort();
+            v
+        };
+        store
+            .put_opts(
+                &Key::from("img/a.png"),
+                PutPayload::from(vec![7u8; 100]),
+                PutOptions {
+                    attributes: attrs.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        let mut up = store
+            .put_multipart_opts(
+                &Key::from("img/b.png"),
+                PutMultipartOptions {
+                    attributes: attrs.clone(),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        up.put_part(PutPayload::from(vec![8u8; 1000]))
+            .await
+            .unwrap();
+        up.complete().await.unwrap();
+        store
+            .copy(&Key::from("img/a.png"), &Key::from("img/c.png"))
+            .await
+            .unwrap();
+        for k in ["img/a.png", "img/b.png", "img/c.png"] {
+            let got = store.get(&Key::from(k)).await.unwrap();
+            assert_eq!(shown(&got.attributes), shown(&attrs), "{k}");
+        }
+        // Without attributes: S3's default type, nothing else.
+        store
+            .put(&Key::from("img/plain"), PutPayload::from(vec![1u8; 3]))
+            .await
+            .unwrap();
+        let got = store.get(&Key::from("img/plain")).await.unwrap();
+        assert_eq!(
+            shown(&got.attributes),
+            [("ContentType".to_string(), "binary/octet-stream".to_string())]
+        );
+    });
+    gw.stop();
+
+    // Through the mount: the metadata is the file's xattr; the gateway's state is gone.
+    let m = vol.mount();
+    let x = common::xattr::getxattr(&m.p("web/archive.tar"), "user.s3.meta").unwrap();
+    let x = String::from_utf8(x).unwrap();
+    assert!(
+        x.contains("application/x-tar") && x.contains("\"parts\":\"2\""),
+        "{x}"
+    );
+    assert!(common::xattr::getxattr(&m.p("web/fuse.txt"), "user.s3.meta").is_err());
+    assert!(!m.p("web/over").exists());
+    assert!(
+        names(&m.p(".unkai-s3/uploads")).is_empty(),
+        "uploads left: {:?}",
+        names(&m.p(".unkai-s3/uploads"))
+    );
+    m.unmount();
+}

@@ -5,10 +5,12 @@
 //! Not for: measuring unkai's internals (that is `cargo bench`) or a bucket (`objbench`).
 //! It only uses the directories it is given.
 
+pub mod aio;
 pub mod fileserver;
 pub mod fio;
 pub mod metadata;
 pub mod plot;
+pub mod stress;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,6 +31,9 @@ pub enum Workload {
     S3,
     S4,
     M,
+    /// The stress programs of issue 34: a file written through mmap and verified, and
+    /// asynchronous O_DIRECT random writes verified (`bench::stress`).
+    Stress,
     All,
 }
 
@@ -39,6 +44,7 @@ impl Workload {
                 Workload::M,
                 Workload::S3,
                 Workload::S0,
+                Workload::Stress,
                 Workload::S4,
                 Workload::S1,
                 Workload::S2,
@@ -301,6 +307,7 @@ fn run_one(
         Workload::S1 => fio::s1(ctx, dir, notes),
         Workload::S4 => fio::s4(ctx, dir, notes),
         Workload::S2 => fio::s2(ctx, dir, notes),
+        Workload::Stress => stress::run(ctx, dir),
         Workload::All => unreachable!("expanded"),
     }
 }

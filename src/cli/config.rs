@@ -12,7 +12,7 @@ use crate::volume;
 /// Mounted clients take a change at their next heartbeat (a few seconds).
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai config sqlite:///var/lib/unkai/vol.db                       # show the settings\n  unkai config --capacity 200G --inodes 5000000 sqlite:///var/lib/unkai/vol.db\n  unkai config --trash-days 7 postgres://unkai@db.example:5432/unkai\n  unkai config --capacity 0 sqlite:///var/lib/unkai/vol.db          # no byte limit"
+    after_help = "Examples:\n  unkai config sqlite:///var/lib/unkai/vol.db                       # show the settings\n  unkai config --capacity 200G --inodes 5000000 sqlite:///var/lib/unkai/vol.db\n  unkai config --trash-days 7 postgres://unkai@db.example:5432/unkai\n  unkai config --capacity 0 sqlite:///var/lib/unkai/vol.db          # no byte limit\n  UNKAI_RSA_PASSPHRASE=... unkai config --protect-rsa-key sqlite:///var/lib/unkai/vol.db"
 )]
 pub struct Args {
     /// The volume's META-URL, or the mountpoint of a mounted volume (default: the embedded
@@ -34,6 +34,11 @@ pub struct Args {
     /// Refused: compression is fixed when a volume is formatted.
     #[arg(long, hide = true)]
     compress: Option<String>,
+    /// Encrypt the RSA private key that a volume formatted by an older unkai holds in the
+    /// clear, with the passphrase in UNKAI_RSA_PASSPHRASE (which mounts then need). Dumps and
+    /// backups made before still hold it: delete them.
+    #[arg(long)]
+    protect_rsa_key: bool,
     /// Print the settings as JSON.
     #[arg(long)]
     json: bool,
@@ -65,6 +70,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(n) = a.inodes {
         new.inodes = n;
     }
+    if a.protect_rsa_key {
+        let pass = std::env::var("UNKAI_RSA_PASSPHRASE").unwrap_or_default();
+        new.encryption = Some(crate::data::keys::protect(&old, &pass)?);
+    }
     let mut changes = Vec::new();
     if new.trash_days != old.trash_days {
         changes.push(format!(
@@ -85,6 +94,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             limit_count(old.inodes),
             limit_count(new.inodes)
         ));
+    }
+    if new.encryption != old.encryption {
+        changes.push(
+            "RSA key: in the clear -> encrypted by the passphrase in UNKAI_RSA_PASSPHRASE (dumps \
+             and backups made before still hold it in the clear: delete them)"
+                .into(),
+        );
     }
     if !changes.is_empty() {
         meta.set_format(&new)?;

@@ -9,7 +9,7 @@ use crate::volume::{self, EncryptWith, FormatSpec};
 /// Create a volume: its settings go into the metadata, so later commands need only META-URL.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  PGPASSWORD=secret unkai format --storage s3://bucket/vols postgres://unkai@db.example:5432/unkai myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --compress zstd --storage s3://bucket/vols sqlite:///var/lib/unkai/vol.db myvol\n\n  # encrypted, the data key wrapped by an RSA key whose passphrase mounts need:\n  openssl genrsa -aes256 -out my.pem 2048\n  export UNKAI_RSA_PASSPHRASE=...   # the passphrase given to openssl\n  unkai format --encrypt-rsa-key my.pem --compress lz4 sqlite:///var/lib/unkai/vol.db myvol\n\n  # encrypted, the data key wrapped by a key file that mounts need (--encrypt-key-file):\n  head -c 32 /dev/urandom > /etc/unkai/vol.key && chmod 600 /etc/unkai/vol.key\n  unkai format --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --capacity 100G --inodes 1000000 --trash-days 7 sqlite:///var/lib/unkai/vol.db myvol\n\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh"
+    after_help = "Examples:\n  unkai format sqlite:///var/lib/unkai/vol.db myvol\n  PGPASSWORD=secret unkai format --storage s3://bucket/vols postgres://unkai@db.example:5432/unkai myvol\n  unkai format --storage file:///data/bucket --block-size 1M sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --compress zstd --storage s3://bucket/vols sqlite:///var/lib/unkai/vol.db myvol\n\n  # encrypted, the data key wrapped by an RSA key whose passphrase mounts need:\n  openssl genrsa -aes256 -out my.pem 2048\n  export UNKAI_RSA_PASSPHRASE=...   # the passphrase given to openssl\n  unkai format --encrypt-rsa-key my.pem --compress lz4 sqlite:///var/lib/unkai/vol.db myvol\n\n  # the same with a key that has no passphrase: recorded nowhere, every mount needs the file:\n  unkai format --encrypt-rsa-key open.pem --allow-unencrypted-rsa-key sqlite:///var/lib/unkai/vol.db myvol\n  unkai mount -d --encrypt-key-file open.pem sqlite:///var/lib/unkai/vol.db /mnt/vol\n\n  # encrypted, the data key wrapped by a key file that mounts need (--encrypt-key-file):\n  head -c 32 /dev/urandom > /etc/unkai/vol.key && chmod 600 /etc/unkai/vol.key\n  unkai format --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db myvol\n  unkai format --capacity 100G --inodes 1000000 --trash-days 7 sqlite:///var/lib/unkai/vol.db myvol\n\n  unkai format --force sqlite:///var/lib/unkai/vol.db myvol    # erase and start afresh"
 )]
 pub struct Args {
     /// Where the metadata lives: sqlite:///var/lib/unkai/vol.db (an absolute path) or
@@ -51,9 +51,16 @@ pub struct Args {
     /// Encrypt every block (AES-256-GCM) under a random data key wrapped by this RSA private
     /// key (PEM, e.g. from `openssl genrsa -aes256`); its passphrase comes from
     /// UNKAI_RSA_PASSPHRASE (or JFS_RSA_PASSPHRASE), for format and every mount. The encrypted
-    /// PEM is recorded in the volume, so mounts need only the passphrase.
+    /// PEM is recorded in the volume, so mounts need only the passphrase. A key without a
+    /// passphrase is refused (see --allow-unencrypted-rsa-key).
     #[arg(long, value_name = "FILE.pem", conflicts_with = "encrypt_key_file")]
     encrypt_rsa_key: Option<std::path::PathBuf>,
+    /// Take an --encrypt-rsa-key without a passphrase. It is then recorded nowhere (a private
+    /// key is never written in the clear into the metadata, dumps or backups): every mount
+    /// and command that reads data needs the PEM file (--encrypt-key-file FILE.pem), and
+    /// whoever reads that file can decrypt the data.
+    #[arg(long, requires = "encrypt_rsa_key")]
+    allow_unencrypted_rsa_key: bool,
     /// Encrypt every block (AES-256-GCM) under a random data key wrapped by this key file (32
     /// random bytes, or 64 hex digits), recorded nowhere: every mount needs it too
     /// (`--encrypt-key-file`, or UNKAI_ENCRYPT_KEY_FILE).
@@ -94,7 +101,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         .unwrap_or(0);
     let compress = Compression::parse(&a.compress).map_err(anyhow::Error::msg)?;
     let encrypt = match (a.encrypt_rsa_key, a.encrypt_key_file) {
-        (Some(pem), _) => Some(EncryptWith::RsaKey(pem)),
+        (Some(pem), _) => Some(EncryptWith::RsaKey {
+            pem,
+            unrecorded: a.allow_unencrypted_rsa_key,
+        }),
         (None, Some(file)) => Some(EncryptWith::KeyFile(file)),
         (None, None) => None,
     };

@@ -26,7 +26,8 @@ pub struct Args {
     /// No progress display.
     #[arg(short, long)]
     quiet: bool,
-    /// The key file of a volume encrypted with one (`format --encrypt-key-file`); an RSA
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`), or the PEM
+    /// file of an RSA key recorded nowhere (`--allow-unencrypted-rsa-key`); a recorded RSA
     /// key's passphrase comes from UNKAI_RSA_PASSPHRASE.
     #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
     encrypt_key_file: Option<std::path::PathBuf>,

@@ -166,8 +166,9 @@ pub struct StoreArgs {
     /// for as long as it hangs).
     #[arg(long, default_value_t = 60.0, env = "UNKAI_IO_DEADLINE")]
     io_deadline: f64,
-    /// The key file of a volume encrypted with one (`format --encrypt-key-file`). A volume
-    /// encrypted with an RSA key needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
+    /// The key file of a volume encrypted with one (`format --encrypt-key-file`), or the PEM
+    /// file of an RSA key recorded nowhere (`format --allow-unencrypted-rsa-key`). A volume
+    /// whose RSA key is recorded needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
     #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
     encrypt_key_file: Option<PathBuf>,
 }

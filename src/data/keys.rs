@@ -4,7 +4,11 @@
 //!
 //! - an RSA private key (`--encrypt-rsa-key`, as JuiceFS): the data key is wrapped with
 //!   RSA-OAEP (SHA-256, the volume's uuid as label), and the key's PEM, encrypted by its
-//!   passphrase, is recorded beside it, so that opening the volume needs only the passphrase;
+//!   passphrase, is recorded beside it, so that opening the volume needs only the passphrase.
+//!   A key without a passphrase is refused, unless `format` is told to record it nowhere
+//!   (`--allow-unencrypted-rsa-key`): then every command is given its PEM file, as a key file.
+//!   A private key is never recorded in the clear (volumes formatted before that was refused
+//!   are read, and [`protect`] encrypts their key in place);
 //! - a key file (`--encrypt-key-file`: 32 random bytes, or 64 hex digits): the data key is
 //!   wrapped with AES-256-GCM under it (the volume's uuid as associated data), and the file
 //!   is recorded nowhere.
@@ -19,8 +23,10 @@ use std::path::{Path, PathBuf};
 
 use ring::aead;
 use ring::rand::SecureRandom;
-use rsa::pkcs1::DecodeRsaPrivateKey;
-use rsa::pkcs8::DecodePrivateKey;
+use rsa::pkcs1::{DecodeRsaPrivateKey, EncodeRsaPublicKey};
+use rsa::pkcs8::der::SecretDocument;
+use rsa::pkcs8::der::pem::PemLabel;
+use rsa::pkcs8::{DecodePrivateKey, EncodePrivateKey, EncryptedPrivateKeyInfo, LineEnding};
 use rsa::traits::PublicKeyParts;
 use rsa::{Oaep, RsaPrivateKey, RsaPublicKey};
 use zeroize::Zeroizing;
@@ -89,6 +95,11 @@ pub enum KeyError {
     )]
     NoKeyFile { volume: String },
     #[error(
+        "volume '{volume}' is encrypted with an RSA key recorded nowhere: give its PEM file \
+         with --encrypt-key-file FILE.pem (or UNKAI_ENCRYPT_KEY_FILE=FILE.pem)"
+    )]
+    NoRsaKeyFile { volume: String },
+    #[error(
         "the key file {} does not unlock volume '{volume}': give the key file the volume was \
          formatted with",
         path.display()
@@ -98,6 +109,20 @@ pub enum KeyError {
     KeyFile { path: PathBuf, problem: String },
     #[error("RSA key {}: {problem}", path.display())]
     RsaKey { path: PathBuf, problem: String },
+    #[error(
+        "the RSA key {} has no passphrase, and a private key is never recorded in the clear: \
+         protect it (`openssl pkcs8 -topk8 -v2 aes256 -in {} -out NEW.pem`) and format with \
+         NEW.pem and UNKAI_RSA_PASSPHRASE set, or pass --allow-unencrypted-rsa-key to record it \
+         nowhere and give the PEM file to every mount (--encrypt-key-file)",
+        path.display(),
+        path.display()
+    )]
+    UnprotectedRsaKey { path: PathBuf },
+    #[error(
+        "volume '{volume}' holds its RSA key in the clear (unkai config --protect-rsa-key \
+         encrypts it): {problem}"
+    )]
+    Protect { volume: String, problem: String },
     #[error(
         "the encryption settings of volume '{volume}' are damaged ({problem}): its data cannot \
          be decrypted"
@@ -153,14 +178,20 @@ fn oaep(uuid: &str) -> Oaep {
     Oaep::new_with_label::<rsa::sha2::Sha256, _>(format!("unkai data key {uuid}"))
 }
 
-/// Wraps `key` for volume `uuid` with the RSA key in `path`. Returns the settings to record
-/// and whether the key has no passphrase (the caller warns: the PEM is recorded as it is).
-pub fn wrap_with_rsa(
-    key: &DataKey,
+/// SHA-256 of an RSA public key (PKCS#1 DER), in hex: names the key without revealing it.
+fn fingerprint(public: &RsaPublicKey) -> String {
+    let der = public
+        .to_pkcs1_der()
+        .expect("an RSA public key encodes as PKCS#1");
+    hex::encode(ring::digest::digest(&ring::digest::SHA256, der.as_bytes()))
+}
+
+/// Reads the RSA key in the PEM file `path` (its passphrase, if any, `passphrase`); errors
+/// name the file.
+fn read_rsa_file(
     path: &Path,
     passphrase: Option<&str>,
-    uuid: &str,
-) -> Result<(Encryption, bool), KeyError> {
+) -> Result<(Zeroizing<String>, RsaPrivateKey, bool), KeyError> {
     let err = |problem: String| KeyError::RsaKey {
         path: path.to_path_buf(),
         problem,
@@ -181,6 +212,31 @@ pub fn wrap_with_rsa(
             PemProblem::Other(s) => s,
         })
     })?;
+    Ok((pem, private, protected))
+}
+
+/// Wraps `key` for volume `uuid` with the RSA key in `path`, and returns the settings to
+/// record. A key protected by a passphrase is recorded (its encrypted PKCS#8 document only,
+/// whatever else the file holds). A key without one is refused unless `unrecorded` (format's
+/// `--allow-unencrypted-rsa-key`); then only its public key's fingerprint is recorded, and
+/// every command needs the PEM file. A private key in the clear is never recorded.
+pub fn wrap_with_rsa(
+    key: &DataKey,
+    path: &Path,
+    passphrase: Option<&str>,
+    uuid: &str,
+    unrecorded: bool,
+) -> Result<Encryption, KeyError> {
+    let err = |problem: String| KeyError::RsaKey {
+        path: path.to_path_buf(),
+        problem,
+    };
+    let (pem, private, protected) = read_rsa_file(path, passphrase)?;
+    if !protected && !unrecorded {
+        return Err(KeyError::UnprotectedRsaKey {
+            path: path.to_path_buf(),
+        });
+    }
     let bits = private.size() * 8;
     if bits < MIN_RSA_BITS {
         return Err(err(format!(
@@ -188,16 +244,57 @@ pub fn wrap_with_rsa(
              -out key.pem 2048`)"
         )));
     }
-    let wrapped = RsaPublicKey::from(&private)
+    let public = RsaPublicKey::from(&private);
+    let wrapped = public
         .encrypt(&mut rsa::rand_core::OsRng, oaep(uuid), key.bytes())
         .map_err(|e| err(format!("cannot wrap the data key: {e}")))?;
-    let enc = Encryption {
-        cipher: CIPHER.into(),
-        wrap: KeyWrap::RsaOaep,
-        wrapped_key: hex::encode(&wrapped),
-        rsa_key: Some(pem.to_string()),
+    let (wrap, rsa_key, rsa_fingerprint) = if protected {
+        // The encrypted document alone, as PEM: nothing else of the file goes in.
+        let (_, doc) = SecretDocument::from_pem(&pem)
+            .map_err(|e| err(format!("not a readable PEM document ({e})")))?;
+        let pem = doc
+            .to_pem(EncryptedPrivateKeyInfo::PEM_LABEL, LineEnding::LF)
+            .map_err(|e| err(format!("cannot be encoded ({e})")))?;
+        (KeyWrap::RsaOaep, Some(pem.to_string()), None)
+    } else {
+        (KeyWrap::RsaOaepKeyFile, None, Some(fingerprint(&public)))
     };
-    Ok((enc, !protected))
+    Ok(Encryption {
+        cipher: CIPHER.into(),
+        wrap,
+        wrapped_key: hex::encode(&wrapped),
+        rsa_key,
+        rsa_fingerprint,
+    })
+}
+
+/// The settings of a volume whose RSA key is recorded in the clear (formatted before that
+/// was refused), that key now encrypted by `passphrase` (PKCS#8, scrypt and AES-256-CBC, as
+/// `openssl genrsa -aes256` reads it). The wrapped data key is unchanged.
+pub fn protect(fmt: &Format, passphrase: &str) -> Result<Encryption, KeyError> {
+    let fail = |problem: &str| KeyError::Protect {
+        volume: fmt.name.clone(),
+        problem: problem.into(),
+    };
+    let enc = fmt
+        .encryption
+        .as_ref()
+        .filter(|e| e.rsa_key_in_clear())
+        .ok_or_else(|| fail("it does not: nothing to protect"))?;
+    if passphrase.is_empty() {
+        return Err(fail(
+            "set UNKAI_RSA_PASSPHRASE to the passphrase to protect it with",
+        ));
+    }
+    let pem = enc.rsa_key.as_deref().expect("in the clear");
+    let (private, _) = read_rsa(pem, None).map_err(|_| fail("the key recorded is unreadable"))?;
+    let pem = private
+        .to_pkcs8_encrypted_pem(&mut rsa::rand_core::OsRng, passphrase, LineEnding::LF)
+        .map_err(|e| fail(&format!("the key cannot be encrypted ({e})")))?;
+    Ok(Encryption {
+        rsa_key: Some(pem.to_string()),
+        ..enc.clone()
+    })
 }
 
 /// Reads a key file: 32 bytes, or 64 hex digits (surrounding whitespace ignored).
@@ -262,6 +359,7 @@ pub fn wrap_with_key_file(key: &DataKey, path: &Path, uuid: &str) -> Result<Encr
         wrap: KeyWrap::KeyFile,
         wrapped_key: hex::encode(&wrapped),
         rsa_key: None,
+        rsa_fingerprint: None,
     })
 }
 
@@ -303,6 +401,31 @@ pub fn unwrap(fmt: &Format, unlock: &Unlock) -> Result<Option<DataKey>, KeyError
                     },
                     PemProblem::Other(s) => damaged(&format!("RSA key: {s}")),
                 })?;
+            Zeroizing::new(
+                private
+                    .decrypt(oaep(&fmt.uuid), &wrapped)
+                    .map_err(|_| damaged("the wrapped key does not decrypt with the RSA key"))?,
+            )
+        }
+        KeyWrap::RsaOaepKeyFile => {
+            let path = unlock
+                .key_file
+                .as_ref()
+                .ok_or_else(|| KeyError::NoRsaKeyFile {
+                    volume: volume.clone(),
+                })?;
+            let pass = unlock.passphrase.as_ref().map(|(p, _)| p.as_str());
+            let (_, private, _) = read_rsa_file(path, pass)?;
+            let want = enc
+                .rsa_fingerprint
+                .as_deref()
+                .ok_or_else(|| damaged("no RSA key fingerprint"))?;
+            if fingerprint(&RsaPublicKey::from(&private)) != want {
+                return Err(KeyError::WrongKeyFile {
+                    volume,
+                    path: path.clone(),
+                });
+            }
             Zeroizing::new(
                 private
                     .decrypt(oaep(&fmt.uuid), &wrapped)
@@ -405,37 +528,40 @@ mod tests {
     }
 
     /// An RSA key with a passphrase (PKCS#8, as `openssl genrsa -aes256` makes on OpenSSL 3)
-    /// unwraps with that passphrase only; one without is taken (the caller warns).
+    /// is recorded encrypted and unwraps with that passphrase only; one without is refused,
+    /// or recorded nowhere when allowed (its PEM file then unwraps, another key's does not).
     #[test]
     fn rsa_keys_unwrap_only_with_their_passphrase() {
-        use rsa::pkcs8::{EncodePrivateKey, LineEnding};
         let dir = tempfile::tempdir().unwrap();
         let private = RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).unwrap();
-        let (locked, open) = (dir.path().join("locked.pem"), dir.path().join("open.pem"));
+        let other = RsaPrivateKey::new(&mut rsa::rand_core::OsRng, 2048).unwrap();
+        let (locked, open, wrong) = (
+            dir.path().join("locked.pem"),
+            dir.path().join("open.pem"),
+            dir.path().join("wrong.pem"),
+        );
         let pem = private
             .to_pkcs8_encrypted_pem(&mut rsa::rand_core::OsRng, b"s3cret", LineEnding::LF)
             .unwrap();
         std::fs::write(&locked, pem.as_bytes()).unwrap();
+        let clear = private.to_pkcs8_pem(LineEnding::LF).unwrap();
+        std::fs::write(&open, clear.as_bytes()).unwrap();
         std::fs::write(
-            &open,
-            private.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
+            &wrong,
+            other.to_pkcs8_pem(LineEnding::LF).unwrap().as_bytes(),
         )
         .unwrap();
         let key = DataKey::generate();
-        let e = wrap_with_rsa(&key, &locked, None, "uuid-1")
+        let e = wrap_with_rsa(&key, &locked, None, "uuid-1", false)
             .unwrap_err()
             .to_string();
         assert!(e.contains("UNKAI_RSA_PASSPHRASE"), "{e}");
-        let e = wrap_with_rsa(&key, &locked, Some("nope"), "uuid-1").unwrap_err();
+        let e = wrap_with_rsa(&key, &locked, Some("nope"), "uuid-1", false).unwrap_err();
         assert!(e.to_string().contains("does not decrypt"), "{e}");
-        let (enc, unprotected) = wrap_with_rsa(&key, &locked, Some("s3cret"), "uuid-1").unwrap();
-        assert!(!unprotected);
-        assert!(
-            enc.rsa_key
-                .as_deref()
-                .unwrap()
-                .contains("ENCRYPTED PRIVATE KEY")
-        );
+        let enc = wrap_with_rsa(&key, &locked, Some("s3cret"), "uuid-1", false).unwrap();
+        assert_eq!(enc.wrap, KeyWrap::RsaOaep);
+        assert_eq!(enc.rsa_key.as_deref(), Some(pem.as_str()));
+        assert!(!enc.rsa_key_in_clear());
         let fmt = volume(enc);
         let with = |p: &str| Unlock {
             passphrase: Some((Zeroizing::new(p.to_string()), "UNKAI_RSA_PASSPHRASE")),
@@ -447,10 +573,49 @@ mod tests {
         assert!(matches!(e, KeyError::WrongPassphrase { .. }), "{e}");
         let e = unwrap(&fmt, &Unlock::default()).unwrap_err();
         assert!(matches!(e, KeyError::NoPassphrase { .. }), "{e}");
-        let (enc, unprotected) = wrap_with_rsa(&key, &open, None, "uuid-1").unwrap();
-        assert!(unprotected);
-        let got = unwrap(&volume(enc), &Unlock::default()).unwrap().unwrap();
+
+        // Without a passphrase: refused in one line naming both ways out.
+        let e = wrap_with_rsa(&key, &open, None, "uuid-1", false)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--allow-unencrypted-rsa-key")
+                && e.contains("openssl pkcs8")
+                && !e.contains('\n'),
+            "{e}"
+        );
+        // Allowed: recorded nowhere; the PEM file unwraps, another key's does not.
+        let enc = wrap_with_rsa(&key, &open, None, "uuid-1", true).unwrap();
+        assert_eq!(enc.wrap, KeyWrap::RsaOaepKeyFile);
+        assert!(enc.rsa_key.is_none() && !enc.rsa_key_in_clear());
+        let fmt = volume(enc);
+        let e = unwrap(&fmt, &Unlock::default()).unwrap_err().to_string();
+        assert!(e.contains("--encrypt-key-file"), "{e}");
+        let file = |f: &Path| Unlock {
+            passphrase: None,
+            key_file: Some(f.to_path_buf()),
+        };
+        let got = unwrap(&fmt, &file(&open)).unwrap().unwrap();
         assert_eq!(got.bytes(), key.bytes());
+        let e = unwrap(&fmt, &file(&wrong)).unwrap_err();
+        assert!(matches!(e, KeyError::WrongKeyFile { .. }), "{e}");
+
+        // A volume of older binaries, its key recorded in the clear: read as it is, and
+        // protected in place with a passphrase (the wrapped data key unchanged).
+        let mut old = wrap_with_rsa(&key, &locked, Some("s3cret"), "uuid-1", false).unwrap();
+        old.rsa_key = Some(clear.to_string());
+        assert!(old.rsa_key_in_clear());
+        let mut fmt = volume(old);
+        let got = unwrap(&fmt, &Unlock::default()).unwrap().unwrap();
+        assert_eq!(got.bytes(), key.bytes());
+        let protected = protect(&fmt, "n3w").unwrap();
+        assert!(!protected.rsa_key_in_clear());
+        fmt.encryption = Some(protected);
+        let e = unwrap(&fmt, &Unlock::default()).unwrap_err();
+        assert!(matches!(e, KeyError::NoPassphrase { .. }), "{e}");
+        let got = unwrap(&fmt, &with("n3w")).unwrap().unwrap();
+        assert_eq!(got.bytes(), key.bytes());
+        assert!(protect(&fmt, "n3w").is_err(), "protected twice");
     }
 
     #[test]
@@ -462,11 +627,12 @@ mod tests {
             wrap: KeyWrap::KeyFile,
             wrapped_key: "abababab".into(),
             rsa_key: Some("PEM".into()),
+            rsa_fingerprint: Some("feedbeef".into()),
         };
         let f = volume(enc);
         let shown = format!("{f:?}");
         assert!(
-            !shown.contains("abababab") && !shown.contains("PEM"),
+            !shown.contains("abababab") && !shown.contains("PEM") && !shown.contains("feedbeef"),
             "{shown}"
         );
     }

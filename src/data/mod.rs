@@ -1297,6 +1297,7 @@ mod tests {
                 wrap: crate::meta::format::KeyWrap::KeyFile,
                 wrapped_key: String::new(),
                 rsa_key: None,
+                rsa_fingerprint: None,
             });
         }
         let roots = vec![dir.join("cache")];

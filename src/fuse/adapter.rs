@@ -499,7 +499,12 @@ impl Filesystem for Adapter {
             InitFlags::FUSE_READDIRPLUS_AUTO,
             InitFlags::FUSE_PARALLEL_DIROPS,
             InitFlags::FUSE_CACHE_SYMLINKS,
-            InitFlags::FUSE_ASYNC_DIO,
+            // Not FUSE_ASYNC_DIO: with it, the kernel completes an asynchronous O_DIRECT
+            // write (io_submit, io_uring) when our reply comes, without dropping the pages a
+            // buffered reader cached meanwhile from the bytes before it, so a read after the
+            // write returned those stale bytes. Without it, the kernel sends the write's
+            // requests one by one and drops the range's pages after the last reply, before
+            // the write completes (as for a synchronous one). See docs/design.md, "O_DIRECT".
             InitFlags::FUSE_MAX_PAGES,
             // File handles (name_to_handle_at, NFS re-export): an inode is found again by
             // number through a lookup of "." (and a directory's parent through "..").

@@ -6,6 +6,7 @@
 //! flags (`cli::gateway`).
 
 mod error;
+mod headers;
 mod io;
 mod listing;
 mod objects;

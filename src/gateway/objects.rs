@@ -8,9 +8,12 @@
 //! ETags: the MD5 of the bytes (of the parts' MD5s, then `-N`, for a multipart upload), kept
 //! in the `user.s3.etag` xattr with the mtime and size it belongs to; a file written or
 //! changed otherwise (through a mount) gets one derived from its inode, mtime and size.
+//! Content-Type and user metadata go with the object the same way (`headers`): set on the
+//! temporary file before it is put in place, on an upload's directory until it completes.
 //!
 //! Not for: HTTP, signatures or XML (s3s), the server and its credentials (`gateway`),
-//! streaming bytes (`io`), the key walk (`listing`), error codes (`error`).
+//! streaming bytes (`io`), the key walk (`listing`), error codes (`error`), how the headers
+//! are kept (`headers`).
 
 use std::sync::Arc;
 use std::time::{Duration, UNIX_EPOCH};
@@ -20,6 +23,7 @@ use s3s::dto::*;
 use s3s::{S3, S3Error, S3Request, S3Response, S3Result, s3_error};
 
 use super::error::{Missing, s3_error};
+use super::headers::{self, Headers};
 use super::io::{blocking, read_body, write_body};
 use super::listing::{self, Query};
 use crate::meta::{Attr, Ctx, Ino, Kind, RenameFlags};
@@ -632,20 +636,24 @@ impl S3 for Gateway {
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
         let HeadObjectInput { bucket, key, .. } = req.input;
-        let (a, etag) = self
+        let (a, etag, stored) = self
             .run(move |g| {
                 let a = g.object(&bucket, &key)?;
                 let etag = g.etag(&a);
-                Ok((a, etag))
+                let stored =
+                    Headers::read(g.vfs(), a.ino).map_err(|e| s3_error(&e, Missing::Key))?;
+                Ok((a, etag, stored))
             })
             .await?;
-        ok(HeadObjectOutput {
+        let mut out = HeadObjectOutput {
             content_length: Some(a.length as i64),
             e_tag: Some(ETag::Strong(etag)),
             last_modified: Some(timestamp(a.mtime)),
             accept_ranges: Some("bytes".into()),
             ..Default::default()
-        })
+        };
+        headers::answer!(out, stored);
+        ok(out)
     }
 
     async fn get_object(
@@ -653,9 +661,18 @@ impl S3 for Gateway {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let GetObjectInput {
-            bucket, key, range, ..
+            bucket,
+            key,
+            range,
+            response_content_type,
+            response_cache_control,
+            response_content_disposition,
+            response_content_encoding,
+            response_content_language,
+            response_expires,
+            ..
         } = req.input;
-        let (a, etag, fh, r) = self
+        let (a, etag, fh, r, stored) = self
             .run(move |g| {
                 let a = g.object(&bucket, &key)?;
                 if !may(&g.ctx, &a, 4) {
@@ -677,13 +694,20 @@ impl S3 for Gateway {
                     None => None,
                 };
                 let etag = g.etag(&a);
-                Ok((a, etag, o.fh, r))
+                let stored = match Headers::read(g.vfs(), a.ino) {
+                    Ok(h) => h,
+                    Err(e) => {
+                        let _ = g.vfs().release(o.fh);
+                        return Err(s3_error(&e, Missing::Key));
+                    }
+                };
+                Ok((a, etag, o.fh, r, stored))
             })
             .await?;
         let whole = 0..a.length;
         let body = read_body(self.0.vfs.clone(), fh, r.clone().unwrap_or(whole.clone()));
         let span = r.as_ref().unwrap_or(&whole);
-        ok(GetObjectOutput {
+        let mut out = GetObjectOutput {
             body: Some(body),
             content_length: Some((span.end - span.start) as i64),
             content_range: r.as_ref().map(|r| content_range(r, a.length)),
@@ -691,13 +715,25 @@ impl S3 for Gateway {
             last_modified: Some(timestamp(a.mtime)),
             accept_ranges: Some("bytes".into()),
             ..Default::default()
-        })
+        };
+        // As S3: response-content-type and the like answer instead of what is stored.
+        let shown = stored.overridden(
+            response_content_type,
+            response_cache_control,
+            response_content_disposition,
+            response_content_encoding,
+            response_content_language,
+            response_expires,
+        );
+        headers::answer!(out, shown);
+        ok(out)
     }
 
     async fn put_object(
         &self,
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
+        let wanted = headers::requested!(req.input)?;
         let PutObjectInput {
             bucket,
             key,
@@ -727,7 +763,9 @@ impl S3 for Gateway {
                 ..Default::default()
             });
         }
-        let etag = self.put(&bucket, &key, body, content_length).await?;
+        let etag = self
+            .put(&bucket, &key, body, content_length, wanted)
+            .await?;
         ok(PutObjectOutput {
             e_tag: Some(ETag::Strong(etag)),
             ..Default::default()
@@ -788,6 +826,19 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CopyObjectInput>,
     ) -> S3Result<S3Response<CopyObjectOutput>> {
+        // x-amz-metadata-directive: COPY (the default) keeps the source's headers and
+        // metadata; REPLACE takes the request's.
+        let replace = match req.input.metadata_directive.as_ref().map(|d| d.as_str()) {
+            None | Some(MetadataDirective::COPY) => false,
+            Some(MetadataDirective::REPLACE) => true,
+            Some(other) => {
+                return Err(s3_error!(
+                    InvalidArgument,
+                    "unknown x-amz-metadata-directive {other}: COPY or REPLACE"
+                ));
+            }
+        };
+        let wanted = headers::requested!(req.input)?;
         let CopyObjectInput {
             bucket,
             key,
@@ -803,6 +854,14 @@ impl S3 for Gateway {
             return Err(s3_error!(NotImplemented, "only bucket/key copy sources"));
         };
         key_path(&key)?;
+        if !replace && *src_bucket == *bucket && *src_key == *key {
+            return Err(s3_error!(
+                InvalidRequest,
+                "This copy request is illegal because it is trying to copy an object to itself \
+                 without changing the object's metadata, storage class, website redirect \
+                 location or encryption attributes."
+            ));
+        }
         let (etag, a) = self
             .run(move |g| {
                 g.writable()?;
@@ -812,12 +871,21 @@ impl S3 for Gateway {
                 }
                 g.bucket(&bucket)?;
                 let etag = g.etag(&src);
+                let headers = match replace {
+                    true => wanted,
+                    false => {
+                        Headers::read(g.vfs(), src.ino).map_err(|e| s3_error(&e, Missing::Key))?
+                    }
+                };
                 let t = g.create_tmp()?;
                 if let Err(e) = g.share_into(src.ino, t.fh, 0) {
                     g.drop_tmp(&t, true);
                     return Err(s3_error(&e, Missing::Key));
                 }
-                let a = match g.seal(&t, &etag) {
+                let a = match g
+                    .seal(&t, &etag)
+                    .and_then(|a| headers.save(g.vfs(), &g.ctx, t.ino).map(|()| a))
+                {
                     Ok(a) => a,
                     Err(e) => {
                         g.drop_tmp(&t, false);
@@ -933,6 +1001,7 @@ impl S3 for Gateway {
         &self,
         req: S3Request<CreateMultipartUploadInput>,
     ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let wanted = headers::requested!(req.input)?;
         let CreateMultipartUploadInput { bucket, key, .. } = req.input;
         let (_, name) = key_path(&key)?;
         if name.is_empty() {
@@ -958,6 +1027,10 @@ impl S3 for Gateway {
                         format!("{b}/{k}").as_bytes(),
                         0,
                     )
+                    .map_err(|e| s3_error(&e, Missing::Upload))?;
+                // Kept with the upload until it completes.
+                wanted
+                    .save(g.vfs(), &g.ctx, dir.ino)
                     .map_err(|e| s3_error(&e, Missing::Upload))?;
                 Ok(id)
             })
@@ -1099,6 +1172,8 @@ impl S3 for Gateway {
             .run(move |g| {
                 g.writable()?;
                 let dir = g.upload(&upload_id, &b, &k)?;
+                let stored =
+                    Headers::read(g.vfs(), dir.ino).map_err(|e| s3_error(&e, Missing::Upload))?;
                 let have = g.parts(&dir)?;
                 let mut chosen = Vec::new();
                 let mut md5s = Md5::new();
@@ -1132,7 +1207,10 @@ impl S3 for Gateway {
                         }
                     }
                 }
-                if let Err(e) = g.seal(&t, &etag) {
+                if let Err(e) = g
+                    .seal(&t, &etag)
+                    .and_then(|_| stored.save(g.vfs(), &g.ctx, t.ino))
+                {
                     g.drop_tmp(&t, false);
                     return Err(s3_error(&e, Missing::Key));
                 }
@@ -1202,20 +1280,27 @@ impl Gateway {
         .await
     }
 
-    /// PutObject of a file: written aside, then put in place as `key` of `bucket`.
+    /// PutObject of a file: written aside, given its `headers`, then put in place as `key`
+    /// of `bucket`.
     async fn put(
         &self,
         bucket: &str,
         key: &str,
         body: Option<StreamingBlob>,
         length: Option<i64>,
+        headers: Headers,
     ) -> S3Result<String> {
         let (b, k) = (bucket.to_string(), key.to_string());
         // The bucket is checked before the body is read.
         let b2 = b.clone();
         self.run(move |g| g.bucket(&b2).map(|_| ())).await?;
-        self.put_file(body, length, move |g, t| g.place(t, &b, &k))
-            .await
+        self.put_file(body, length, move |g, t| {
+            headers
+                .save(g.vfs(), &g.ctx, t.ino)
+                .map_err(|e| s3_error(&e, Missing::Key))?;
+            g.place(t, &b, &k)
+        })
+        .await
     }
 }
 

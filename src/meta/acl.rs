@@ -148,6 +148,41 @@ impl Acl {
         self.set_perm(OTHER, mode);
     }
 
+    /// Whether this access ACL lets `uid` (in the groups `in_group` says) access an inode
+    /// owned by `owner`:`group` for `want` (r=4, w=2, x=1), as the kernel's
+    /// `posix_acl_permission` decides for a caller other than root. For front ends that
+    /// check permissions themselves (the NFS server); a FUSE mount leaves it to the kernel.
+    pub fn permits(
+        &self,
+        owner: u32,
+        group: u32,
+        uid: u32,
+        in_group: &dyn Fn(u32) -> bool,
+        want: u32,
+    ) -> bool {
+        let masked = |p: u32| self.perm(MASK).map_or(p, |m| p & m) & want == want;
+        let mut found = false;
+        for e in &self.entries {
+            let p = u32::from(e.perm);
+            match e.tag {
+                USER_OBJ if uid == owner => return p & want == want,
+                USER if e.id == uid => return masked(p),
+                GROUP_OBJ | GROUP => {
+                    let gid = if e.tag == GROUP_OBJ { group } else { e.id };
+                    if in_group(gid) {
+                        found = true;
+                        if p & want == want {
+                            return masked(p);
+                        }
+                    }
+                }
+                OTHER => return !found && p & want == want,
+                _ => {}
+            }
+        }
+        false
+    }
+
     /// Inheritance (`posix_acl_create_masq`): this default ACL, masked by the permission bits
     /// `mode` a create asked for, becomes the new inode's access ACL; returns it (None where
     /// the mode bits say it all) and the new permission bits.
@@ -296,5 +331,28 @@ mod tests {
         // A default ACL of base entries only is the mode bits alone.
         let base = acl(&[(USER_OBJ, 7, U), (GROUP_OBJ, 0, U), (OTHER, 0, U)]);
         assert_eq!(base.inherit(0o777), (None, 0o700));
+    }
+
+    #[test]
+    fn permits_as_the_kernel_decides() {
+        // user::rw- user:1001:r-- group::r-- group:50:rw- mask::r-- other::---
+        let a = acl(&[
+            (USER_OBJ, 6, 0),
+            (USER, 4, 1001),
+            (GROUP_OBJ, 4, 0),
+            (GROUP, 6, 50),
+            (MASK, 4, 0),
+            (OTHER, 0, 0),
+        ]);
+        let none = |_: u32| false;
+        let in50 = |g: u32| g == 50;
+        let in7 = |g: u32| g == 7;
+        assert!(a.permits(1000, 7, 1000, &none, 6)); // the owner
+        assert!(a.permits(1000, 7, 1001, &none, 4)); // a named user
+        assert!(!a.permits(1000, 7, 1001, &none, 2));
+        assert!(!a.permits(1000, 7, 1002, &in50, 2)); // group:50 rw, but the mask says r
+        assert!(a.permits(1000, 7, 1002, &in50, 4));
+        assert!(a.permits(1000, 7, 1002, &in7, 4)); // the owning group
+        assert!(!a.permits(1000, 7, 1002, &none, 4)); // other
     }
 }

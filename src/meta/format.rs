@@ -103,8 +103,14 @@ impl Compression {
 #[serde(rename_all = "kebab-case")]
 pub enum KeyWrap {
     /// RSA-OAEP (SHA-256) under the RSA key stored beside it, itself encrypted by a
-    /// passphrase the user holds (`format --encrypt-rsa-key`, as JuiceFS).
+    /// passphrase the user holds (`format --encrypt-rsa-key`, as JuiceFS). Volumes formatted
+    /// before unkai refused unprotected keys may hold the key in the clear
+    /// ([`Encryption::rsa_key_in_clear`]).
     RsaOaep,
+    /// RSA-OAEP (SHA-256) under an RSA key without a passphrase, recorded nowhere: every
+    /// command that reads data is given its PEM file (`format --encrypt-rsa-key
+    /// --allow-unencrypted-rsa-key`, then `--encrypt-key-file`).
+    RsaOaepKeyFile,
     /// AES-256-GCM under a key file the user holds, stored nowhere (`--encrypt-key-file`).
     KeyFile,
 }
@@ -118,20 +124,68 @@ pub struct Encryption {
     pub wrap: KeyWrap,
     /// The data key wrapped (`wrap`), in hex.
     pub wrapped_key: String,
-    /// With [`KeyWrap::RsaOaep`]: the RSA private key as `format` was given it (PEM,
-    /// encrypted by its passphrase), so that a mount needs only the passphrase.
+    /// With [`KeyWrap::RsaOaep`]: the RSA private key, encrypted by its passphrase (PKCS#8
+    /// PEM), so that a mount needs only the passphrase. Never a key in the clear, except on
+    /// volumes formatted before that was refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rsa_key: Option<String>,
+    /// With [`KeyWrap::RsaOaepKeyFile`]: SHA-256 of the RSA public key (PKCS#1 DER), in hex,
+    /// so that a PEM file of another key is told apart from damage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rsa_fingerprint: Option<String>,
 }
 
 impl Encryption {
     /// What `status` says of it: the cipher and how the key is wrapped, no key material.
     pub fn describe(&self) -> String {
         let wrap = match self.wrap {
-            KeyWrap::RsaOaep => "data key wrapped by an RSA key (RSA-OAEP), its passphrase needed",
-            KeyWrap::KeyFile => "data key wrapped by a key file (AES-256-GCM), the file needed",
+            KeyWrap::RsaOaep if self.rsa_key_in_clear() => {
+                "data key wrapped by an RSA key (RSA-OAEP) that the metadata holds UNPROTECTED \
+                 (protect it: `unkai config --protect-rsa-key`)"
+            }
+            KeyWrap::RsaOaep => {
+                "data key wrapped by an RSA key (RSA-OAEP) recorded encrypted by its passphrase, \
+                 the passphrase needed (UNKAI_RSA_PASSPHRASE)"
+            }
+            KeyWrap::RsaOaepKeyFile => {
+                "data key wrapped by an RSA key (RSA-OAEP) recorded nowhere, its PEM file \
+                 needed (--encrypt-key-file)"
+            }
+            KeyWrap::KeyFile => {
+                "data key wrapped by a key file (AES-256-GCM) recorded nowhere, the file needed \
+                 (--encrypt-key-file)"
+            }
         };
         format!("{}, {wrap}", self.cipher)
+    }
+
+    /// Whether `new` is `old` with its RSA key, recorded in the clear, now encrypted by a
+    /// passphrase (`unkai config --protect-rsa-key`): the one change of a volume's encryption
+    /// that is allowed, as the data key stays the same.
+    pub fn protected_in_place(old: Option<&Encryption>, new: Option<&Encryption>) -> bool {
+        match (old, new) {
+            (Some(o), Some(n)) => {
+                o.rsa_key_in_clear()
+                    && n.rsa_key.is_some()
+                    && !n.rsa_key_in_clear()
+                    && Encryption {
+                        rsa_key: None,
+                        ..o.clone()
+                    } == Encryption {
+                        rsa_key: None,
+                        ..n.clone()
+                    }
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the recorded RSA private key is in the clear (a volume formatted before
+    /// unprotected keys were refused): whoever reads the metadata can decrypt the data.
+    pub fn rsa_key_in_clear(&self) -> bool {
+        self.rsa_key
+            .as_deref()
+            .is_some_and(|pem| !pem.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----"))
     }
 }
 

@@ -174,7 +174,14 @@ pub(crate) fn fixed_setting_changed(old: &Format, new: &Format) -> Option<&'stat
         ("hashed key prefixes", old.hash_prefix != new.hash_prefix),
         ("checksums", old.checksums != new.checksums),
         ("compression", old.compress != new.compress),
-        ("encryption", old.encryption != new.encryption),
+        (
+            "encryption",
+            old.encryption != new.encryption
+                && !format::Encryption::protected_in_place(
+                    old.encryption.as_ref(),
+                    new.encryption.as_ref(),
+                ),
+        ),
         ("the creation time", old.created != new.created),
     ]
     .into_iter()

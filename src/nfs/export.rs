@@ -1,15 +1,18 @@
-//! The export options of `unkai nfs`: which client networks may connect (`--allow`), the one
-//! identity every call acts as (`--anonuid`/`--anongid`: nfsserve does not hand the file
-//! system a caller's AUTH_UNIX credentials), and what that identity may do by the mode bits
-//! (as the kernel checks them for a mount with `default_permissions`).
+//! The export options of `unkai nfs`, as exports(5) names them: which client networks may
+//! connect (`--allow`), and whom each call acts as: the AUTH_UNIX uid, gid and supplementary
+//! groups the client sends, with `root_squash` (the default), `no_root_squash` or
+//! `all_squash` mapping them to `anonuid`/`anongid`; AUTH_NONE calls act as the anonymous
+//! identity. An [`Identity`] then says what it may do with an inode: its mode bits (through
+//! `vfs::may`) and its POSIX ACL, as the kernel checks them for a local caller.
 //!
-//! Not for: the protocol (`nfs`), or flags every server shares (`cli::front`). POSIX ACLs
-//! are not consulted here (mode bits only).
+//! Not for: the protocol (`rpc`, `proto`), the file system calls (`fs`), or flags every
+//! server shares (`cli::front`).
 
 use std::net::IpAddr;
 use std::str::FromStr;
 
-use crate::meta::{Attr, Ctx};
+use crate::meta::acl::Acl;
+use crate::meta::{Attr, Ctx, Kind};
 
 /// A client network: an address and how many leading bits of it must match.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,21 +73,43 @@ impl Net {
     }
 }
 
+/// How calls from uid 0, or from anybody, are mapped to the anonymous identity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Squash {
+    /// `root_squash` (the default): uid 0 and gid 0 become anonuid and anongid.
+    Root,
+    /// `no_root_squash`: the client's root is root on the volume.
+    None,
+    /// `all_squash`: every call acts as anonuid/anongid.
+    All,
+}
+
 /// How a volume is exported.
 #[derive(Clone, Debug)]
 pub struct Export {
     /// Client networks allowed to connect.
     pub allow: Vec<Net>,
-    /// The one identity every call acts as (`--anonuid`/`--anongid`).
+    pub squash: Squash,
+    /// The anonymous identity (`anonuid`/`anongid`).
     pub anon_uid: u32,
     pub anon_gid: u32,
 }
 
+/// The credentials a call carries.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Cred {
+    /// AUTH_NONE (or AUTH_NULL): nobody in particular.
+    None,
+    /// AUTH_UNIX: the caller's uid, gid and supplementary groups.
+    Unix { uid: u32, gid: u32, gids: Vec<u32> },
+}
+
 impl Export {
-    /// The default: loopback clients only, acting as 65534:65534.
+    /// The default: loopback clients only, root squashed to 65534:65534.
     pub fn local() -> Export {
         Export {
             allow: vec!["127.0.0.1/32".parse().unwrap(), "::1/128".parse().unwrap()],
+            squash: Squash::Root,
             anon_uid: 65534,
             anon_gid: 65534,
         }
@@ -95,13 +120,33 @@ impl Export {
         self.allow.iter().any(|n| n.contains(ip))
     }
 
-    /// Whom every call acts as. nfsserve parses a call's AUTH_UNIX credentials but does not
-    /// hand them to the file system, so there is no per-caller identity to honour: each call
-    /// is squashed to this one (as `all_squash` with `anonuid`/`anongid` in exports(5)).
-    pub fn identity(&self) -> Identity {
+    fn anonymous(&self) -> Identity {
         Identity {
             uid: self.anon_uid,
             gid: self.anon_gid,
+            groups: Vec::new(),
+        }
+    }
+
+    /// Whom a call with `cred` acts as (exports(5)): AUTH_NONE and `all_squash` as the
+    /// anonymous identity; under `root_squash` uid 0 becomes anonuid, and gid 0 (primary or
+    /// supplementary) anongid.
+    pub fn identity(&self, cred: &Cred) -> Identity {
+        match (cred, self.squash) {
+            (Cred::None, _) | (_, Squash::All) => self.anonymous(),
+            (Cred::Unix { uid, gid, gids }, Squash::None) => Identity {
+                uid: *uid,
+                gid: *gid,
+                groups: gids.clone(),
+            },
+            (Cred::Unix { uid, gid, gids }, Squash::Root) => {
+                let g = |g: u32| if g == 0 { self.anon_gid } else { g };
+                Identity {
+                    uid: if *uid == 0 { self.anon_uid } else { *uid },
+                    gid: g(*gid),
+                    groups: gids.iter().map(|&x| g(x)).collect(),
+                }
+            }
         }
     }
 }
@@ -111,10 +156,13 @@ impl Export {
 pub struct Identity {
     pub uid: u32,
     pub gid: u32,
+    /// Supplementary groups.
+    pub groups: Vec<u32>,
 }
 
 impl Identity {
     /// As a `Ctx` for the vfs (no umask: NFS clients apply their own to the mode they send).
+    /// What it creates gets this uid and gid.
     pub fn ctx(&self) -> Ctx {
         Ctx {
             uid: self.uid,
@@ -124,9 +172,33 @@ impl Identity {
         }
     }
 
-    /// Whether it may access `a` for `want` (r=4, w=2, x=1) by the mode bits (`vfs::may`).
-    pub fn may(&self, a: &Attr, want: u32) -> bool {
-        crate::vfs::may(&self.ctx(), a, want)
+    /// Whether it belongs to `gid`, supplementary groups included.
+    pub fn in_group(&self, gid: u32) -> bool {
+        self.gid == gid || self.groups.contains(&gid)
+    }
+
+    /// A `Ctx` for rules about inode `a` that the vfs applies by the caller's group
+    /// (`vfs::may`, the setgid bit a write or chmod drops): a `Ctx` carries one group and
+    /// no supplementary ones, so where this identity belongs to `a`'s group by a
+    /// supplementary group, that group stands as its primary one.
+    pub fn ctx_for(&self, a: &Attr) -> Ctx {
+        let mut c = self.ctx();
+        if self.in_group(a.gid) {
+            c.gid = a.gid;
+        }
+        c
+    }
+
+    /// Whether it may access `a` for `want` (r=4, w=2, x=1): the mode bits as `vfs::may`
+    /// checks them, or `acl`, the inode's access ACL if it has one, as the kernel's
+    /// `posix_acl_permission` does (root and the owner are decided by the mode bits alone).
+    pub fn may(&self, a: &Attr, want: u32, acl: Option<&Acl>) -> bool {
+        match acl {
+            Some(acl) if self.uid != 0 && self.uid != a.uid => {
+                acl.permits(a.uid, a.gid, self.uid, &|g| self.in_group(g), want)
+            }
+            _ => crate::vfs::may(&self.ctx_for(a), a, want),
+        }
     }
 
     /// Whether it owns `a` (or is root): chmod, and times set explicitly.
@@ -138,12 +210,16 @@ impl Identity {
     pub fn may_delete(&self, dir: &Attr, victim: &Attr) -> bool {
         crate::vfs::sticky_allows(&self.ctx(), dir, victim)
     }
+
+    /// Whether it may create a device node (CAP_MKNOD: root only).
+    pub fn may_mknod(&self, kind: Kind) -> bool {
+        self.uid == 0 || !matches!(kind, Kind::CharDev | Kind::BlockDev)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
     #[test]
     fn networks_match_by_prefix() {
         let n: Net = "10.0.0.0/8".parse().unwrap();
@@ -169,19 +245,52 @@ mod tests {
     }
 
     #[test]
-    fn every_call_acts_as_the_anonymous_identity() {
+    fn credentials_map_as_exports_5_says() {
+        let unix = |uid, gid, gids: &[u32]| Cred::Unix {
+            uid,
+            gid,
+            gids: gids.to_vec(),
+        };
+        let id = |uid, gid, groups: &[u32]| Identity {
+            uid,
+            gid,
+            groups: groups.to_vec(),
+        };
         let mut e = Export::local();
+        // root_squash by default: uid 0 and group 0 become the anonymous ones.
         assert_eq!(
-            e.identity(),
-            Identity {
-                uid: 65534,
-                gid: 65534,
-            }
+            e.identity(&unix(0, 0, &[0, 5])),
+            id(65534, 65534, &[65534, 5])
         );
-        e.anon_uid = 0;
-        e.anon_gid = 7;
-        let root = e.identity();
-        assert_eq!((root.uid, root.gid), (0, 7));
-        assert!(root.ctx().in_group(7) && !root.ctx().in_group(0));
+        assert_eq!(e.identity(&unix(1000, 100, &[7])), id(1000, 100, &[7]));
+        assert_eq!(e.identity(&Cred::None), id(65534, 65534, &[]));
+        e.squash = Squash::None;
+        assert_eq!(e.identity(&unix(0, 0, &[])), id(0, 0, &[]));
+        assert_eq!(e.identity(&Cred::None), id(65534, 65534, &[]));
+        e.squash = Squash::All;
+        e.anon_uid = 1234;
+        e.anon_gid = 99;
+        assert_eq!(e.identity(&unix(1000, 100, &[7])), id(1234, 99, &[]));
+        // Supplementary groups count for the group bits.
+        let a = Attr {
+            ino: 5,
+            kind: Kind::File,
+            mode: 0o640,
+            uid: 1,
+            gid: 7,
+            nlink: 1,
+            length: 0,
+            rdev: 0,
+            atime: 0,
+            mtime: 0,
+            ctime: 0,
+            parent: 0,
+            flags: 0,
+            stored: 0,
+        };
+        let member = id(1000, 100, &[7]);
+        assert!(member.may(&a, 4, None) && !member.may(&a, 2, None));
+        assert!(!id(1000, 100, &[8]).may(&a, 4, None));
+        assert!(member.ctx_for(&a).gid == 7 && member.ctx().gid == 100);
     }
 }

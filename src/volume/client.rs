@@ -75,7 +75,6 @@ pub struct Setup {
     pub on_alone: Option<Box<dyn Fn(bool) + Send>>,
 }
 
-
 /// A client of a volume, serving it until [`Client::close`].
 pub struct Client {
     meta: Arc<dyn Meta>,
