@@ -1,7 +1,7 @@
 //! A TCP relay that makes a server look farther away: every piece of bytes a client sends is
 //! held for a fixed delay before it is passed on (the server's answers pass at once), so each
 //! round trip through it takes that much longer, as with a database in another zone. For
-//! benchmarks and tests of the PostgreSQL engine (scripts/pgbench-latency.sh); not a protocol
+//! benchmarks and tests of the PostgreSQL engine (scripts/bench-pg.sh); not a protocol
 //! parser: bytes are relayed as they come, in order.
 //!
 //! Usage: cargo run --release --example delayproxy -- LISTEN UPSTREAM DELAY_MS

@@ -1088,7 +1088,12 @@ fn a_crash_of_the_database_loses_nothing_acknowledged() {
     let m = vol.mount();
     for (name, data) in &expect {
         let got = fs::read(m.p(name)).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert!(got == *data, "{name}: {} bytes, {} expected", got.len(), data.len());
+        assert!(
+            got == *data,
+            "{name}: {} bytes, {} expected",
+            got.len(),
+            data.len()
+        );
     }
     for i in 0..10 {
         assert!(!m.p(&format!("d/w{i}")).exists(), "d/w{i} was renamed");

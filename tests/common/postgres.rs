@@ -153,7 +153,9 @@ impl Server {
 /// None, saying so, unless UNKAI_TEST_POSTGRES=local.
 pub fn durable_server() -> Option<Arc<Server>> {
     if std::env::var(ENV).as_deref() != Ok("local") {
-        eprintln!("skipped: tests that crash PostgreSQL start servers of their own, only with {ENV}=local");
+        eprintln!(
+            "skipped: tests that crash PostgreSQL start servers of their own, only with {ENV}=local"
+        );
         return None;
     }
     let dir = tempfile::Builder::new()

@@ -113,16 +113,10 @@ fn backoff(delay: &mut Duration) {
     *delay = (*delay * 2).min(MAX_BACKOFF);
 }
 
-/// What the engine's transactions share: this client's session, once recorded, and how far
-/// its commits that did not wait for the WAL are covered by one that did.
+/// What the engine's transactions share: this client's session, once recorded.
 #[derive(Default)]
 struct Shared {
     session: AtomicU64,
-    /// Commits that did not wait for the WAL flush (namespace and attributes), made so far.
-    lazy: AtomicU64,
-    /// How many of those a commit that waited for the flush came after: the WAL is written
-    /// in order, so that flush covered them.
-    covered: AtomicU64,
 }
 
 impl Shared {
@@ -130,15 +124,6 @@ impl Shared {
     /// [`Postgres::flush`] can rewrite.
     fn lazy_ok(&self) -> bool {
         self.session.load(Ordering::Acquire) != 0
-    }
-
-    fn lazy_done(&self) {
-        self.lazy.fetch_add(1, Ordering::AcqRel);
-    }
-
-    /// A commit that waited for the WAL came after `lazy` lazy commits.
-    fn covers(&self, lazy: u64) {
-        self.covered.fetch_max(lazy, Ordering::AcqRel);
     }
 }
 
@@ -435,10 +420,10 @@ impl Db<'_> {
         self.send(None).map(|_| ())
     }
 
-    /// The counter changes gathered, what is held and COMMIT, in one round trip. Whether
-    /// the transaction wrote anything (had a transaction id: its COMMIT waited for the WAL
-    /// flush, unless the commit was lazy).
-    fn commit(&mut self) -> TxResult<bool> {
+    /// The counter changes gathered, what is held and COMMIT, in one round trip. (A statement
+    /// goes before COMMIT, so that a transaction a held statement failed answers the error
+    /// instead of a COMMIT that quietly rolls back.)
+    fn commit(&mut self) -> TxResult<()> {
         // Integers only: no quoting.
         let mut end = String::new();
         for (name, delta) in [("usedSpace", self.used), ("totalInodes", self.inodes)] {
@@ -448,13 +433,8 @@ impl Db<'_> {
                 ));
             }
         }
-        end.push_str("SELECT txid_current_if_assigned() IS NOT NULL; COMMIT");
-        match self.send(Some(Step::Simple(&end)))? {
-            Some(Answer::Simple(m)) => Ok(m.iter().any(|m| {
-                matches!(m, ::postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("t"))
-            })),
-            _ => unreachable!("COMMIT asked"),
-        }
+        end.push_str("SELECT 1; COMMIT");
+        self.send(Some(Step::Simple(&end))).map(|_| ())
     }
 
     /// A statement that writes and whose commit need not wait for the WAL (records of open
@@ -488,7 +468,6 @@ impl Db<'_> {
             }
             return Err(e.into());
         }
-        self.shared.lazy_done();
         Ok(rows)
     }
 }
@@ -497,7 +476,6 @@ impl Db<'_> {
 /// the rename lock's row) and waits for the WAL flush, which covers everything before it in
 /// the WAL: every commit already visible, lazy ones (of any client) included.
 fn flush_on(c: &mut Conn, shared: &Shared) -> TxResult<()> {
-    let before = shared.lazy.load(Ordering::Acquire);
     let sid = shared.session.load(Ordering::Acquire) as i64;
     let wrote = c
         .simple(&format!(
@@ -514,7 +492,6 @@ fn flush_on(c: &mut Conn, shared: &Shared) -> TxResult<()> {
              value WHERE name = 'renameLock'; COMMIT",
         )?;
     }
-    shared.covers(before);
     Ok(())
 }
 
@@ -563,8 +540,6 @@ impl Postgres {
             let mut lent = self.pool.get()?;
             lent.prelocked.clear();
             lent.no_default_acl.clear();
-            // The lazy commits this one, if it waits for the WAL flush, comes after.
-            let before = self.shared.lazy.load(Ordering::Acquire);
             let attempt = (|| -> TxResult<T> {
                 let mut tx = db(&mut lent, &self.shared, false);
                 if lock.is_empty() && !rename_lock {
@@ -585,12 +560,7 @@ impl Postgres {
                     }
                 }
                 let v = f(&mut tx)?;
-                match (lazy, tx.commit()?) {
-                    (true, _) => self.shared.lazy_done(),
-                    (false, true) => self.shared.covers(before),
-                    // Wrote nothing: no flush was waited for.
-                    (false, false) => {}
-                }
+                tx.commit()?;
                 Ok(v)
             })();
             lent.prelocked.clear();
@@ -615,7 +585,6 @@ impl Postgres {
             }
         }
     }
-
 
     /// Makes every commit so far durable (see [`flush_on`]).
     fn flush(&self) -> Result<()> {
@@ -721,12 +690,10 @@ impl Engine for Postgres {
         })
     }
 
-    /// Nothing to do unless a lazy commit came after the last flush waited for.
+    /// A flush, always: a lazy commit of another client that this one saw (a rename in a
+    /// directory it then fsyncs) is this client's to make durable too, and nothing here
+    /// tells whether one is still unflushed.
     fn sync(&self) -> Result<()> {
-        let lazy = self.shared.lazy.load(Ordering::Acquire);
-        if self.shared.covered.load(Ordering::Acquire) >= lazy {
-            return Ok(());
-        }
         self.flush()
     }
 
@@ -938,16 +905,11 @@ impl Txn for Db<'_> {
     }
 
     fn delete_session(&mut self, id: u64) -> TxResult<()> {
-        self.execute(
-            "DELETE FROM unkai_session WHERE id=$1",
-            &[&(id as i64)],
-        )?;
-        let _ = self.shared.session.compare_exchange(
-            id,
-            0,
-            Ordering::AcqRel,
-            Ordering::Acquire,
-        );
+        self.execute("DELETE FROM unkai_session WHERE id=$1", &[&(id as i64)])?;
+        let _ = self
+            .shared
+            .session
+            .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Acquire);
         Ok(())
     }
 

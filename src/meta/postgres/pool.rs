@@ -134,9 +134,7 @@ impl Conn {
             return Ok(s.clone());
         }
         self.stats.round_trip();
-        let Conn {
-            client, io, rt, ..
-        } = self;
+        let Conn { client, io, rt, .. } = self;
         let s = drive(rt, io, client.prepare(sql))?;
         self.stmts.insert(sql, s.clone());
         Ok(s)
@@ -152,9 +150,7 @@ impl Conn {
         steps: &[Step<'_>],
     ) -> Vec<std::result::Result<Answer, PgError>> {
         self.stats.round_trip();
-        let Conn {
-            client, io, rt, ..
-        } = self;
+        let Conn { client, io, rt, .. } = self;
         let client = &*client;
         type Fut<'f> = Pin<Box<dyn Future<Output = std::result::Result<Answer, PgError>> + 'f>>;
         let mut futs: Vec<Fut<'_>> = steps
@@ -245,9 +241,7 @@ impl Conn {
     ) -> TxResult<()> {
         let s = self.stmt(sql)?;
         self.stats.round_trip();
-        let Conn {
-            client, io, rt, ..
-        } = self;
+        let Conn { client, io, rt, .. } = self;
         let client = &*client;
         drive(rt, io, async move {
             let params: Vec<P<'_>> = p.iter().map(|q| q as P<'_>).collect();
@@ -283,9 +277,7 @@ impl Conn {
         p: &[P<'_>],
     ) -> std::result::Result<Vec<Row>, PgError> {
         self.stats.round_trip();
-        let Conn {
-            client, io, rt, ..
-        } = self;
+        let Conn { client, io, rt, .. } = self;
         drive(rt, io, client.query(sql, p))
     }
 }
