@@ -89,10 +89,11 @@ url[pg]="${admin%/postgres*}/bench?sslmode=disable"
 far_name="pg+${delay}ms"
 url[$far_name]="${url[pg]/:$pgport\//:$proxy_port/}"
 
-# One figure from a scrape: the sum of the samples of NAME whose labels contain LABEL.
+# One figure from a scrape: the sum of the samples of NAME (or NAME2, its name in another
+# build) whose labels contain LABEL.
 metric() {
-  awk -v name="$1" -v label="$2" '
-    index($0, name "{") == 1 && index($0, label) { s += $NF }
+  awk -v name="$1" -v label="$2" -v name2="${4:-$1}" '
+    (index($0, name "{") == 1 || index($0, name2 "{") == 1) && index($0, label) { s += $NF }
     END { printf "%.0f", s }' "$3"
 }
 
@@ -125,14 +126,14 @@ run() {
   rt0=$(metric unkai_meta_round_trips_total 'for="operations"' "$scrape.0")
   rt1=$(metric unkai_meta_round_trips_total 'for="operations"' "$scrape.1")
   rt2=$(metric unkai_meta_round_trips_total 'for="operations"' "$scrape.2")
-  c0=$(metric unkai_fuse_op_duration_seconds_count 'op="create"' "$scrape.0")
-  c1=$(metric unkai_fuse_op_duration_seconds_count 'op="create"' "$scrape.1")
-  cr0=$(metric unkai_fuse_op_round_trips_total 'op="create"' "$scrape.0")
-  cr1=$(metric unkai_fuse_op_round_trips_total 'op="create"' "$scrape.1")
-  u1=$(metric unkai_fuse_op_duration_seconds_count 'op="unlink"' "$scrape.1")
-  u2=$(metric unkai_fuse_op_duration_seconds_count 'op="unlink"' "$scrape.2")
-  ur1=$(metric unkai_fuse_op_round_trips_total 'op="unlink"' "$scrape.1")
-  ur2=$(metric unkai_fuse_op_round_trips_total 'op="unlink"' "$scrape.2")
+  c0=$(metric unkai_op_duration_seconds_count 'op="create"' "$scrape.0" unkai_fuse_op_duration_seconds_count)
+  c1=$(metric unkai_op_duration_seconds_count 'op="create"' "$scrape.1" unkai_fuse_op_duration_seconds_count)
+  cr0=$(metric unkai_op_round_trips_total 'op="create"' "$scrape.0" unkai_fuse_op_round_trips_total)
+  cr1=$(metric unkai_op_round_trips_total 'op="create"' "$scrape.1" unkai_fuse_op_round_trips_total)
+  u1=$(metric unkai_op_duration_seconds_count 'op="unlink"' "$scrape.1" unkai_fuse_op_duration_seconds_count)
+  u2=$(metric unkai_op_duration_seconds_count 'op="unlink"' "$scrape.2" unkai_fuse_op_duration_seconds_count)
+  ur1=$(metric unkai_op_round_trips_total 'op="unlink"' "$scrape.1" unkai_fuse_op_round_trips_total)
+  ur2=$(metric unkai_op_round_trips_total 'op="unlink"' "$scrape.2" unkai_fuse_op_round_trips_total)
   awk -v n="$n" -v t0="$t0" -v t1="$t1" -v t2="$t2" \
     -v rt0="$rt0" -v rt1="$rt1" -v rt2="$rt2" -v c="$((c1 - c0))" -v cr="$((cr1 - cr0))" \
     -v u="$((u2 - u1))" -v ur="$((ur2 - ur1))" -v name="$label" 'BEGIN {
