@@ -60,6 +60,16 @@ pub fn latency(name: &str, help: &str, label: (&str, &str)) -> Histogram {
     Histogram::with_opts(opts).expect("a valid histogram: fixed name, label and buckets")
 }
 
+/// A latency histogram of series `name` with the labels `labels` (e.g. `[("proto", "fuse"),
+/// ("op", "read")]`), as [`latency`].
+pub fn latency_of(name: &str, help: &str, labels: &[(&str, &str)]) -> Histogram {
+    let mut opts = prometheus::HistogramOpts::new(name, help).buckets(LATENCY_BUCKETS.to_vec());
+    for (k, v) in labels {
+        opts = opts.const_label(*k, *v);
+    }
+    Histogram::with_opts(opts).expect("a valid histogram: fixed name, labels and buckets")
+}
+
 /// Metric families being written out: the samples of one name (with different labels) make
 /// one family, wherever they are written.
 #[derive(Default)]

@@ -136,3 +136,242 @@ fn the_access_log_records_a_script_exactly() {
     m.unmount();
     reader.join().unwrap();
 }
+
+/// A port of 127.0.0.1 free a moment ago.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The requests of `proto` a server's `/metrics` at `port` counts: `op` -> count.
+fn counted(port: u16, proto: &str) -> std::collections::HashMap<String, f64> {
+    use std::io::Read;
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.write_all(b"GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n")
+        .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let mut out = std::collections::HashMap::new();
+    for l in text.lines() {
+        let Some(rest) = l.strip_prefix("unkai_op_duration_seconds_count{") else {
+            continue;
+        };
+        let (labels, value) = rest.rsplit_once("} ").unwrap();
+        if !labels.contains(&format!("proto=\"{proto}\"")) {
+            continue;
+        }
+        let op = labels
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("op=\""))
+            .unwrap()
+            .trim_end_matches('"');
+        out.insert(op.to_string(), value.parse().unwrap());
+    }
+    out
+}
+
+/// The requests `proto:PROTO` of an access log, as `op (args): result`, in order.
+fn requests_of(log: &std::path::Path, proto: &str) -> Vec<String> {
+    fs::read_to_string(log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&format!("[proto:{proto},")))
+        .filter_map(|l| l.split_once("] ").map(|(_, r)| r.to_string()))
+        .map(|r| r[..r.rfind(" <").unwrap()].to_string())
+        .collect()
+}
+
+/// Waits until the requests of `proto` in `log` hold `want` in order (others may come
+/// between); the requests.
+fn wait_for_requests(log: &std::path::Path, proto: &str, want: &[&str]) -> Vec<String> {
+    let mut got = Vec::new();
+    let found = eventually(Duration::from_secs(30), || {
+        got = requests_of(log, proto);
+        let mut it = got.iter();
+        want.iter().all(|w| it.any(|g| g == w))
+    });
+    assert!(
+        found,
+        "{want:#?} not all in the {proto} log, in order: {got:#?}"
+    );
+    got
+}
+
+/// Each network server logs every request of a scripted sequence (`--access-log FILE`)
+/// naming its protocol, its client and its result, and counts it in `/metrics` under its
+/// protocol; `unkai profile` summarises the log.
+#[test]
+fn each_server_logs_and_counts_every_request_with_its_protocol() {
+    use common::fronts::{Front, boto3, dav, have, s3};
+    let vol = Volume::new();
+    if have("curl") {
+        let log = vol.dir.path().join("webdav-access.log");
+        let port = free_port();
+        let srv = Front::start(
+            &vol,
+            "webdav",
+            &[
+                "--user",
+                "alice",
+                "--access-log",
+                log.to_str().unwrap(),
+                "--metrics",
+                &format!("127.0.0.1:{port}"),
+            ],
+        );
+        let before = counted(port, "webdav");
+        let dest = format!("Destination: {}", srv.url("/d/g"));
+        let script: [(&[&str], &str, u16); 6] = [
+            (&["-X", "MKCOL"], "/d", 201),
+            (&["-X", "PUT", "--data-binary", "hello"], "/d/f", 201),
+            (&[], "/d/f", 200),
+            (&["-X", "MOVE", "-H", &dest], "/d/f", 201),
+            (&["-X", "DELETE"], "/d/g", 204),
+            (&[], "/d/nope", 404),
+        ];
+        for (args, path, status) in script {
+            assert_eq!(
+                dav("alice", args, &srv.url(path)),
+                status,
+                "{args:?} {path}"
+            );
+        }
+        wait_for_requests(
+            &log,
+            "webdav",
+            &[
+                "MKCOL (/d): OK",
+                "PUT (/d/f): OK",
+                "GET (/d/f): OK",
+                "MOVE (/d/f,/d/g): OK",
+                "DELETE (/d/g): OK",
+                "GET (/d/nope): 404 Not Found",
+            ],
+        );
+        let text = fs::read_to_string(&log).unwrap();
+        assert!(
+            text.lines()
+                .filter(|l| l.contains("[proto:webdav,"))
+                .all(|l| l.contains(",client:127.0.0.1:") && l.contains(",user:alice]")),
+            "each line names the client and the user:\n{text}"
+        );
+        let after = counted(port, "webdav");
+        let moved = |op: &str| after.get(op).unwrap_or(&0.0) - before.get(op).unwrap_or(&0.0);
+        for (op, n) in [
+            ("MKCOL", 1.0),
+            ("PUT", 1.0),
+            ("GET", 2.0),
+            ("MOVE", 1.0),
+            ("DELETE", 1.0),
+        ] {
+            assert_eq!(moved(op), n, "{op}: {after:?}");
+        }
+        let (ok, out, err) = run(&["profile", log.to_str().unwrap()]);
+        assert!(
+            ok && out.contains("MKCOL") && out.contains("webdav 127.0.0.1"),
+            "{out}{err}"
+        );
+        srv.stop();
+    }
+    if let Some(py) = boto3() {
+        let log = vol.dir.path().join("s3-access.log");
+        let port = free_port();
+        let gw = Front::start(
+            &vol,
+            "gateway",
+            &[
+                "--access-log",
+                log.to_str().unwrap(),
+                "--metrics",
+                &format!("127.0.0.1:{port}"),
+            ],
+        );
+        let before = counted(port, "s3");
+        let out = s3(
+            py,
+            &gw.url(""),
+            "s3.create_bucket(Bucket='bkt')\n\
+             s3.put_object(Bucket='bkt', Key='k/x.txt', Body=b'hello')\n\
+             print(s3.get_object(Bucket='bkt', Key='k/x.txt')['Body'].read().decode())\n\
+             print(code(lambda: s3.head_object(Bucket='bkt', Key='nope')))\n\
+             s3.delete_object(Bucket='bkt', Key='k/x.txt')\n",
+        );
+        assert_eq!(out.lines().collect::<Vec<_>>(), ["hello", "404"], "{out}");
+        wait_for_requests(
+            &log,
+            "s3",
+            &[
+                "CreateBucket (bkt): OK",
+                "PutObject (bkt/k/x.txt): OK",
+                "GetObject (bkt/k/x.txt): OK",
+                "HeadObject (bkt/nope): 404 Not Found",
+                "DeleteObject (bkt/k/x.txt): OK",
+            ],
+        );
+        let after = counted(port, "s3");
+        let moved = |op: &str| after.get(op).unwrap_or(&0.0) - before.get(op).unwrap_or(&0.0);
+        for op in [
+            "CreateBucket",
+            "PutObject",
+            "GetObject",
+            "HeadObject",
+            "DeleteObject",
+        ] {
+            assert_eq!(moved(op), 1.0, "{op}: {after:?}");
+        }
+        gw.stop();
+    }
+}
+
+/// SIGHUP makes a server reopen its access log (logrotate moves the file, then signals): the
+/// requests after it go to the new file, and the server goes on serving.
+#[test]
+fn sighup_reopens_a_servers_access_log() {
+    use common::fronts::{Front, dav, have};
+    if !have("curl") {
+        return;
+    }
+    let vol = Volume::new();
+    let log = vol.dir.path().join("access.log");
+    let rotated = vol.dir.path().join("access.log.1");
+    let mut srv = Front::start(
+        &vol,
+        "webdav",
+        &["--user", "alice", "--access-log", log.to_str().unwrap()],
+    );
+    assert_eq!(
+        dav(
+            "alice",
+            &["-X", "PUT", "--data-binary", "1"],
+            &srv.url("/before")
+        ),
+        201
+    );
+    wait_for_requests(&log, "webdav", &["PUT (/before): OK"]);
+    fs::rename(&log, &rotated).unwrap();
+    nix::sys::signal::kill(srv.pid(), nix::sys::signal::Signal::SIGHUP).unwrap();
+    assert!(
+        eventually(Duration::from_secs(30), || log.exists()),
+        "no new access log after SIGHUP:\n{}",
+        srv.log_text()
+    );
+    assert!(srv.alive(), "SIGHUP stopped the server");
+    assert_eq!(
+        dav(
+            "alice",
+            &["-X", "PUT", "--data-binary", "2"],
+            &srv.url("/after")
+        ),
+        201
+    );
+    wait_for_requests(&log, "webdav", &["PUT (/after): OK"]);
+    let old = requests_of(&rotated, "webdav");
+    assert!(
+        old.iter().any(|l| l == "PUT (/before): OK") && !old.iter().any(|l| l.contains("/after")),
+        "{old:#?}"
+    );
+    srv.stop();
+}

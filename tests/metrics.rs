@@ -73,6 +73,11 @@ impl Scrape {
     }
 }
 
+/// The labels of the FUSE requests `op` (after the volume's).
+fn fuse_op(op: &str) -> String {
+    format!("op=\"{op}\",proto=\"fuse\"")
+}
+
 /// A workload of N bytes written and read back and K files created moves the counters by
 /// as much; the histograms agree with themselves; every sample names the volume.
 fn metrics_follow_a_workload(vol: &Volume) {
@@ -103,8 +108,8 @@ fn metrics_follow_a_workload(vol: &Volume) {
         after = Scrape::of(port);
         d(
             &after,
-            "unkai_fuse_op_duration_seconds_count",
-            "op=\"create\"",
+            "unkai_op_duration_seconds_count",
+            &fuse_op("create"),
         ) >= (K + 1) as f64
             && d(
                 &after,
@@ -113,29 +118,29 @@ fn metrics_follow_a_workload(vol: &Volume) {
             ) > 0.0
     });
     assert!(settled, "creates and PUTs counted:\n{}", after.1);
-    let fuse = "unkai_fuse_op_duration_seconds_count";
+    let fuse = "unkai_op_duration_seconds_count";
     assert_eq!(
-        d(&after, fuse, "op=\"create\""),
+        d(&after, fuse, &fuse_op("create")),
         (K + 1) as f64,
         "{}",
         after.1
     );
     assert!(
-        d(&after, "unkai_fuse_written_bytes_total", "") >= N as f64,
+        d(&after, "unkai_written_bytes_total", "proto=\"fuse\"") >= N as f64,
         "{}",
         after.1
     );
     assert!(
-        d(&after, "unkai_fuse_read_bytes_total", "") >= N as f64,
+        d(&after, "unkai_read_bytes_total", "proto=\"fuse\"") >= N as f64,
         "{}",
         after.1
     );
     assert!(
-        d(&after, fuse, "op=\"write\"") >= 9.0,
+        d(&after, fuse, &fuse_op("write")) >= 9.0,
         "1 MiB writes at most: {}",
         after.1
     );
-    assert!(d(&after, fuse, "op=\"read\"") >= 1.0, "{}", after.1);
+    assert!(d(&after, fuse, &fuse_op("read")) >= 1.0, "{}", after.1);
     // The bucket took at least the bytes written (checksums add to them).
     assert!(
         d(&after, "unkai_object_put_bytes_total", "") >= N as f64,
@@ -156,7 +161,7 @@ fn metrics_follow_a_workload(vol: &Volume) {
     // Round trips to the database: each create reaches PostgreSQL at least once, and the
     // requests' tally never passes the engine's; SQLite makes none.
     let trips = d(&after, "unkai_meta_round_trips_total", "for=\"operations\"");
-    let per_create = d(&after, "unkai_fuse_op_round_trips_total", "op=\"create\"");
+    let per_create = d(&after, "unkai_op_round_trips_total", &fuse_op("create"));
     match vol.db.is_some() {
         true => {
             assert!(per_create >= (K + 1) as f64, "{}", after.1);

@@ -165,3 +165,57 @@ fn a_bad_scan_address_is_one_line() {
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
 }
+
+/// A network server's scan events go to its access log as a mount's do: an infected file
+/// put over WebDAV is quarantined, and `[scan] ... INFECTED` is in `--access-log`.
+#[test]
+fn a_servers_scan_events_are_in_its_access_log() {
+    use common::fronts::{Front, dav, have};
+    if !clamd::available() || !have("curl") {
+        return;
+    }
+    let av = Clamd::start();
+    let vol = Volume::new();
+    let access = vol.dir.path().join("access.log");
+    let srv = Front::start(
+        &vol,
+        "webdav",
+        &[
+            "--user",
+            "alice",
+            "--scan",
+            &av.url(),
+            "--access-log",
+            access.to_str().unwrap(),
+        ],
+    );
+    let bad = vol.dir.path().join("bad.txt");
+    fs::write(&bad, EICAR).unwrap();
+    let upload = format!("@{}", bad.display());
+    assert_eq!(
+        dav(
+            "alice",
+            &["-X", "PUT", "--data-binary", &upload],
+            &srv.url("/eicar.txt")
+        ),
+        201
+    );
+    let logged = eventually(LONG, || {
+        fs::read_to_string(&access)
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                l.contains("[scan]")
+                    && l.contains("INFECTED")
+                    && l.contains(SIGNATURE)
+                    && l.contains("/eicar.txt")
+            })
+    });
+    assert!(
+        logged,
+        "no scan event in the server's access log:\n{}\nserver log:\n{}",
+        tail(&fs::read_to_string(&access).unwrap_or_default(), 20),
+        tail(&srv.log_text(), 30)
+    );
+    srv.stop();
+}

@@ -35,6 +35,10 @@ pub struct VolumeArgs {
     /// 127.0.0.1:9567. Off by default.
     #[arg(long, value_name = "ADDR")]
     metrics: Option<String>,
+    /// Write a line per request to FILE (appended; SIGHUP reopens it, for logrotate): who,
+    /// what, the result and how long it took, as a mount's `.accesslog` (see `unkai profile`).
+    #[arg(long, value_name = "FILE")]
+    access_log: Option<std::path::PathBuf>,
     /// Back up the metadata into the bucket this often (e.g. 1h; 0 turns it off), as
     /// `mount --backup-meta` does.
     #[arg(long, default_value = "1h", value_name = "INTERVAL")]
@@ -91,6 +95,7 @@ where
         metrics,
         backup_meta,
         scan,
+        access_log: args.access_log.clone(),
     };
     volume::front::run(meta, &cfg, serve)
 }

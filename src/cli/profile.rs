@@ -37,8 +37,13 @@ pub struct Args {
 /// One request of the log.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Line {
+    /// Its protocol (`fuse` in a log of before protocols were named).
+    pub proto: String,
     pub uid: u32,
+    /// The process (FUSE), or 0 for a network client.
     pub pid: u32,
+    /// The process's name (FUSE), or the network client: its protocol and address
+    /// (`webdav 127.0.0.1`).
     pub comm: String,
     pub op: String,
     pub args: String,
@@ -46,7 +51,9 @@ pub struct Line {
     pub secs: f64,
 }
 
-/// Parses a line of the access log; None for comments and lines of another shape.
+/// Parses a line of the access log; None for comments and lines of another shape (the
+/// scanner's events). Lines from before the protocol was named (`[uid:0,gid:0,pid:1,comm:x]`)
+/// are FUSE's.
 pub fn parse(l: &str) -> Option<Line> {
     let l = l.trim_end();
     if l.starts_with('#') {
@@ -59,20 +66,36 @@ pub fn parse(l: &str) -> Option<Line> {
     let mut uid = 0;
     let mut pid = 0;
     let mut comm = String::new();
+    let mut proto = "fuse".to_string();
+    let mut client = None;
     for kv in who.split(',') {
         let (k, v) = kv.split_once(':')?;
         match k {
+            "proto" => proto = v.to_string(),
             "uid" => uid = v.parse().ok()?,
             "pid" => pid = v.parse().ok()?,
             "comm" => comm = v.to_string(),
+            "client" => client = Some(v),
             _ => {}
         }
+    }
+    if let Some(c) = client {
+        // Its address without the port: a client's connections are one client.
+        let host = match c.rsplit_once(':') {
+            Some((h, p)) if p.bytes().all(|b| b.is_ascii_digit()) => h,
+            _ => c,
+        };
+        comm = format!(
+            "{proto} {}",
+            host.trim_start_matches('[').trim_end_matches(']')
+        );
     }
     let (op, rest) = rest.split_once(' ')?;
     let dur_at = rest.rfind(" <")?;
     let secs: f64 = rest[dur_at + 2..].strip_suffix('>')?.parse().ok()?;
     let (args, result) = rest[..dur_at].rsplit_once("): ")?;
     Some(Line {
+        proto,
         uid,
         pid,
         comm,
@@ -160,7 +183,7 @@ impl Profile {
                 .partial_cmp(&a.1.secs)
                 .unwrap_or(std::cmp::Ordering::Equal)
         });
-        table("PROCESS", procs);
+        table("PROCESS OR CLIENT", procs);
         println!("SLOWEST");
         for l in &self.slowest {
             println!(
@@ -251,6 +274,43 @@ mod tests {
         .unwrap();
         assert!(!e.ok);
         assert_eq!(parse("#"), None);
+        let w = parse(
+            "2026.11.26 20:36:45.000001 [proto:webdav,uid:1000,gid:1000,client:127.0.0.1:50412,user:alice] PUT (/a/b.txt): 403 Forbidden <0.000200>",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                w.proto.as_str(),
+                w.uid,
+                w.pid,
+                w.comm.as_str(),
+                w.op.as_str()
+            ),
+            ("webdav", 1000, 0, "webdav 127.0.0.1", "PUT")
+        );
+        assert_eq!(w.args, "(/a/b.txt)");
+        assert!(!w.ok);
+        let f = parse(
+            "2026.11.26 20:36:45.000002 [proto:fuse,uid:0,gid:0,pid:9,comm:cp] write (17,0,4096): OK <0.000012>",
+        )
+        .unwrap();
+        assert_eq!(
+            (f.proto.as_str(), f.pid, f.comm.as_str()),
+            ("fuse", 9, "cp")
+        );
+        assert_eq!(
+            l.proto, "fuse",
+            "a line of before protocols were named is FUSE's"
+        );
+        let v6 = parse(
+            "2026.11.26 20:36:45.000003 [proto:s3,uid:0,gid:0,client:[::1]:5000] PutObject (b/k): OK <0.1>",
+        )
+        .unwrap();
+        assert_eq!(v6.comm, "s3 ::1");
+        assert_eq!(
+            parse("2026.11.26 20:36:45.000004 [scan] /f (inode 3): INFECTED X"),
+            None
+        );
         assert_eq!(parse("# 3 lines dropped: read faster"), None);
     }
 }

@@ -142,7 +142,7 @@ fn mean_ms(a: &Sample, b: &Sample, name: &str, label: Option<(&str, &str)>) -> S
     format!("{:.2}", s / n * 1000.0)
 }
 
-const FUSE: &str = "unkai_fuse_op_duration_seconds";
+const FUSE: &str = "unkai_op_duration_seconds";
 const META: &str = "unkai_meta_transaction_duration_seconds";
 const OBJ: &str = "unkai_object_request_duration_seconds";
 
@@ -152,17 +152,10 @@ const COLUMNS: &[Column] = &[
     }),
     ("fuse", "lat", |a, b, _| mean_ms(a, b, FUSE, None)),
     ("fuse", "read", |a, b, dt| {
-        short(rate(a, b, dt, "unkai_fuse_read_bytes_total", "value", None))
+        short(rate(a, b, dt, "unkai_read_bytes_total", "value", None))
     }),
     ("fuse", "write", |a, b, dt| {
-        short(rate(
-            a,
-            b,
-            dt,
-            "unkai_fuse_written_bytes_total",
-            "value",
-            None,
-        ))
+        short(rate(a, b, dt, "unkai_written_bytes_total", "value", None))
     }),
     ("meta", "txn", |a, b, dt| {
         short(rate(a, b, dt, META, "count", None))
@@ -186,7 +179,7 @@ const COLUMNS: &[Column] = &[
         let d = |name, field| b.sum(name, field, None) - a.sum(name, field, None);
         let ops = d(FUSE, "count");
         match ops > 0.0 {
-            true => format!("{:.2}", d("unkai_fuse_op_round_trips_total", "value") / ops),
+            true => format!("{:.2}", d("unkai_op_round_trips_total", "value") / ops),
             false => "-".into(),
         }
     }),
@@ -355,7 +348,7 @@ mod tests {
         let a = Sample {
             at,
             json: serde_json::json!({
-                "unkai_fuse_written_bytes_total": [{"labels": {}, "value": 0.0}],
+                "unkai_written_bytes_total": [{"labels": {}, "value": 0.0}],
                 "unkai_cache_hits_total": [{"labels": {"level": "memory"}, "value": 0.0}],
                 "unkai_cache_misses_total": [{"labels": {"level": "memory"}, "value": 0.0}],
                 FUSE: [{"labels": {"op": "write"}, "count": 0, "sum": 0.0}],
@@ -364,7 +357,7 @@ mod tests {
         let b = Sample {
             at: at + Duration::from_secs(2),
             json: serde_json::json!({
-                "unkai_fuse_written_bytes_total": [{"labels": {}, "value": 4194304.0}],
+                "unkai_written_bytes_total": [{"labels": {}, "value": 4194304.0}],
                 "unkai_cache_hits_total": [{"labels": {"level": "memory"}, "value": 3.0},
                                            {"labels": {"level": "disk"}, "value": 1.0}],
                 "unkai_cache_misses_total": [{"labels": {"level": "memory"}, "value": 1.0}],

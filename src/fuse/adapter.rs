@@ -6,13 +6,12 @@
 //!
 //! Not for: any file-system logic; if a method here does more than translate, it belongs in vfs.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use parking_lot::Mutex;
 
@@ -29,9 +28,8 @@ use super::inodes::Inodes;
 use crate::meta::{
     Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
 };
-use crate::vfs::export::Export;
-use crate::vfs::export::log::{self as accesslog, AccessLog};
-use crate::vfs::export::requests::{Answering, Req};
+use crate::vfs::export::log as accesslog;
+use crate::vfs::export::{Caller, Export, Proto, Request as Op};
 use crate::vfs::{self, Vfs};
 
 /// Kernel cache settings of a mount.
@@ -102,74 +100,67 @@ pub const LOG_NAME: &[u8] = b".accesslog";
 /// Its inode number: beyond any the volume hands out.
 const LOG_INO: u64 = u64::MAX - 1;
 
+/// The kinds of request the adapter answers, as the kernel's protocol names them: each is
+/// counted from the start.
+const KINDS: &[&str] = &[
+    "lookup",
+    "getattr",
+    "setattr",
+    "readlink",
+    "mknod",
+    "mkdir",
+    "unlink",
+    "rmdir",
+    "symlink",
+    "rename",
+    "link",
+    "open",
+    "read",
+    "write",
+    "getlk",
+    "setlk",
+    "flush",
+    "release",
+    "fsync",
+    "opendir",
+    "readdir",
+    "readdirplus",
+    "releasedir",
+    "fsyncdir",
+    "statfs",
+    "setxattr",
+    "getxattr",
+    "listxattr",
+    "removexattr",
+    "access",
+    "create",
+    "ioctl",
+    "fallocate",
+    "lseek",
+    "copy_file_range",
+];
+
 /// Handles of `.accesslog` readers: apart from the volume's (which count up from 1).
 const LOG_FH: u64 = 1 << 62;
 
-/// A request being answered: timed (`requests`), and logged if the access log is on.
-struct Op<'a> {
-    _answering: Answering<'a>,
-    log: Option<(&'a AccessLog, String, Instant)>,
-    err: Cell<Option<i32>>,
+/// A request being answered (counted, timed and logged by the export): the failure noted
+/// as the errno answered.
+trait Answer {
+    fn failed_with(&self, e: Errno) -> Errno;
 }
 
-impl Op<'_> {
-    /// Notes the result of a request answered from `r`; returns it.
-    fn noted<T>(&self, r: vfs::Result<T>) -> vfs::Result<T> {
-        if let Err(e) = &r {
-            self.err.set(Some(e.errno()));
-        }
-        r
-    }
-
-    /// Notes the request failed with `e`; returns it.
-    fn failed(&self, e: Errno) -> Errno {
-        self.err.set(Some(e.code()));
+impl Answer for Op<'_> {
+    fn failed_with(&self, e: Errno) -> Errno {
+        self.failed(e.code());
         e
     }
 }
 
-impl Drop for Op<'_> {
-    fn drop(&mut self) {
-        if let Some((log, head, start)) = self.log.take() {
-            let res = match self.err.get() {
-                None => "OK".to_string(),
-                Some(e) => std::io::Error::from_raw_os_error(e)
-                    .to_string()
-                    .split(" (os error")
-                    .next()
-                    .unwrap_or("error")
-                    .to_string(),
-            };
-            log.record(format!(
-                "{head}: {res} <{:.6}>",
-                start.elapsed().as_secs_f64()
-            ));
-        }
-    }
-}
-
 impl Adapter {
-    /// Starts answering a request of kind `r`; `args` (its inodes, names, offsets) is made
-    /// only if the access log is on.
-    fn op(&self, req: &Request, r: Req, args: impl FnOnce() -> String) -> Op<'_> {
-        let log = self.export.log().on().then(|| {
-            let head = format!(
-                "{} [uid:{},gid:{},pid:{},comm:{}] {} {}",
-                accesslog::stamp(),
-                req.uid(),
-                req.gid(),
-                req.pid(),
-                accesslog::comm(req.pid()),
-                r.name(),
-                args()
-            );
-            (self.export.log(), head, Instant::now())
-        });
-        Op {
-            _answering: self.export.requests().start(r),
-            log,
-            err: Cell::new(None),
-        }
+    /// Starts answering a request `op`; `args` (its inodes, names, offsets) is made only if
+    /// the access log is on.
+    fn op(&self, req: &Request, op: &str, args: impl FnOnce() -> String) -> Op<'_> {
+        self.export.request(&Caller::fuse(ctx(req)), op, args)
     }
 
     /// The attributes of `.accesslog`: a file only its readers may read.
@@ -200,6 +191,7 @@ impl Adapter {
         coherence: Arc<Coherence>,
         inodes: Inodes,
     ) -> Adapter {
+        export.requests().register(Proto::Fuse, KINDS);
         Adapter {
             vfs: export.vfs().clone(),
             cache,
@@ -459,9 +451,9 @@ impl Adapter {
 
 impl Filesystem for Adapter {
     fn destroy(&mut self) {
-        tracing::info!("{}", self.export.requests().summary());
-        tracing::info!("{}", self.export.requests().time_summary());
-        if let Some(line) = self.export.requests().round_trip_summary() {
+        tracing::info!("{}", self.export.requests().summary(Proto::Fuse));
+        tracing::info!("{}", self.export.requests().time_summary(Proto::Fuse));
+        if let Some(line) = self.export.requests().round_trip_summary(Proto::Fuse) {
             tracing::info!("{line}");
         }
     }
@@ -528,7 +520,7 @@ impl Filesystem for Adapter {
     }
 
     fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        let op = self.op(req, Req::Lookup, || {
+        let op = self.op(req, "lookup", || {
             format!("({},{})", parent.0, name.to_string_lossy())
         });
         if parent.0 == FUSE_ROOT && name.as_bytes() == LOG_NAME {
@@ -542,7 +534,7 @@ impl Filesystem for Adapter {
         };
         match found {
             Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent).is_zero() => {
-                op.failed(Errno::ENOENT);
+                op.failed_with(Errno::ENOENT);
                 // A negative entry: the kernel remembers the name is absent.
                 let mut attr = file_attr(&Attr {
                     ino: 0,
@@ -573,14 +565,14 @@ impl Filesystem for Adapter {
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        let op = self.op(req, Req::Getattr, || format!("({})", ino.0));
+        let op = self.op(req, "getattr", || format!("({})", ino.0));
         if ino.0 == LOG_INO {
             return reply.attr(&Duration::from_secs(1), &self.log_attr());
         }
         let ino = self.inodes.volume(ino);
         match self.vfs.getattr(ino) {
             Ok(a) => reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a)),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -602,7 +594,7 @@ impl Filesystem for Adapter {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        let op = self.op(req, Req::Setattr, || format!("({})", ino.0));
+        let op = self.op(req, "setattr", || format!("({})", ino.0));
         let ino = self.inodes.volume(ino);
         // A SETATTR that sets nothing (or the ctime alone) is chown(-1, -1), or the kernel
         // asking to drop privileges it found (under FUSE_HANDLE_KILLPRIV_V2 it strips the
@@ -620,16 +612,16 @@ impl Filesystem for Adapter {
         };
         match self.vfs.setattr(&ctx(req), ino, &set, size, chown) {
             Ok(a) => reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a)),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
-        let op = self.op(req, Req::Readlink, || format!("({})", ino.0));
+        let op = self.op(req, "readlink", || format!("({})", ino.0));
         let ino = self.inodes.volume(ino);
         match self.vfs.readlink(ino) {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -643,7 +635,7 @@ impl Filesystem for Adapter {
         rdev: u32,
         reply: ReplyEntry,
     ) {
-        let op = self.op(req, Req::Mknod, || {
+        let op = self.op(req, "mknod", || {
             format!(
                 "({},{},{},{},{})",
                 parent.0,
@@ -655,7 +647,7 @@ impl Filesystem for Adapter {
         });
         let parent = self.inodes.volume(parent);
         let Some(kind) = Kind::from_mode(mode) else {
-            return reply.error(op.failed(Errno::EINVAL));
+            return reply.error(op.failed_with(Errno::EINVAL));
         };
         let res = self.vfs.mknod(
             &creator(req, umask),
@@ -677,7 +669,7 @@ impl Filesystem for Adapter {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let op = self.op(req, Req::Mkdir, || {
+        let op = self.op(req, "mkdir", || {
             format!(
                 "({},{},{},{})",
                 parent.0,
@@ -699,24 +691,24 @@ impl Filesystem for Adapter {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let op = self.op(req, Req::Unlink, || {
+        let op = self.op(req, "unlink", || {
             format!("({},{})", parent.0, name.to_string_lossy())
         });
         let parent = self.inodes.volume(parent);
         match self.vfs.unlink(&ctx(req), parent, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let op = self.op(req, Req::Rmdir, || {
+        let op = self.op(req, "rmdir", || {
             format!("({},{})", parent.0, name.to_string_lossy())
         });
         let parent = self.inodes.volume(parent);
         match self.vfs.rmdir(&ctx(req), parent, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -728,7 +720,7 @@ impl Filesystem for Adapter {
         target: &Path,
         reply: ReplyEntry,
     ) {
-        let op = self.op(req, Req::Symlink, || {
+        let op = self.op(req, "symlink", || {
             format!(
                 "({},{},{})",
                 parent.0,
@@ -756,7 +748,7 @@ impl Filesystem for Adapter {
         flags: fuser::RenameFlags,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Rename, || {
+        let op = self.op(req, "rename", || {
             format!(
                 "({},{},{},{})",
                 parent.0,
@@ -781,7 +773,7 @@ impl Filesystem for Adapter {
             f,
         ) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -793,7 +785,7 @@ impl Filesystem for Adapter {
         newname: &OsStr,
         reply: ReplyEntry,
     ) {
-        let op = self.op(req, Req::Link, || {
+        let op = self.op(req, "link", || {
             format!("({},{},{})", ino.0, newparent.0, newname.to_string_lossy())
         });
         let ino = self.inodes.volume(ino);
@@ -803,10 +795,10 @@ impl Filesystem for Adapter {
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let op = self.op(req, Req::Open, || format!("({})", ino.0));
+        let op = self.op(req, "open", || format!("({})", ino.0));
         if ino.0 == LOG_INO {
             if req.uid() != 0 {
-                return reply.error(op.failed(Errno::EACCES));
+                return reply.error(op.failed_with(Errno::EACCES));
             }
             let mut rs = self.log_readers.lock();
             let fh = (LOG_FH + 1..)
@@ -818,7 +810,7 @@ impl Filesystem for Adapter {
         let ino = self.inodes.volume(ino);
         match self.vfs.open(ino, flags.0) {
             Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -841,13 +833,13 @@ impl Filesystem for Adapter {
                 None => reply.error(Errno::EBADF),
             };
         }
-        let op = self.op(req, Req::Read, || format!("({},{},{})", fh.0, offset, size));
+        let op = self.op(req, "read", || format!("({},{},{})", fh.0, offset, size));
         match self.vfs.read(fh.0, offset, size) {
             Ok(d) => {
-                self.export.requests().read(d.len());
+                self.export.requests().read(Proto::Fuse, d.len());
                 reply.data(&d)
             }
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -863,7 +855,7 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let op = self.op(req, Req::Write, || {
+        let op = self.op(req, "write", || {
             format!("({},{},{},{})", ino.0, fh.0, offset, data.len())
         });
         let ino = self.inodes.volume(ino);
@@ -878,10 +870,10 @@ impl Filesystem for Adapter {
                     // safe within a request).
                     self.coherence.forget_attr(ino);
                 }
-                self.export.requests().written(n as usize);
+                self.export.requests().written(Proto::Fuse, n as usize);
                 reply.written(n)
             }
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -897,17 +889,17 @@ impl Filesystem for Adapter {
         _pid: u32,
         reply: ReplyLock,
     ) {
-        let op = self.op(req, Req::Getlk, || {
+        let op = self.op(req, "getlk", || {
             format!("({},{},{},{})", ino.0, start, end, typ)
         });
         let ino = self.inodes.volume(ino);
         let Some(kind) = lock_kind(typ) else {
-            return reply.error(op.failed(Errno::EINVAL));
+            return reply.error(op.failed_with(Errno::EINVAL));
         };
         match self.vfs.getlk(ino, lock_owner.0, kind, start, end) {
             Ok(Some(l)) => reply.locked(l.start, l.end, lock_type(l.kind), l.pid),
             Ok(None) => reply.locked(start, end, libc::F_UNLCK, 0),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -924,7 +916,7 @@ impl Filesystem for Adapter {
         sleep: bool,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Setlk, || {
+        let op = self.op(req, "setlk", || {
             format!("({},{},{},{},{},{})", ino.0, fh.0, start, end, typ, pid)
         });
         let ino = self.inodes.volume(ino);
@@ -932,7 +924,7 @@ impl Filesystem for Adapter {
             libc::F_UNLCK => None,
             t => match lock_kind(t) {
                 Some(k) => Some(k),
-                None => return reply.error(op.failed(Errno::EINVAL)),
+                None => return reply.error(op.failed_with(Errno::EINVAL)),
             },
         };
         let req = LockRequest {
@@ -977,7 +969,7 @@ impl Filesystem for Adapter {
         lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Flush, || format!("({},{})", ino.0, fh.0));
+        let op = self.op(req, "flush", || format!("({},{})", ino.0, fh.0));
         let ino = self.inodes.volume(ino);
         // A close by a process drops its fcntl locks on the file (the kernel leaves that to
         // a file system that keeps the locks).
@@ -987,7 +979,7 @@ impl Filesystem for Adapter {
             .and(self.vfs.locks_closed_by(ino, lock_owner.0));
         match res {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1009,7 +1001,7 @@ impl Filesystem for Adapter {
             }
             return reply.ok();
         }
-        let op = self.op(req, Req::Release, || format!("({},{})", ino.0, fh.0));
+        let op = self.op(req, "release", || format!("({},{})", ino.0, fh.0));
         let ino = self.inodes.volume(ino);
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
@@ -1018,7 +1010,7 @@ impl Filesystem for Adapter {
         }
         match res {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1030,19 +1022,19 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Fsync, || format!("({})", fh.0));
+        let op = self.op(req, "fsync", || format!("({})", fh.0));
         match self.vfs.fsync(fh.0) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn opendir(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        let op = self.op(req, Req::Opendir, || format!("({})", ino.0));
+        let op = self.op(req, "opendir", || format!("({})", ino.0));
         let ino = self.inodes.volume(ino);
         match self.vfs.opendir(ino, flags.0) {
             Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1054,13 +1046,13 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
-        let op = self.op(req, Req::Readdir, || format!("({},{})", ino.0, offset));
+        let op = self.op(req, "readdir", || format!("({},{})", ino.0, offset));
         let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 256, false) {
                 Ok(e) => e,
-                Err(e) => return reply.error(op.failed(errno(&e))),
+                Err(e) => return reply.error(op.failed_with(errno(&e))),
             };
             if entries.is_empty() {
                 break;
@@ -1088,13 +1080,13 @@ impl Filesystem for Adapter {
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
-        let op = self.op(req, Req::Readdirplus, || format!("({},{})", ino.0, offset));
+        let op = self.op(req, "readdirplus", || format!("({},{})", ino.0, offset));
         let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
             let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 128, true) {
                 Ok(e) => e,
-                Err(e) => return reply.error(op.failed(errno(&e))),
+                Err(e) => return reply.error(op.failed_with(errno(&e))),
             };
             if entries.is_empty() {
                 break;
@@ -1125,10 +1117,10 @@ impl Filesystem for Adapter {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Releasedir, || format!("({})", fh.0));
+        let op = self.op(req, "releasedir", || format!("({})", fh.0));
         match self.vfs.releasedir(fh.0) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1140,15 +1132,15 @@ impl Filesystem for Adapter {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Fsyncdir, || String::from("()"));
+        let op = self.op(req, "fsyncdir", || String::from("()"));
         match self.vfs.fsyncdir() {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn statfs(&self, req: &Request, ino: INodeNo, reply: ReplyStatfs) {
-        let op = self.op(req, Req::Statfs, || format!("({})", ino.0));
+        let op = self.op(req, "statfs", || format!("({})", ino.0));
         // A subdir mount whose directory has a quota shows the quota, as JuiceFS does.
         match self.vfs.statfs_in(self.inodes.root()) {
             Ok(s) => {
@@ -1164,7 +1156,7 @@ impl Filesystem for Adapter {
                     bs as u32,
                 )
             }
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1178,7 +1170,7 @@ impl Filesystem for Adapter {
         _position: u32,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Setxattr, || {
+        let op = self.op(req, "setxattr", || {
             format!(
                 "({},{},{},{})",
                 ino.0,
@@ -1189,67 +1181,67 @@ impl Filesystem for Adapter {
         });
         let ino = self.inodes.volume(ino);
         if !self.acl && acl::is_acl(name.as_bytes()) {
-            return reply.error(op.failed(Errno::EOPNOTSUPP));
+            return reply.error(op.failed_with(Errno::EOPNOTSUPP));
         }
         match self
             .vfs
             .set_xattr(&ctx(req), ino, name.as_bytes(), value, flags)
         {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn getxattr(&self, req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
-        let op = self.op(req, Req::Getxattr, || {
+        let op = self.op(req, "getxattr", || {
             format!("({},{},{})", ino.0, name.to_string_lossy(), size)
         });
         let ino = self.inodes.volume(ino);
         match self.vfs.get_xattr(ino, name.as_bytes()) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() > size as usize => reply.error(op.failed(Errno::ERANGE)),
+            Ok(v) if v.len() > size as usize => reply.error(op.failed_with(Errno::ERANGE)),
             Ok(v) => reply.data(&v),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn listxattr(&self, req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
-        let op = self.op(req, Req::Listxattr, || format!("({},{})", ino.0, size));
+        let op = self.op(req, "listxattr", || format!("({},{})", ino.0, size));
         let ino = self.inodes.volume(ino);
         match self.vfs.list_xattr(ino) {
             Ok(v) if size == 0 => reply.size(v.len() as u32),
-            Ok(v) if v.len() > size as usize => reply.error(op.failed(Errno::ERANGE)),
+            Ok(v) if v.len() > size as usize => reply.error(op.failed_with(Errno::ERANGE)),
             Ok(v) => reply.data(&v),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn removexattr(&self, req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        let op = self.op(req, Req::Removexattr, || {
+        let op = self.op(req, "removexattr", || {
             format!("({},{})", ino.0, name.to_string_lossy())
         });
         let ino = self.inodes.volume(ino);
         if !self.acl && acl::is_acl(name.as_bytes()) {
-            return reply.error(op.failed(Errno::EOPNOTSUPP));
+            return reply.error(op.failed_with(Errno::EOPNOTSUPP));
         }
         match self.vfs.remove_xattr(&ctx(req), ino, name.as_bytes()) {
             Ok(()) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
     fn access(&self, req: &Request, ino: INodeNo, mask: AccessFlags, reply: ReplyEmpty) {
-        let op = self.op(req, Req::Access, || format!("({})", ino.0));
+        let op = self.op(req, "access", || format!("({})", ino.0));
         let ino = self.inodes.volume(ino);
         // Only called without default_permissions; check the mode bits like the kernel would.
         let a = match self.vfs.getattr(ino) {
             Ok(a) => a,
-            Err(e) => return reply.error(op.failed(errno(&e))),
+            Err(e) => return reply.error(op.failed_with(errno(&e))),
         };
         if vfs::may(&ctx(req), &a, (mask.bits() & 7) as u32) {
             reply.ok()
         } else {
-            reply.error(op.failed(Errno::EACCES))
+            reply.error(op.failed_with(Errno::EACCES))
         }
     }
 
@@ -1263,7 +1255,7 @@ impl Filesystem for Adapter {
         flags: i32,
         reply: ReplyCreate,
     ) {
-        let op = self.op(req, Req::Create, || {
+        let op = self.op(req, "create", || {
             format!(
                 "({},{},{},{},{})",
                 parent.0,
@@ -1297,7 +1289,7 @@ impl Filesystem for Adapter {
                     f,
                 )
             }
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1314,7 +1306,7 @@ impl Filesystem for Adapter {
         out_size: u32,
         reply: ReplyIoctl,
     ) {
-        let op = self.op(req, Req::Ioctl, || {
+        let op = self.op(req, "ioctl", || {
             format!("({},{},{},{})", ino.0, cmd, in_data.len(), out_size)
         });
         let ino = self.inodes.volume(ino);
@@ -1365,7 +1357,7 @@ impl Filesystem for Adapter {
                 out.truncate(out_size as usize);
                 reply.ioctl(0, &out)
             }
-            Err(e) => reply.error(op.failed(e)),
+            Err(e) => reply.error(op.failed_with(e)),
         }
     }
 
@@ -1379,12 +1371,12 @@ impl Filesystem for Adapter {
         mode: i32,
         reply: ReplyEmpty,
     ) {
-        let op = self.op(req, Req::Fallocate, || {
+        let op = self.op(req, "fallocate", || {
             format!("({},{},{},{})", fh.0, offset, length, mode)
         });
         match self.vfs.fallocate(&ctx(req), fh.0, offset, length, mode) {
             Ok(_) => reply.ok(),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1397,21 +1389,19 @@ impl Filesystem for Adapter {
         whence: i32,
         reply: ReplyLseek,
     ) {
-        let op = self.op(req, Req::Lseek, || {
-            format!("({},{},{})", fh.0, offset, whence)
-        });
+        let op = self.op(req, "lseek", || format!("({},{},{})", fh.0, offset, whence));
         if self.cache.writeback {
             // Dirty pages the kernel has not handed over yet are invisible here, so holes
             // cannot be told apart from unwritten data: the kernel's fallback (the whole
             // file is data) is the safe answer. ENOSYS makes it use that from now on.
-            return reply.error(op.failed(Errno::ENOSYS));
+            return reply.error(op.failed_with(Errno::ENOSYS));
         }
         if offset < 0 {
-            return reply.error(op.failed(Errno::ENXIO));
+            return reply.error(op.failed_with(Errno::ENXIO));
         }
         match self.vfs.lseek(fh.0, offset as u64, whence) {
             Ok(o) => reply.offset(o as i64),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 
@@ -1428,7 +1418,7 @@ impl Filesystem for Adapter {
         _flags: CopyFileRangeFlags,
         reply: ReplyWrite,
     ) {
-        let op = self.op(req, Req::CopyFileRange, || {
+        let op = self.op(req, "copy_file_range", || {
             format!(
                 "({},{},{},{},{})",
                 fh_in.0, offset_in, fh_out.0, offset_out, len
@@ -1440,7 +1430,7 @@ impl Filesystem for Adapter {
             .copy_file_range(&ctx(req), fh_in.0, offset_in, fh_out.0, offset_out, len)
         {
             Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(op.failed(errno(&e))),
+            Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
 }

@@ -20,7 +20,7 @@ use super::open::{self, ScanConfig, StoreConfig};
 use crate::admin::backup::{Backups, Schedule};
 use crate::data::DataStore;
 use crate::meta::{Ino, Meta, SessionInfo};
-use crate::vfs::export::{AccessLog, Export};
+use crate::vfs::export::{AccessLog, Export, Proto};
 use crate::vfs::{self, Vfs};
 
 /// How often a client of a one-machine volume checks whether it is alone on it.
@@ -126,8 +126,13 @@ impl Client {
             log,
         ));
         if let Some(scan) = &cfg.scan {
-            let ex = export.clone();
-            let events = Arc::new(move |line: &str| ex.log().scan_event(line));
+            // Weak: the vfs holds the scanner, which must not hold the vfs.
+            let ex = Arc::downgrade(&export);
+            let events = Arc::new(move |line: &str| {
+                if let Some(ex) = ex.upgrade() {
+                    ex.log().scan_event(line)
+                }
+            });
             if let Err(e) = open::start_scanning(&vfs, scan, events) {
                 let _ = vfs.shutdown();
                 return Err(e);
@@ -185,6 +190,9 @@ impl Client {
     ) -> anyhow::Result<()> {
         let sigs = self.sigs.take().context("the signals are taken already")?;
         let hangup = self.hangup;
+        // Weak: the thread outlives the client (it waits for signals until the process
+        // ends), and the volume must close with the client.
+        let export = Arc::downgrade(&self.export);
         std::thread::Builder::new()
             .name("unkai-signals".into())
             .spawn(move || {
@@ -201,6 +209,9 @@ impl Client {
                                 }
                             }
                         }
+                        if let Some(ex) = export.upgrade() {
+                            ex.log().reopen();
+                        }
                         continue;
                     }
                     stop(sig);
@@ -214,6 +225,12 @@ impl Client {
     /// `progress` once a second, for `unkai umount` to show), then the figures; the session
     /// closes with the flush.
     pub fn close(mut self, progress: Option<&Path>) -> anyhow::Result<()> {
+        // The mount's are logged as the kernel's connection ends (`fuse::adapter`).
+        for p in self.export.requests().protocols() {
+            if p != Proto::Fuse {
+                tracing::info!("{}", self.export.requests().summary(p));
+            }
+        }
         drop(self.follower.take());
         drop(self.backups.take());
         let progress = progress.map(|p| {

@@ -35,6 +35,8 @@ pub struct FrontConfig {
     pub backup_meta: Option<crate::admin::backup::Schedule>,
     /// Antivirus scanning of files written (None: off).
     pub scan: Option<open::ScanConfig>,
+    /// A file the access log is written to (`--access-log`; None: no log).
+    pub access_log: Option<std::path::PathBuf>,
 }
 
 /// What the NFS server gets to serve, until it serves an [`Export`] as the others do.
@@ -76,7 +78,7 @@ where
         read_only: cfg.read_only,
         metrics: cfg.metrics,
         stats_socket: None,
-        access_log: None,
+        access_log: cfg.access_log.clone(),
         scan: cfg.scan.clone(),
         backup_meta: cfg.backup_meta.clone(),
         hangup: Hangup::Reopen,

@@ -23,6 +23,7 @@ use futures::FutureExt;
 use http::StatusCode;
 
 use crate::meta::{Attr, Ctx, Ino, Kind, Nanos, RenameFlags, SetAttr, SetTime};
+use crate::vfs::export::{Export, Proto};
 use crate::vfs::{self, Vfs, paths};
 
 /// Bytes of a PUT gathered before they are handed to the vfs in one write.
@@ -60,29 +61,31 @@ fn errno(e: i32) -> vfs::Error {
     vfs::Error::Sys(e)
 }
 
-/// What the server is on the volume: the export's root, who it acts as, and whether it may
-/// change anything.
-struct Export {
+/// What the server is on the volume: the export (its root, whether it may change anything,
+/// its counters), and who it acts as.
+struct Served {
+    export: Arc<Export>,
     vfs: Arc<Vfs>,
     root: Ino,
     read_only: bool,
     ctx: Ctx,
 }
 
-/// The volume (from `root` down) as a dav-server file system.
+/// The volume (from the export's root down) as a dav-server file system.
 #[derive(Clone)]
 pub struct VolumeFs {
-    ex: Arc<Export>,
+    ex: Arc<Served>,
 }
 
 impl VolumeFs {
     /// `ctx` is who every request acts as (its uid, gid and umask).
-    pub fn new(vfs: Arc<Vfs>, root: Ino, read_only: bool, ctx: Ctx) -> VolumeFs {
+    pub fn new(export: Arc<Export>, ctx: Ctx) -> VolumeFs {
         VolumeFs {
-            ex: Arc::new(Export {
-                vfs,
-                root,
-                read_only,
+            ex: Arc::new(Served {
+                vfs: export.vfs().clone(),
+                root: export.root(),
+                read_only: export.read_only(),
+                export,
                 ctx,
             }),
         }
@@ -92,7 +95,7 @@ impl VolumeFs {
     async fn blocking<T, F>(&self, f: F) -> FsResult<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Export) -> vfs::Result<T> + Send + 'static,
+        F: FnOnce(&Served) -> vfs::Result<T> + Send + 'static,
     {
         let ex = self.ex.clone();
         run_blocking(move || f(&ex)).await
@@ -143,7 +146,7 @@ fn time_of(n: Nanos) -> SystemTime {
     }
 }
 
-impl Export {
+impl Served {
     fn resolve(&self, path: &[u8]) -> vfs::Result<Attr> {
         paths::resolve(&self.vfs, &self.ctx, self.root, path)
     }
@@ -434,7 +437,7 @@ impl DavDirEntry for Entry {
 
 /// An open file: a vfs handle, the position, and writes not yet handed to the vfs.
 struct File {
-    ex: Arc<Export>,
+    ex: Arc<Served>,
     fh: u64,
     ino: Ino,
     pos: u64,
@@ -454,7 +457,7 @@ impl std::fmt::Debug for File {
 }
 
 /// Hands `data` (written at `at`) to the vfs.
-fn write_at(ex: &Export, fh: u64, at: u64, data: &[u8]) -> vfs::Result<()> {
+fn write_at(ex: &Served, fh: u64, at: u64, data: &[u8]) -> vfs::Result<()> {
     // A writer other than root drops setuid and setgid, as the kernel says for FUSE.
     let kill = (ex.ctx.uid != 0).then_some(&ex.ctx);
     let mut done = 0;
@@ -465,6 +468,7 @@ fn write_at(ex: &Export, fh: u64, at: u64, data: &[u8]) -> vfs::Result<()> {
         }
         done += n as usize;
     }
+    ex.export.requests().written(Proto::Webdav, data.len());
     Ok(())
 }
 
@@ -527,7 +531,9 @@ impl DavFile for File {
             self.write_pending().await?;
             let (ex, fh, pos) = (self.ex.clone(), self.fh, self.pos);
             let size = count.min(u32::MAX as usize) as u32;
-            let data = run_blocking(move || ex.vfs.read(fh, pos, size)).await?;
+            let read = ex.clone();
+            let data = run_blocking(move || read.vfs.read(fh, pos, size)).await?;
+            ex.export.requests().read(Proto::Webdav, data.len());
             self.pos += data.len() as u64;
             Ok(Bytes::from(data))
         }

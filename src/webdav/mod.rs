@@ -20,7 +20,7 @@ use hyper::{Request, Response, StatusCode};
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use crate::meta::Ctx;
-use crate::vfs::export::Export;
+use crate::vfs::export::{Caller, Export, Proto, log};
 
 pub use auth::Auth;
 
@@ -87,8 +87,8 @@ fn unauthorized() -> Response<Body> {
 }
 
 /// The dav-server handler of an export.
-pub fn handler(export: &Export, ctx: Ctx) -> DavHandler {
-    let fs = fs::VolumeFs::new(export.vfs().clone(), export.root(), export.read_only(), ctx);
+pub fn handler(export: &Arc<Export>, ctx: Ctx) -> DavHandler {
+    let fs = fs::VolumeFs::new(export.clone(), ctx);
     DavHandler::builder()
         .filesystem(Box::new(fs))
         // LOCK/UNLOCK (macOS Finder and Windows need them): locks kept in this server's
@@ -133,6 +133,7 @@ pub async fn serve(export: Arc<Export>, opts: Options) -> anyhow::Result<()> {
     }
     let dav = handler(&export, opts.ctx);
     let auth = Arc::new(opts.auth);
+    let ctx = opts.ctx;
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(s) => s,
@@ -144,12 +145,18 @@ pub async fn serve(export: Arc<Export>, opts: Options) -> anyhow::Result<()> {
         };
         let _ = stream.set_nodelay(true);
         let (dav, auth, tls) = (dav.clone(), auth.clone(), tls.clone());
+        let server = Server {
+            dav,
+            auth,
+            export: export.clone(),
+            ctx,
+        };
         tokio::spawn(async move {
             match tls {
-                None => connection(stream, peer, dav, auth).await,
+                None => connection(stream, peer, server).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
-                        Ok(Ok(s)) => connection(s, peer, dav, auth).await,
+                        Ok(Ok(s)) => connection(s, peer, server).await,
                         Ok(Err(e)) => tracing::debug!("webdav: TLS handshake with {peer}: {e}"),
                         Err(_) => tracing::debug!("webdav: TLS handshake with {peer} timed out"),
                     }
@@ -159,21 +166,82 @@ pub async fn serve(export: Arc<Export>, opts: Options) -> anyhow::Result<()> {
     }
 }
 
-/// Serves the requests of one connection.
-async fn connection<I>(io: I, peer: SocketAddr, dav: DavHandler, auth: Arc<Auth>)
+/// What serves each request of a connection.
+#[derive(Clone)]
+struct Server {
+    dav: DavHandler,
+    auth: Arc<Auth>,
+    export: Arc<Export>,
+    /// Who the server is on the volume.
+    ctx: Ctx,
+}
+
+/// A request's method as the log and the metrics name it (another is `other`: a client
+/// cannot make up kinds of its own).
+fn method_name(m: &hyper::Method) -> &'static str {
+    const KNOWN: &[&str] = &[
+        "GET",
+        "HEAD",
+        "PUT",
+        "DELETE",
+        "OPTIONS",
+        "POST",
+        "PROPFIND",
+        "PROPPATCH",
+        "MKCOL",
+        "COPY",
+        "MOVE",
+        "LOCK",
+        "UNLOCK",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == m.as_str())
+        .copied()
+        .unwrap_or("other")
+}
+
+/// A request's path (decoded), and for COPY and MOVE its destination, as the access log
+/// shows them: `(/a/b.txt)`, `(/a,/b)`.
+fn request_args<B>(req: &Request<B>) -> String {
+    let decode = |p: &str| log::name(&percent_encoding::percent_decode_str(p).collect::<Vec<u8>>());
+    let mut args = decode(req.uri().path());
+    if let Some(d) = req
+        .headers()
+        .get("destination")
+        .and_then(|v| v.to_str().ok())
+    {
+        let path = d
+            .parse::<hyper::Uri>()
+            .map_or(d.to_string(), |u| u.path().to_string());
+        args = format!("{args},{}", decode(&path));
+    }
+    format!("({args})")
+}
+
+/// Serves the requests of one connection, each counted and logged by the export.
+async fn connection<I>(io: I, peer: SocketAddr, server: Server)
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let service = hyper::service::service_fn(move |req: Request<hyper::body::Incoming>| {
-        let (dav, auth) = (dav.clone(), auth.clone());
+        let s = server.clone();
         async move {
-            let res = match auth.check(req.headers()) {
+            let checked = s.auth.check(req.headers());
+            let begun = s.export.begin(Caller {
+                proto: Proto::Webdav,
+                ctx: s.ctx,
+                client: Some(peer.to_string()),
+                user: checked.as_ref().ok().cloned().flatten(),
+            });
+            let (op, args) = (method_name(req.method()), request_args(&req));
+            let res = match checked {
                 Ok(user) => {
                     let mut cfg = DavConfig::new();
                     if let Some(u) = user {
                         cfg = cfg.principal(u);
                     }
-                    dav.handle_with(cfg, req).await
+                    s.dav.handle_with(cfg, req).await
                 }
                 Err(why) => {
                     if why == auth::Refused::Wrong {
@@ -182,6 +250,10 @@ where
                     unauthorized()
                 }
             };
+            let st = res.status();
+            let failed = (st.is_client_error() || st.is_server_error())
+                .then(|| format!("{} {}", st.as_u16(), st.canonical_reason().unwrap_or("")));
+            begun.end(&s.export, op, || args, failed);
             Ok::<_, Infallible>(res)
         }
     });
@@ -224,13 +296,13 @@ mod tests {
         let sub = vfs
             .mknod(&Ctx::ROOT, ROOT_INO, b"sub", Kind::Dir, 0o755, 0)
             .unwrap();
-        let ex = Export::new(
+        let ex = Arc::new(Export::new(
             vfs.clone(),
             sub.ino,
             read_only,
             "r".into(),
             crate::vfs::export::AccessLog::new(None).unwrap(),
-        );
+        ));
         let ctx = Ctx {
             umask: 0o022,
             ..Ctx::ROOT

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod clamd;
+pub mod fronts;
 pub mod postgres;
 pub mod rng;
 pub mod servers;

@@ -4,7 +4,10 @@
 //! the log from then on), and written to a file with `--access-log FILE`. Costs nothing
 //! while nobody reads it and no file is set: requests then build no line.
 //!
-//! A line: `2026.11.26 20:31:02.123456 [uid:0,gid:0,pid:4403,comm:cp] write (17,0,4096): OK <0.000012>`.
+//! A line: `2026.11.26 20:31:02.123456 [proto:fuse,uid:0,gid:0,pid:4403,comm:cp] write
+//! (17,0,4096): OK <0.000012>` (a network client has `client:ADDR` and perhaps `user:NAME`
+//! in place of `pid` and `comm`); the antivirus scanner's events are lines
+//! `STAMP [scan] EVENT`.
 //!
 //! Not for: counting requests (`requests`), the virtual file itself (`fuse::adapter`), or
 //! summarising the log (`cli::profile`).
@@ -12,7 +15,7 @@
 use std::collections::VecDeque;
 use std::fs::File;
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -59,25 +62,28 @@ impl Reader {
     }
 }
 
-/// Where a mount's access log goes.
+/// Where an export's access log goes.
 #[derive(Default)]
 pub struct AccessLog {
     readers: Mutex<Vec<Weak<Reader>>>,
     /// Readers open and the file: requests build lines only while it is above zero.
     sinks: AtomicUsize,
-    file: Option<Mutex<std::io::BufWriter<File>>>,
+    /// The file (`--access-log`), and its path for [`AccessLog::reopen`].
+    file: Option<(PathBuf, Mutex<File>)>,
+}
+
+fn append(path: &Path) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
 }
 
 impl AccessLog {
     /// A log also written to `path` (appended), if given.
     pub fn new(path: Option<&Path>) -> std::io::Result<AccessLog> {
         let file = match path {
-            Some(p) => Some(Mutex::new(std::io::BufWriter::new(
-                std::fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(p)?,
-            ))),
+            Some(p) => Some((p.to_path_buf(), Mutex::new(append(p)?))),
             None => None,
         };
         Ok(AccessLog {
@@ -85,6 +91,24 @@ impl AccessLog {
             file,
             readers: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Opens the file again (after logrotate moved the old one away: SIGHUP); lines go on
+    /// to the old one if that fails, which is warned about.
+    pub fn reopen(&self) {
+        let Some((path, f)) = &self.file else {
+            return;
+        };
+        match append(path) {
+            Ok(new) => {
+                *f.lock() = new;
+                tracing::info!("SIGHUP: access log {} reopened", path.display());
+            }
+            Err(e) => tracing::warn!(
+                "SIGHUP: cannot reopen the access log {}: {e}",
+                path.display()
+            ),
+        }
     }
 
     /// Whether anything takes lines now.
@@ -120,10 +144,9 @@ impl AccessLog {
     /// Logs one line (without its newline).
     pub fn record(&self, line: String) {
         let line = line + "\n";
-        if let Some(f) = &self.file {
-            let mut f = f.lock();
-            let _ = f.write_all(line.as_bytes());
-            let _ = f.flush();
+        if let Some((_, f)) = &self.file {
+            // One write(2) of the whole line: appended whole, whoever else writes.
+            let _ = f.lock().write_all(line.as_bytes());
         }
         for r in self.readers.lock().iter().filter_map(Weak::upgrade) {
             let mut g = r.lines.lock();
@@ -149,8 +172,44 @@ impl std::fmt::Debug for AccessLog {
 /// The process name of `pid` (its `comm`), `?` if it is gone.
 pub fn comm(pid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/comm"))
-        .map(|s| s.trim().replace([' ', ',', ']'], "_"))
+        .map(|s| field(&s.trim().replace(']', "_")))
         .unwrap_or_else(|_| "?".into())
+}
+
+/// `s` as a field of the caller's brackets: what would end it (a space or `,`) or the line
+/// (a control character) becomes `_`.
+pub fn field(s: &str) -> String {
+    s.chars()
+        .map(|c| match c {
+            ' ' | ',' => '_',
+            c if c.is_control() => '_',
+            c => c,
+        })
+        .collect()
+}
+
+/// A name or path of a request's arguments as the log shows it: control characters (a
+/// newline would end the line) escaped as `\xNN`, bytes that are not UTF-8 replaced.
+pub fn name(b: &[u8]) -> String {
+    let mut out = String::with_capacity(b.len());
+    for c in String::from_utf8_lossy(b).chars() {
+        if c.is_control() {
+            out += &format!("\\x{:02x}", c as u32);
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The words of `errno` as the log gives a failure: `No such file or directory`.
+pub fn errno_words(errno: i32) -> String {
+    std::io::Error::from_raw_os_error(errno)
+        .to_string()
+        .split(" (os error")
+        .next()
+        .unwrap_or("error")
+        .to_string()
 }
 
 /// The local time as the log writes it (`YYYY.MM.DD HH:MM:SS.micros`).
