@@ -40,20 +40,44 @@ const RECLAIM_BATCH: usize = 1000;
 /// reserved (read first: a pack of theirs no longer reserved has had its last commit) are
 /// theirs to reclaim, or anyone's once they give them back.
 pub fn reclaim(meta: &dyn Meta, store: &DataStore, limit: usize) -> Result<usize> {
+    reclaim_some(meta, store, limit, false).map(|(n, _)| n)
+}
+
+/// As [`reclaim`], but of slices still in their trash period too, those dead longest first
+/// (a disk short of room: `vfs::background`); returns how many slices were reclaimed, and
+/// their bytes.
+pub fn reclaim_early(meta: &dyn Meta, store: &DataStore, limit: usize) -> Result<(usize, u64)> {
+    reclaim_some(meta, store, limit, true)
+}
+
+fn reclaim_some(
+    meta: &dyn Meta,
+    store: &DataStore,
+    limit: usize,
+    early: bool,
+) -> Result<(usize, u64)> {
     let others = Reserved::load_except(meta, meta.session_id())?;
-    let (dead, live) = store.with_live_packs(|live| meta.dead_slices(limit).map(|d| (d, live)))?;
+    let dead_slices = |limit| match early {
+        true => meta.dead_slices_early(limit),
+        false => meta.dead_slices(limit),
+    };
+    let (dead, live) = store.with_live_packs(|live| dead_slices(limit).map(|d| (d, live)))?;
+    let mut bytes = 0;
     let mut done = Vec::with_capacity(dead.len());
     for d in &dead {
         if live.contains(&d.id) || others.contains(d.id) {
             continue;
         }
         match store.delete_slice(d.id, d.size) {
-            Ok(()) => done.push(d.id),
+            Ok(()) => {
+                done.push(d.id);
+                bytes += d.size as u64;
+            }
             Err(e) => tracing::warn!("deleting objects of slice {}: {e}", d.id),
         }
     }
     meta.forget_dead_slices(&done)?;
-    Ok(done.len())
+    Ok((done.len(), bytes))
 }
 
 /// Reclaims dead slices in rounds until a round finds fewer than a full batch; returns how

@@ -974,6 +974,40 @@ fn unmount_logs_the_fuse_requests_served() {
 // Issue 16: config, destroy, sizes with units
 // ---------------------------------------------------------------------------------------------
 
+/// One day of trash is "1 day" wherever a command says it (was "trash: 1 days"), and a
+/// mount of the volume runs with it.
+#[test]
+fn one_day_of_trash_is_said_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}/meta.db", dir.path().display());
+    let env = with_cache_dir(Vec::new(), dir.path());
+    let (ok, out, err) = common::run_env(&["format", "--trash-days", "1", &url, "one"], &env);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("trash: 1 day\n"), "format: {out}");
+    let vol = Volume {
+        dir,
+        meta_url: url.clone(),
+        name: "one".into(),
+        env,
+        db: None,
+    };
+    let m = vol.mount();
+    fs::write(m.p("f"), b"x").unwrap();
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(
+        ok && out.contains("trash: 1 day ") && !out.contains("1 days"),
+        "status: {out}{err}"
+    );
+    let (ok, out, err) = vol.cmd("config", &[]);
+    assert!(
+        ok && out.contains("trash:      1 day\n"),
+        "config: {out}{err}"
+    );
+    let (ok, _, err) = vol.cmd("config", &["--trash-days", "3"]);
+    assert!(ok && err.contains("trash: 1 day -> 3 days"), "{err}");
+    m.unmount();
+}
+
 #[test]
 fn config_shows_and_changes_settings_and_refuses_fixed_ones() {
     let vol = Volume::with_args(&["--trash-days", "2"]);
@@ -997,7 +1031,7 @@ fn config_shows_and_changes_settings_and_refuses_fixed_ones() {
         ],
     );
     assert!(ok, "config: {out}{err}");
-    assert!(err.contains("trash: 2 -> 7 days"), "{err}");
+    assert!(err.contains("trash: 2 days -> 7 days"), "{err}");
     assert!(out.contains("100.0 GiB"), "{out}");
     let after = fmt(&vol);
     assert_eq!(after["trash_days"], 7);

@@ -3218,6 +3218,152 @@ fn st_blocks_count_what_is_stored_not_holes() {
     assert_eq!(used(&m2.p("sparse")), after);
 }
 
+/// A range reserved with fallocate counts as stored, as on ext4 (its unwritten extents):
+/// `du` of a preallocated file shows its size, writing into it grows nothing, a reservation
+/// past the end (FALLOC_FL_KEEP_SIZE) counts too, a zeroed range stays allocated, and a
+/// punched hole is freed. (Was: a preallocated file stored nothing, and writing into it
+/// "grew" it.) Kept across compaction and remounts.
+#[test]
+fn fallocated_ranges_count_as_stored() {
+    setup();
+    let vol = Volume::new();
+    let m = vol.mount();
+    let used = |p: &Path| fs::metadata(p).unwrap().blocks() * 512;
+    let mib = 1u64 << 20;
+    let f = OpenOptions::new()
+        .create_new(true)
+        .read(true)
+        .write(true)
+        .open(m.p("pre"))
+        .unwrap();
+    fallocate(&f, 0, 0, mib).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), mib);
+    assert_eq!(used(&m.p("pre")), mib, "a preallocated MiB");
+    let du = std::process::Command::new("du")
+        .args(["-k", m.p("pre").to_str().unwrap()])
+        .output()
+        .unwrap();
+    let du = String::from_utf8_lossy(&du.stdout).into_owned();
+    assert!(du.starts_with("1024\t"), "du -k: {du}");
+    // Written into (and compacted: many small writes): still one MiB.
+    for i in 0..40u64 {
+        f.write_all_at(&[i as u8 + 1; 4096], i * 20_000).unwrap();
+    }
+    f.sync_all().unwrap();
+    assert_eq!(used(&m.p("pre")), mib, "writes into the reservation");
+    // Past the end, with the size kept: counted, the size as it was.
+    fallocate(&f, libc::FALLOC_FL_KEEP_SIZE, mib, mib).unwrap();
+    assert_eq!(f.metadata().unwrap().len(), mib);
+    assert_eq!(used(&m.p("pre")), 2 * mib, "reserved past the end");
+    // Zeroed: still allocated; punched: freed.
+    fallocate(&f, libc::FALLOC_FL_ZERO_RANGE, 0, 64 << 10).unwrap();
+    assert_eq!(used(&m.p("pre")), 2 * mib, "a zeroed range");
+    let mut head = vec![1u8; 64 << 10];
+    f.read_exact_at(&mut head, 0).unwrap();
+    assert!(head.iter().all(|b| *b == 0), "zeroed");
+    fallocate(
+        &f,
+        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+        0,
+        128 << 10,
+    )
+    .unwrap();
+    assert_eq!(used(&m.p("pre")), 2 * mib - (128 << 10), "a hole punched");
+    // The data written stays what it was.
+    let mut b = vec![0u8; 4096];
+    f.read_exact_at(&mut b, 39 * 20_000).unwrap();
+    assert!(b.iter().all(|x| *x == 40));
+    drop(f);
+    let before = used(&m.p("pre"));
+    // Cutting the file frees what lies past its new end, reservations included.
+    fs::OpenOptions::new()
+        .write(true)
+        .open(m.p("pre"))
+        .unwrap()
+        .set_len(mib / 2)
+        .unwrap();
+    assert_eq!(used(&m.p("pre")), mib / 2 - (128 << 10), "after truncate");
+    m.unmount();
+    let m = vol.mount();
+    assert_eq!(used(&m.p("pre")), mib / 2 - (128 << 10), "after a remount");
+    assert!(before > mib);
+    // fsck agrees with what is counted.
+    m.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok && out.contains("volume is consistent"), "{out}{err}");
+}
+
+/// `statx` cannot report the chattr flags of a FUSE file: the kernel asks FUSE servers for
+/// statx only for what getattr lacks (the birth time), and keeps nothing of their answer's
+/// `stx_attributes` (Linux 6.18, fs/fuse/dir.c); fuser 0.18 does not answer FUSE_STATX
+/// anyway. So `stx_attributes` has none of APPEND, IMMUTABLE, NODUMP, and
+/// `stx_attributes_mask` says so: those bits are not supported here, rather than not set.
+/// lsattr (FS_IOC_GETFLAGS) shows them, and `chattr +d` (nodump) is taken like +a and +i.
+#[test]
+fn statx_says_it_does_not_know_the_chattr_flags_and_lsattr_shows_them() {
+    setup();
+    let vol = Volume::new();
+    let m = vol.mount();
+    let f = m.p("f");
+    fs::write(&f, b"x").unwrap();
+    let statx = |p: &Path| {
+        // SAFETY: an all-zero statx is a valid buffer; statx(2) fills it.
+        let mut sx: libc::statx = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid path and buffer.
+        let r = unsafe {
+            libc::statx(
+                libc::AT_FDCWD,
+                cpath(p).as_ptr(),
+                0,
+                libc::STATX_BASIC_STATS | libc::STATX_BTIME,
+                &mut sx,
+            )
+        };
+        cvt(r).unwrap();
+        (sx.stx_attributes, sx.stx_attributes_mask)
+    };
+    let chattr_bits =
+        (libc::STATX_ATTR_APPEND | libc::STATX_ATTR_IMMUTABLE | libc::STATX_ATTR_NODUMP) as u64;
+    for (flag, shown) in [("+d", "------d"), ("+a", "-----ad"), ("+i", "----iad")] {
+        let (ok, out) = tool("chattr", &[&f], flag);
+        assert!(ok, "chattr {flag}: {out}");
+        let (ok, out) = tool("lsattr", &[&f], "-d");
+        assert!(ok && out.starts_with(shown), "lsattr after {flag}: {out}");
+        let (attrs, mask) = statx(&f);
+        assert_eq!(attrs & chattr_bits, 0, "statx after {flag}: {attrs:#x}");
+        assert_eq!(mask & chattr_bits, 0, "statx claims to know: {mask:#x}");
+    }
+    tool("chattr", &[&f], "-i");
+    tool("chattr", &[&f], "-a");
+    let (ok, out) = tool("chattr", &[&f], "-d");
+    assert!(ok, "chattr -d: {out}");
+    let (_, out) = tool("lsattr", &[&f], "-d");
+    assert!(out.starts_with("-------"), "{out}");
+    // nodump on a directory, and by the owner who is not root.
+    let d = m.p("d");
+    fs::create_dir(&d).unwrap();
+    assert!(tool("chattr", &[&d], "+d").0);
+    let (_, out) = tool("lsattr", &[&d], "-d");
+    assert!(out.starts_with("------d"), "{out}");
+    let own = m.p("own");
+    fs::write(&own, b"").unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let r = as_user(65534, 65534, || {
+        let flags: libc::c_int = 0x40; // FS_NODUMP_FL
+        let fd = File::open(&own).map_err(|e| errno(&e))?;
+        // SAFETY: FS_IOC_SETFLAGS reads an int.
+        let r = unsafe { libc::ioctl(fd.as_raw_fd(), 0x4008_6602u64 as _, &flags) };
+        if r < 0 {
+            Err(errno(&io::Error::last_os_error()))
+        } else {
+            Ok(())
+        }
+    });
+    assert_eq!(r, Ok(()), "nodump by its owner");
+    let (_, out) = tool("lsattr", &[&own], "-d");
+    assert!(out.starts_with("------d"), "{out}");
+}
+
 /// Runs a tool; its status and what it printed.
 fn tool(prog: &str, args: &[&Path], flag: &str) -> (bool, String) {
     let out = std::process::Command::new(prog)

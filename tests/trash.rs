@@ -1,13 +1,15 @@
 //! The trash through real mounts, on SQLite and PostgreSQL: deleted files and directories, and
 //! files replaced by a rename, kept in `/.trash/HOUR/` with their origin; `unkai restore` puts
 //! them back (conflicts reported); hard links, open-then-deleted files, who may do what in the
-//! trash; expired entries purged, and the usage they held given back.
+//! trash; expired entries purged, and the usage they held given back; the oldest entries
+//! purged early when the disk under a local bucket runs short of room.
 
 mod common;
 
 use common::*;
 use std::fs::{self, File};
-use std::io::{Read, Seek, SeekFrom};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::IntoRawFd;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::PathBuf;
 use std::time::Duration;
@@ -289,4 +291,138 @@ fn restore_without_a_trash_is_a_one_line_error() {
     assert!(!ok);
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("holds no trash"), "{err}");
+}
+
+/// The files in the trash (every hour directory), by the number in their names (`fNN`).
+fn trashed_numbers(m: &Mount) -> Vec<usize> {
+    let mut out = Vec::new();
+    for hour in fs::read_dir(m.p(".trash")).unwrap() {
+        for e in fs::read_dir(hour.unwrap().path()).unwrap() {
+            let name = e.unwrap().file_name().into_string().unwrap();
+            // PARENT-INODE-fNN
+            let n = name.rsplit('-').next().unwrap();
+            out.push(n.trim_start_matches('f').parse::<usize>().unwrap());
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A disk under a `file://` bucket does not fill up with trash: below its free-space floor
+/// the oldest trash goes early (its objects deleted), writes go on, the log says so once and
+/// `unkai status` counts what went. Twice a small disk's size is written and deleted, the
+/// bucket and the cache directory on it, the default day of trash kept.
+fn short_of_room(postgres: bool) {
+    let Some(disk) = LoopDisk::new(128) else {
+        return;
+    };
+    let storage = format!("file://{}/bucket", disk.path.display());
+    let mut env = env();
+    env.push((
+        "UNKAI_CACHE_DIR".into(),
+        disk.path.join("cache").display().to_string(),
+    ));
+    let args = [
+        "--storage",
+        &storage,
+        "--trash-days",
+        "1",
+        "--block-size",
+        "1M",
+    ];
+    let vol = match postgres {
+        false => Volume::with_env(&args, env),
+        true => match Volume::postgres(&args, |u| u.to_string(), env) {
+            Some(vol) => vol,
+            None => return eprintln!("skipped on PostgreSQL: UNKAI_TEST_POSTGRES is unset"),
+        },
+    };
+    let m = vol.mount();
+    const LEN: usize = 4 << 20;
+    const FILES: usize = 64;
+    for i in 0..FILES {
+        let p = m.p(&format!("f{i:02}"));
+        let data = pattern(LEN, i as u64);
+        // Written and closed, the close's answer checked (a drop ignores it).
+        let written = File::create(&p).and_then(|mut f| {
+            f.write_all(&data)?;
+            match unsafe { libc::close(f.into_raw_fd()) } {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+        if let Err(e) = written {
+            panic!(
+                "writing f{i:02} failed ({} bytes free on the disk): {e}; log:\n{}",
+                disk.avail(),
+                tail(&m.log_text(), 20)
+            );
+        }
+        let mut f = File::open(&p).unwrap();
+        drop_cache(&f);
+        let mut back = Vec::new();
+        f.read_to_end(&mut back).unwrap();
+        if back != data {
+            let first = back.iter().zip(&data).position(|(a, b)| a != b);
+            panic!(
+                "f{i:02} reads back wrong: {} bytes, the first wrong at {first:?}",
+                back.len()
+            );
+        }
+        fs::remove_file(&p).unwrap();
+    }
+    // What is left in the trash is the newest files, a run up to the last one deleted.
+    let kept = trashed_numbers(&m);
+    assert!(
+        !kept.is_empty() && kept.len() < FILES,
+        "the trash holds {kept:?}"
+    );
+    assert_eq!(
+        kept,
+        (FILES - kept.len()..FILES).collect::<Vec<_>>(),
+        "the oldest trash goes first"
+    );
+    let log = m.log_text();
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("trash purged early for disk space"))
+        .collect();
+    assert_eq!(said.len(), 1, "said once: {said:#?}");
+    // Counted in the volume: every file not in the trash went early.
+    let gone = FILES - kept.len();
+    let (ok, out, err) = vol.cmd("status", &["--json"]);
+    assert!(ok, "status: {out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let early = &v["usage"]["trash_purged_early"];
+    assert_eq!(early["entries"].as_u64(), Some(gone as u64), "{out}");
+    assert_eq!(early["bytes"].as_u64(), Some((gone * LEN) as u64), "{out}");
+    let (ok, out, err) = vol.cmd("status", &[]);
+    assert!(ok, "status: {out}{err}");
+    assert!(
+        out.contains(&format!(
+            "trash purged early for disk space: {gone} entries, {}.0 MiB",
+            gone * 4
+        )),
+        "{out}"
+    );
+    m.unmount();
+    // Nothing of what went is left in the bucket, and the volume is consistent.
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok && !out.contains("LEAKED"), "fsck: {out}{err}");
+    let objects = files_under(&disk.path.join("bucket").join(&vol.name)).len();
+    assert_eq!(
+        objects,
+        kept.len() * LEN / (1 << 20),
+        "objects left in the bucket"
+    );
+}
+
+#[test]
+fn a_disk_short_of_room_loses_the_oldest_trash_first() {
+    short_of_room(false);
+}
+
+#[test]
+fn a_disk_short_of_room_loses_the_oldest_trash_first_on_postgres() {
+    short_of_room(true);
 }

@@ -77,8 +77,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     let mut changes = Vec::new();
     if new.trash_days != old.trash_days {
         changes.push(format!(
-            "trash: {} -> {} days",
-            old.trash_days, new.trash_days
+            "trash: {} -> {}",
+            super::days(old.trash_days),
+            super::days(new.trash_days)
         ));
     }
     if new.capacity != old.capacity {
@@ -142,7 +143,7 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     if let Some(e) = &new.encryption {
         println!("  encryption: {} (fixed)", e.describe());
     }
-    println!("  trash:      {} days", new.trash_days);
+    println!("  trash:      {}", super::days(new.trash_days));
     println!("  capacity:   {}", limit_bytes(new.capacity));
     println!("  inodes:     {}", limit_count(new.inodes));
     Ok(())

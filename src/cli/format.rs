@@ -122,13 +122,13 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     };
     let fmt = volume::format(&a.meta_url, &spec)?;
     println!(
-        "formatted volume '{}' ({})\n  metadata: {}\n  storage:  {}\n  block size: {}, trash: {} days\n  compression: {}, encryption: {}",
+        "formatted volume '{}' ({})\n  metadata: {}\n  storage:  {}\n  block size: {}, trash: {}\n  compression: {}, encryption: {}",
         fmt.name,
         fmt.uuid,
         url,
         fmt.storage,
         super::human_bytes(fmt.block_size as u64),
-        fmt.trash_days,
+        super::days(fmt.trash_days),
         fmt.compress.name(),
         fmt.encryption
             .as_ref()

@@ -29,7 +29,7 @@ pub fn parse(args: &[String]) -> Option<(String, String, Vec<String>)> {
     while let Some(a) = it.next() {
         if a == "-o" {
             if let Some(o) = it.next() {
-                opts.extend(o.split(',').map(str::to_string));
+                opts.extend(super::options::split(o));
             }
         }
     }
@@ -37,24 +37,8 @@ pub fn parse(args: &[String]) -> Option<(String, String, Vec<String>)> {
 }
 
 pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()> {
-    let has = |o: &str| opts.iter().any(|x| x == o);
-    if has("remount") {
-        let flags = MsFlags::MS_REMOUNT | remount_flags(mountpoint, opts);
-        // Read-only is refused (EBUSY) while a file is still open for writing; a file just
-        // closed may take a moment to be released: retry for a little while.
-        let mut tries = 0;
-        loop {
-            match nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>) {
-                Err(nix::errno::Errno::EBUSY) if tries < 50 => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(100));
-                }
-                res => {
-                    res.with_context(|| format!("remounting {mountpoint}"))?;
-                    return Ok(());
-                }
-            }
-        }
+    if opts.iter().any(|x| x == "remount") {
+        return remount(mountpoint, opts);
     }
     if !source.contains("://") {
         bail!("mount source '{source}' is not a META-URL (e.g. sqlite:///var/lib/unkai/vol.db)");
@@ -83,12 +67,39 @@ pub fn run(source: &str, mountpoint: &str, opts: &[String]) -> anyhow::Result<()
     Ok(())
 }
 
+/// Remounts the mount at `mountpoint` with the flags `opts` change (mount(2)'s remount).
+pub fn remount(mountpoint: &str, opts: &[String]) -> anyhow::Result<()> {
+    let flags = MsFlags::MS_REMOUNT | remount_flags(mountpoint, opts);
+    // Read-only is refused (EBUSY) while a file is still open for writing; a file just
+    // closed may take a moment to be released: retry for a little while.
+    let mut tries = 0;
+    loop {
+        match nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>) {
+            Err(nix::errno::Errno::EBUSY) if tries < 50 => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            res => {
+                res.with_context(|| format!("remounting {mountpoint}"))?;
+                return Ok(());
+            }
+        }
+    }
+}
+
 /// The flags of a remount of `mountpoint` with `opts`: the mount's present flags (nosuid,
-/// nodev, noexec, atime, ro), changed by those `opts` name. A remount sets every per-mount
-/// flag, so one not carried over would be cleared (`remount,ro` dropped nosuid).
+/// nodev, noexec, atime, nodiratime, nosymfollow, ro) and its file system's (sync, dirsync,
+/// lazytime), changed by those `opts` name. A remount sets every one of them, so one not
+/// carried over would be cleared (`remount,ro` dropped nosuid).
 fn remount_flags(mountpoint: &str, opts: &[String]) -> MsFlags {
     let present = crate::fuse::mounts::find(std::path::Path::new(mountpoint))
-        .map(|m| m.options)
+        .map(|m| {
+            let sb = m
+                .super_options
+                .into_iter()
+                .filter(|o| matches!(o.as_str(), "sync" | "dirsync" | "lazytime"));
+            m.options.into_iter().chain(sb).collect::<Vec<_>>()
+        })
         .unwrap_or_default();
     let mut flags = crate::fuse::MountFlags::default();
     if !present.is_empty() && !present.iter().any(|o| o == "relatime" || o == "noatime") {

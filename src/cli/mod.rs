@@ -352,6 +352,15 @@ pub(crate) fn human_bytes(n: u64) -> String {
     }
 }
 
+/// A count of days as people write it: "1 day", "7 days", "0 days".
+pub(crate) fn days(n: u32) -> String {
+    if n == 1 {
+        "1 day".into()
+    } else {
+        format!("{n} days")
+    }
+}
+
 /// Directory for runtime files (pid files of mounts).
 pub(crate) fn runtime_dir() -> std::path::PathBuf {
     if nix::unistd::geteuid().is_root() {

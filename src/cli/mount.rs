@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 
+use super::options;
 use crate::fuse::{self, mounts};
 use crate::volume::{
     self,
@@ -55,15 +56,12 @@ pub struct Args {
     #[arg(long)]
     read_only: bool,
     /// Mount options, comma-separated: nosuid, nodev, noexec (and suid, dev, exec, the
-    /// defaults), noatime, relatime (the default), strictatime, ro, rw, allow_other; every
-    /// flag of this command as NAME=VALUE or NAME (cache_size=50G, subdir=/a, read_only);
-    /// mount(8)'s _netdev, nofail, noauto, defaults and x-* are ignored.
-    #[arg(
-        short = 'o',
-        long = "options",
-        value_delimiter = ',',
-        value_name = "OPTS"
-    )]
+    /// defaults), noatime, relatime (the default), strictatime, nodiratime, lazytime, sync,
+    /// dirsync, nosymfollow, ro, rw, allow_other, and every other option mount(8) calls
+    /// file-system independent; every flag of this command as NAME=VALUE or NAME
+    /// (cache_size=50G, subdir=/a, read_only); mount(8)'s _netdev, nofail, noauto, defaults
+    /// and x-* are ignored.
+    #[arg(short = 'o', long = "options", value_name = "OPTS")]
     options: Vec<String>,
     /// Threads serving kernel requests (each with its own /dev/fuse descriptor).
     #[arg(long, default_value_t = 8, env = "UNKAI_THREADS")]
@@ -143,7 +141,9 @@ pub struct StoreArgs {
     /// answers late; 0 for a plain local directory, which is local disk already].
     #[arg(long, env = "UNKAI_CACHE_SIZE")]
     cache_size: Option<String>,
-    /// The share of the cache directories' disks the block cache leaves free (0 to 1).
+    /// The share of the cache directories' disks the block cache leaves free (0 to 1); on a
+    /// file:// bucket, also the share of its disk below which the oldest trash is deleted
+    /// early, to make room.
     #[arg(long, default_value_t = 0.1, env = "UNKAI_FREE_SPACE_RATIO")]
     free_space_ratio: f64,
     /// Memory for cached blocks (the first level, before the disk cache), e.g. 256M.
@@ -323,6 +323,12 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         _ => bail!("expected [META-URL] MOUNTPOINT"),
     };
     let daemon = ready.0;
+    let opts = mount_options(&a.options)?;
+    if opts.remount {
+        // `unkai mount -o remount,ro MOUNTPOINT`, as `mount -o remount,...` (the helper).
+        let given: Vec<String> = a.options.iter().flat_map(|o| options::split(o)).collect();
+        return super::helper::remount(&mountpoint.to_string_lossy(), &given);
+    }
     let mountpoint = check_mountpoint(&mountpoint)?;
     let meta_url = match meta_url {
         Some(u) => u,
@@ -337,7 +343,14 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
             serve::ttl(v, what)?;
         }
     }
-    let (flags, ro, allow_other) = mount_options(&a.options)?;
+    opts.warn();
+    let MountOpts {
+        flags,
+        ro,
+        allow_other,
+        labels,
+        ..
+    } = opts;
     let metrics = a
         .metrics
         .as_deref()
@@ -384,6 +397,7 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         allow_other: a.allow_other || allow_other || nix::unistd::geteuid().is_root(),
         read_only: ro.unwrap_or(a.read_only),
         flags,
+        labels,
         threads: a.threads,
         attr_ttl: a.attr_ttl,
         entry_ttl: a.entry_ttl,
@@ -402,25 +416,62 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     serve::serve(meta, &cfg, || ready.report(Ok(())))
 }
 
-/// The options of `-o`: the kernel's flags, read-only (if `ro` or `rw` was given) and
-/// `allow_other`. An unknown option is an error rather than silently dropped.
-fn mount_options(opts: &[String]) -> anyhow::Result<(fuse::MountFlags, Option<bool>, bool)> {
-    let mut flags = fuse::MountFlags::default();
-    let (mut ro, mut allow_other) = (None, false);
-    for o in opts.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+/// What `-o` says once expanded (`cli::options`): the kernel's flags, read-only (if `ro` or
+/// `rw` was given), `allow_other`, SELinux's labels, and whether it is a remount.
+struct MountOpts {
+    flags: fuse::MountFlags,
+    ro: Option<bool>,
+    allow_other: bool,
+    labels: Vec<String>,
+    remount: bool,
+    /// Options taken and ignored (`fuse::IGNORED`): each is said once.
+    ignored: Vec<(String, &'static str)>,
+}
+
+impl MountOpts {
+    /// One warning line for each option taken that changes nothing.
+    fn warn(&self) {
+        for (o, why) in &self.ignored {
+            tracing::warn!("mount option '{o}' is ignored: {why}");
+        }
+    }
+}
+
+/// The options of `-o`. An unknown option is an error rather than silently dropped.
+fn mount_options(given: &[String]) -> anyhow::Result<MountOpts> {
+    let mut out = MountOpts {
+        flags: fuse::MountFlags::default(),
+        ro: None,
+        allow_other: false,
+        labels: Vec::new(),
+        remount: false,
+        ignored: Vec::new(),
+    };
+    let all: Vec<String> = given.iter().flat_map(|o| options::split(o)).collect();
+    for o in all.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
         match o {
-            "ro" => ro = Some(true),
-            "rw" => ro = Some(false),
-            "allow_other" => allow_other = true,
+            "ro" => out.ro = Some(true),
+            "rw" => out.ro = Some(false),
+            "allow_other" => out.allow_other = true,
+            "remount" => out.remount = true,
             "defaults" => {}
-            _ if flags.apply(o) => {}
+            // Checked by `options::expand` (SELinux must be on), which every `-o` went through.
+            _ if options::is_label(o) => out.labels.push(o.to_string()),
+            _ if out.flags.apply(o) => {
+                if let Some((_, why)) = fuse::IGNORED.iter().find(|(n, _)| *n == o) {
+                    if !out.ignored.iter().any(|(i, _)| i == o) {
+                        out.ignored.push((o.to_string(), why));
+                    }
+                }
+            }
             _ => bail!(
                 "unknown mount option '{o}' (known: nosuid, nodev, noexec, suid, dev, exec, \
-                 noatime, relatime, atime, strictatime, ro, rw, allow_other, defaults)"
+                 noatime, relatime, atime, strictatime, nodiratime, lazytime, sync, dirsync, \
+                 nosymfollow, ro, rw, allow_other, defaults)"
             ),
         }
     }
-    Ok((flags, ro, allow_other))
+    Ok(out)
 }
 
 /// The daemon's line back to its parent: how the mount went (reported once; no-op in the

@@ -1,6 +1,7 @@
 //! Mount options as `-o` gives them (`/etc/fstab`, `mount -t fuse.unkai ... -o OPTS`,
-//! `unkai mount -o OPTS`): the kernel's flags, mount(8)'s generic options, and every flag of
-//! `unkai mount` as `name=value` (`cache_size=100G`, `subdir=/a`) or `name` for a switch.
+//! `unkai mount -o OPTS`): the kernel's flags, every option mount(8) documents as file-system
+//! independent, and every flag of `unkai mount` as `name=value` (`cache_size=100G`,
+//! `subdir=/a`) or `name` for a switch.
 //!
 //! The flags come from the clap definition of `unkai mount` itself, so the options cannot
 //! drift from the flags: `-o` is expanded into the very command line clap then parses. An
@@ -12,12 +13,23 @@
 use anyhow::bail;
 
 /// Options `unkai mount -o` keeps as they are (`cli::mount` reads them): the kernel's flags
-/// (see `fuse::MountFlags`), read-only or not, allow_other.
+/// (see `fuse::MountFlags`), read-only or not, allow_other, `remount`, and SELinux's labels.
 fn is_kernel(o: &str) -> bool {
-    matches!(o, "ro" | "rw" | "allow_other") || crate::fuse::MountFlags::default().apply(o)
+    matches!(o, "ro" | "rw" | "allow_other" | "remount")
+        || is_label(o)
+        || crate::fuse::MountFlags::default().apply(o)
 }
 
-/// Options for mount(8), fstab or systemd, not for the file system: left out.
+/// SELinux's labels of a mount (`context=`, `fscontext=`, `defcontext=`, `rootcontext=`),
+/// which go to the kernel as they are.
+pub fn is_label(o: &str) -> bool {
+    ["context=", "fscontext=", "defcontext=", "rootcontext="]
+        .iter()
+        .any(|p| o.starts_with(p))
+}
+
+/// Options for mount(8), fstab or systemd, not for the file system: left out. `silent` and
+/// `loud` only quieten the kernel's messages about mounting.
 fn is_generic(o: &str) -> bool {
     matches!(
         o,
@@ -31,11 +43,29 @@ fn is_generic(o: &str) -> bool {
             | "nouser"
             | "owner"
             | "group"
-            | "async"
             | "loud"
             | "silent"
     ) || o.starts_with("x-")
+        || o.starts_with("X-")
         || o.starts_with("comment=")
+}
+
+/// Splits an option list at its commas, but not inside double quotes (mount(8)'s way of
+/// giving a value with commas, e.g. an SELinux `context="...:c127,c456"`).
+pub fn split(list: &str) -> Vec<String> {
+    let mut out = vec![String::new()];
+    let mut quoted = false;
+    for c in list.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                out.last_mut().expect("one at least").push(c);
+            }
+            ',' if !quoted => out.push(String::new()),
+            c => out.last_mut().expect("one at least").push(c),
+        }
+    }
+    out
 }
 
 /// Flags of `unkai mount` with no `-o` form: the mountpoint and volume, `-d` (the helper
@@ -62,6 +92,12 @@ pub fn expand(opts: &[String]) -> anyhow::Result<Vec<String>> {
     let mut argv = Vec::new();
     let mut kept = Vec::new();
     for o in opts.iter().map(|o| o.trim()).filter(|o| !o.is_empty()) {
+        if is_label(o) && !std::path::Path::new("/sys/fs/selinux/enforce").exists() {
+            bail!(
+                "mount option '{o}' is an SELinux label, and SELinux is not enabled on this \
+                 machine (Linux refuses it on every file system then): leave it out"
+            );
+        }
         if is_kernel(o) {
             kept.push(o.to_string());
             continue;
@@ -78,9 +114,9 @@ pub fn expand(opts: &[String]) -> anyhow::Result<Vec<String>> {
             let names: Vec<&str> = flags.iter().map(|(n, _, _)| n.as_str()).collect();
             bail!(
                 "unknown mount option '{o}': give a kernel flag (nosuid, nodev, noexec, \
-                 noatime, relatime, strictatime, ro, rw, allow_other), one of mount(8)'s \
-                 (_netdev, nofail, noauto, defaults, x-...), or a flag of `unkai mount` as \
-                 NAME=VALUE: {}",
+                 noatime, nodiratime, relatime, strictatime, lazytime, sync, dirsync, \
+                 nosymfollow, ro, rw, allow_other), one of mount(8)'s (_netdev, nofail, \
+                 noauto, defaults, x-...), or a flag of `unkai mount` as NAME=VALUE: {}",
                 names.join(", ")
             );
         };
@@ -141,8 +177,7 @@ pub fn expand_mount_args(args: Vec<String>) -> anyhow::Result<Vec<String>> {
                 }
             },
         };
-        let opts: Vec<String> = given.split(',').map(str::to_string).collect();
-        out.extend(expand(&opts)?);
+        out.extend(expand(&split(&given))?);
     }
     Ok(out)
 }

@@ -43,6 +43,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
                 "slice_bytes": usage.slice_bytes,
                 "objects": objects,
                 "pending_delete_slices": usage.pending_delete,
+                "trash_purged_early": {
+                    "entries": usage.trash_purged_early,
+                    "bytes": usage.trash_purged_early_bytes,
+                },
             },
             "sessions": sessions,
         });
@@ -53,9 +57,9 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     println!("  metadata:   {}", crate::meta::url::redact(&url));
     println!("  storage:    {}", fmt.storage);
     println!(
-        "  block size: {}   trash: {} days   capacity: {}   inodes: {}",
+        "  block size: {}   trash: {}   capacity: {}   inodes: {}",
         super::human_bytes(fmt.block_size as u64),
-        fmt.trash_days,
+        super::days(fmt.trash_days),
         if fmt.capacity == 0 {
             "unlimited".to_string()
         } else {
@@ -83,6 +87,14 @@ pub fn run(a: Args) -> anyhow::Result<()> {
         usage.slices,
         usage.pending_delete
     );
+    if usage.trash_purged_early > 0 {
+        println!(
+            "trash purged early for disk space: {} entries, {} (the disk under the bucket fell \
+             below its free-space floor)",
+            usage.trash_purged_early,
+            super::human_bytes(usage.trash_purged_early_bytes)
+        );
+    }
     if sessions.is_empty() {
         println!("mounts: none");
     } else {

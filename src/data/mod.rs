@@ -17,6 +17,7 @@ pub mod codec;
 pub mod keys;
 pub mod layout;
 pub mod pack;
+pub mod room;
 pub mod stage;
 pub mod upload;
 mod writeback;
@@ -128,6 +129,8 @@ pub struct Config {
     pub disk: Option<cache::DiskConfig>,
     /// The data key of an encrypted volume (`keys::unwrap`); required for one.
     pub key: Option<Arc<keys::DataKey>>,
+    /// The share of the disk under a local bucket kept free (see [`room`]).
+    pub free_ratio: f64,
 }
 
 /// Where and how much to stage (see [`stage`]).
@@ -154,6 +157,7 @@ impl Default for Config {
             stage: None,
             disk: None,
             key: None,
+            free_ratio: 0.0,
         }
     }
 }
@@ -232,6 +236,8 @@ pub(crate) struct Shared {
     pub(crate) ahead: ahead::Ahead,
     /// Room for block bytes in flight.
     pub(crate) budget: budget::Budget,
+    /// Room on the disk under a local bucket.
+    pub(crate) room: room::Room,
 }
 
 impl Shared {
@@ -361,7 +367,9 @@ impl DataStore {
             .disk
             .as_ref()
             .and_then(|d| cache::DiskCache::open(d, &format.uuid));
+        let room = room::Room::new(obj.local_root(), cfg.free_ratio, format.block_size);
         let shared = Arc::new_cyclic(|weak| Shared {
+            room,
             obj,
             cache: cache::MemoryCache::new(cfg.cache_bytes),
             disk,
@@ -599,6 +607,12 @@ impl DataStore {
     /// The local directory holding the blocks, for `file://` storage.
     pub fn local_root(&self) -> Option<&std::path::Path> {
         self.shared.obj.local_root()
+    }
+
+    /// Room on the disk under a local bucket: its free-space floor, and the puts waiting for
+    /// room to be made (see [`room`]).
+    pub fn room(&self) -> &room::Room {
+        &self.shared.room
     }
 
     /// What the bucket was sent and returned since it was opened.

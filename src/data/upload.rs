@@ -67,7 +67,7 @@ impl SliceUpload {
                 true => block.len() + most,
                 false => most,
             };
-            let _room = shared.budget.take(room).await;
+            let mut budget = Some(shared.budget.take(room).await);
             let body: Payload = shared
                 .encode_async(&key, block.clone())
                 .await
@@ -112,7 +112,24 @@ impl SliceUpload {
             if let Some(e) = &staged {
                 tracing::warn!("{e}: storing the block directly in the bucket");
             }
-            match shared.obj.put(&key, body).await {
+            // A local disk out of room: the block waits for room to be made (the oldest
+            // trash deleted, `data::room`), its bytes no longer counted in flight meanwhile.
+            let mut refused = None;
+            let put = loop {
+                match shared.obj.put(&key, body.clone()).await {
+                    Err(e) if e.errno() == libc::ENOSPC => {
+                        let since = *refused.get_or_insert_with(tokio::time::Instant::now);
+                        budget = None;
+                        if !shared.room.wait(since).await {
+                            break Err(e);
+                        }
+                        budget = Some(shared.budget.take(room).await);
+                    }
+                    res => break res,
+                }
+            };
+            drop(budget);
+            match put {
                 Ok(()) => {}
                 Err(put) => {
                     return Err(match staged {

@@ -143,6 +143,10 @@ async fn upload(shared: &Shared, key: &str) {
                 return;
             }
             Err(e) => {
+                if e.errno() == libc::ENOSPC {
+                    // A local disk out of room: made at the next round (`data::room`).
+                    shared.room.ask();
+                }
                 *up.trouble.lock() = Some(crate::object::one_line(&e.to_string()));
                 if !up.failing.swap(true, Ordering::Relaxed) {
                     tracing::warn!(

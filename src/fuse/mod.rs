@@ -38,21 +38,38 @@ pub struct MountOptions {
     pub cache: CacheConfig,
     /// Where other clients' changes come in (see `Meta::watch`).
     pub coherence: Arc<Coherence>,
-    /// The mount's flags from `-o` (nosuid, nodev, noexec, atime).
+    /// The mount's flags from `-o` (nosuid, nodev, noexec, atime, sync...).
     pub flags: MountFlags,
+    /// SELinux's labels (`context=...`), passed to the kernel as they are.
+    pub labels: Vec<String>,
 }
 
 /// When reads move access times: the mount's flag, which `vfs` applies (see `vfs::atime`).
 pub use crate::vfs::atime::Atime;
 
-/// The kernel's per-mount flags given with `-o`. The default (no options) is what unkai has
-/// always mounted with: `suid`, `dev`, `exec`, `relatime`.
+/// The kernel's flags given with `-o`: per mount (nosuid, nodev, noexec, the atime ones,
+/// nodiratime, nosymfollow) and of the file system (sync, dirsync, lazytime). The default
+/// (no options) is what unkai has always mounted with: `suid`, `dev`, `exec`, `relatime`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MountFlags {
     pub suid: bool,
     pub dev: bool,
     pub exec: bool,
     pub atime: Atime,
+    /// Listing a directory moves its access time (`diratime`, the default); `nodiratime`:
+    /// never. `vfs` applies it (FUSE leaves access times to the file system).
+    pub diratime: bool,
+    /// `nosymfollow`: the kernel follows no symlink on the mount in a path walk (readlink
+    /// still reads them).
+    pub symfollow: bool,
+    /// `sync`: every change (data included) is durable before the call returns.
+    pub sync: bool,
+    /// `dirsync`: changes of directories (create, link, unlink, rename...) are durable
+    /// before the call returns.
+    pub dirsync: bool,
+    /// `lazytime`: the kernel keeps times it updates in memory (only with the kernel's
+    /// writeback cache does it update any); unkai stores access times in groups anyway.
+    pub lazytime: bool,
 }
 
 impl Default for MountFlags {
@@ -62,13 +79,34 @@ impl Default for MountFlags {
             dev: true,
             exec: true,
             atime: Atime::Relative,
+            diratime: true,
+            symfollow: true,
+            sync: false,
+            dirsync: false,
+            lazytime: false,
         }
     }
 }
 
+/// Options mount(8) documents as file-system independent that unkai takes and cannot
+/// honour, as Linux itself ignores them: each accepted with one warning line (see
+/// [`MountFlags::apply`]).
+pub const IGNORED: &[(&str, &str)] = &[
+    (
+        "iversion",
+        "FUSE has no i_version change counter to keep (Linux ignores it on such file systems)",
+    ),
+    (
+        "mand",
+        "mandatory locks are gone from Linux since 5.15, which ignores this option too",
+    ),
+];
+
 impl MountFlags {
     /// Applies one `-o` option if it is one of these flags; false if it is not (the caller
     /// decides what else it may be). A later option overrides an earlier one, as in mount(8).
+    /// Options that change nothing here are taken too: `async`, `nolazytime`, `norelatime`
+    /// (the kernel's default stays relatime), `noiversion`, `nomand`, and the [`IGNORED`].
     pub fn apply(&mut self, opt: &str) -> bool {
         match opt {
             "suid" => self.suid = true,
@@ -80,6 +118,23 @@ impl MountFlags {
             "atime" | "relatime" => self.atime = Atime::Relative,
             "noatime" => self.atime = Atime::Never,
             "strictatime" => self.atime = Atime::Strict,
+            "nostrictatime" => {
+                if self.atime == Atime::Strict {
+                    self.atime = Atime::Relative
+                }
+            }
+            "norelatime" => {}
+            "diratime" => self.diratime = true,
+            "nodiratime" => self.diratime = false,
+            "symfollow" => self.symfollow = true,
+            "nosymfollow" => self.symfollow = false,
+            "sync" => self.sync = true,
+            "async" => self.sync = false,
+            "dirsync" => self.dirsync = true,
+            "lazytime" => self.lazytime = true,
+            "nolazytime" => self.lazytime = false,
+            "noiversion" | "nomand" => {}
+            o if IGNORED.iter().any(|(n, _)| *n == o) => {}
             _ => return false,
         }
         true
@@ -102,13 +157,34 @@ impl MountFlags {
             Atime::Never => v.push("noatime"),
             Atime::Strict => v.push("strictatime"),
         }
+        for (on, name) in [
+            (!self.diratime, "nodiratime"),
+            (!self.symfollow, "nosymfollow"),
+            (self.sync, "sync"),
+            (self.dirsync, "dirsync"),
+            (self.lazytime, "lazytime"),
+        ] {
+            if on {
+                v.push(name);
+            }
+        }
         v
     }
 
-    /// fuser's options for these flags. `strictatime` has none (fuser cannot pass
-    /// MS_STRICTATIME): [`mount`] sets it afterwards.
+    /// What `vfs` makes durable before a change returns.
+    pub fn durability(self) -> crate::vfs::Durability {
+        use crate::vfs::Durability;
+        match (self.sync, self.dirsync) {
+            (true, _) => Durability::Sync,
+            (false, true) => Durability::DirSync,
+            (false, false) => Durability::Async,
+        }
+    }
+
+    /// fuser's options for these flags. Per-mount flags fuser has no option for
+    /// (strictatime, nodiratime, nosymfollow) are set by [`mount`] afterwards.
     fn mount_options(self) -> Vec<MountOption> {
-        vec![
+        let mut v = vec![
             if self.dev {
                 MountOption::Dev
             } else {
@@ -131,23 +207,61 @@ impl MountFlags {
             } else {
                 MountOption::Atime
             },
-        ]
+        ];
+        if self.sync {
+            v.push(MountOption::Sync);
+        }
+        if self.dirsync {
+            v.push(MountOption::DirSync);
+        }
+        if self.lazytime {
+            // A flag of the superblock the kernel takes among the mount's data options
+            // (its generic `lazytime`), as fusermount3 passes it on too.
+            v.push(MountOption::CUSTOM("lazytime".into()));
+        }
+        v
     }
 
-    /// The mount(2) flags of a remount that keeps these flags and `read_only` (a remount
-    /// sets every per-mount flag: one left out is cleared).
+    /// The mount(2) flags of a remount that keeps these per-mount flags and `read_only` (a
+    /// remount sets every per-mount flag: one left out is cleared), and the superblock's
+    /// (sync, dirsync, lazytime) for a remount that is not a bind remount.
     pub fn ms_flags(self, read_only: bool) -> MsFlags {
         let mut f = MsFlags::empty();
         f.set(MsFlags::MS_NOSUID, !self.suid);
         f.set(MsFlags::MS_NODEV, !self.dev);
         f.set(MsFlags::MS_NOEXEC, !self.exec);
         f.set(MsFlags::MS_RDONLY, read_only);
+        f.set(MsFlags::MS_NODIRATIME, !self.diratime);
+        f.set(
+            MsFlags::from_bits_retain(libc::MS_NOSYMFOLLOW),
+            !self.symfollow,
+        );
+        f.set(MsFlags::MS_SYNCHRONOUS, self.sync);
+        f.set(MsFlags::MS_DIRSYNC, self.dirsync);
+        f.set(MsFlags::MS_LAZYTIME, self.lazytime);
         match self.atime {
             Atime::Relative => f |= MsFlags::MS_RELATIME,
             Atime::Never => f |= MsFlags::MS_NOATIME,
             Atime::Strict => f |= MsFlags::MS_STRICTATIME,
         }
         f
+    }
+
+    /// Per-mount flags fuser cannot set, which [`mount`] sets by remounting the new mount
+    /// (root only): their names, if any are asked for. `nodiratime` only as root: `vfs`
+    /// honours it for everyone, the mount table shows it only when root can set it.
+    fn set_after(self, root: bool) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.atime == Atime::Strict {
+            v.push("strictatime");
+        }
+        if !self.symfollow {
+            v.push("nosymfollow");
+        }
+        if !self.diratime && root {
+            v.push("nodiratime");
+        }
+        v
     }
 }
 
@@ -173,6 +287,8 @@ pub fn mount(
         },
     ];
     cfg.mount_options.extend(opts.flags.mount_options());
+    cfg.mount_options
+        .extend(opts.labels.iter().cloned().map(MountOption::CUSTOM));
     cfg.acl = if opts.allow_other {
         SessionACL::All
     } else {
@@ -183,12 +299,25 @@ pub fn mount(
     let inodes = Inodes::at(export.root());
     let adapter = Adapter::new(export, opts.cache.clone(), opts.coherence.clone(), inodes);
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
-    if opts.flags.atime == Atime::Strict {
-        // Only a remount of the mount itself can set it (as root); on failure the session,
-        // dropped, unmounts.
-        let flags = MsFlags::MS_REMOUNT | MsFlags::MS_BIND | opts.flags.ms_flags(opts.read_only);
-        nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>)
-            .map_err(|e| io::Error::other(format!("setting strictatime: {e}")))?;
+    let later = opts.flags.set_after(nix::unistd::geteuid().is_root());
+    if !later.is_empty() {
+        // Only a remount of the mount itself can set them (as root); on failure the
+        // session, dropped, unmounts. Per-mount flags only: a bind remount.
+        // (Raw bits: nix does not know MS_NOSYMFOLLOW, and `!` of its flags drops it.)
+        let sb = MsFlags::MS_SYNCHRONOUS | MsFlags::MS_DIRSYNC | MsFlags::MS_LAZYTIME;
+        let flags = MsFlags::from_bits_retain(
+            (MsFlags::MS_REMOUNT | MsFlags::MS_BIND).bits()
+                | (opts.flags.ms_flags(opts.read_only).bits() & !sb.bits()),
+        );
+        nix::mount::mount(None::<&str>, mountpoint, None::<&str>, flags, None::<&str>).map_err(
+            |e| {
+                io::Error::other(format!(
+                    "setting {}: {e} (only root can set {})",
+                    later.join(", "),
+                    if later.len() == 1 { "it" } else { "them" }
+                ))
+            },
+        )?;
     }
     opts.coherence.set_notifier(session.notifier(), inodes);
     Ok(session)

@@ -12,6 +12,8 @@ pub struct MountEntry {
     pub source: String,
     /// The per-mount options (`rw,nosuid,nodev,relatime`).
     pub options: Vec<String>,
+    /// The file system's options (`rw,sync,lazytime,user_id=0,...`).
+    pub super_options: Vec<String>,
 }
 
 fn unescape(s: &str) -> String {
@@ -45,11 +47,13 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
             let mut r = right.split(' ');
             let fstype = r.next()?.to_string();
             let source = r.next().unwrap_or_default().to_string();
+            let super_options = r.next().unwrap_or_default();
             Some(MountEntry {
                 mountpoint: PathBuf::from(unescape(mp)),
                 fstype,
                 source,
                 options: options.split(',').map(str::to_string).collect(),
+                super_options: super_options.split(',').map(str::to_string).collect(),
             })
         })
         .collect()
@@ -126,6 +130,7 @@ mod tests {
         assert_eq!(m.len(), 2);
         assert_eq!(m[0].mountpoint, PathBuf::from("/mnt/with space"));
         assert!(is_unkai(&m[0]));
+        assert_eq!(m[0].super_options, ["rw", "user_id=0"]);
         assert!(!is_unkai(&m[1]));
     }
 }

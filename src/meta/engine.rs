@@ -644,7 +644,9 @@ pub trait Txn {
                     (SELECT CAST(coalesce(sum(size), 0) AS BIGINT) FROM unkai_slice_ref),
                     (SELECT count(*) FROM unkai_dead_slice),
                     (SELECT value FROM unkai_counter WHERE name = 'usedSpace'),
-                    (SELECT value FROM unkai_counter WHERE name = 'totalInodes')",
+                    (SELECT value FROM unkai_counter WHERE name = 'totalInodes'),
+                    (SELECT value FROM unkai_counter WHERE name = 'trashPurgedEarly'),
+                    (SELECT value FROM unkai_counter WHERE name = 'trashPurgedEarlyBytes')",
             &[],
         )?;
         let Some(r) = r else {
@@ -657,6 +659,8 @@ pub trait Txn {
             pending_delete: get(2)?,
             used_bytes: get(3)?,
             inodes: get(4)?,
+            trash_purged_early: get(5)?,
+            trash_purged_early_bytes: get(6)?,
         })
     }
 
@@ -1084,6 +1088,21 @@ pub trait Txn {
             })
             .collect()
     }
+    /// Slices queued for deletion, trash period or not, those dead longest first.
+    fn dead_slices_by_age(&mut self, limit: usize) -> TxResult<Vec<DeadSlice>> {
+        let rows = self.rows(
+            "SELECT id, size FROM unkai_dead_slice ORDER BY died, id LIMIT $1",
+            &[Val::Int(limit.min(i64::MAX as usize) as i64)],
+        )?;
+        rows.iter()
+            .map(|r| {
+                Ok(DeadSlice {
+                    id: r.int(0)? as u64,
+                    size: r.int(1)? as u32,
+                })
+            })
+            .collect()
+    }
     /// Removes slices from the deletion queue.
     fn forget_dead(&mut self, ids: &[u64]) -> TxResult<()> {
         for id in ids {
@@ -1461,6 +1480,16 @@ pub trait Txn {
             )?,
         };
         Ok(n > 0)
+    }
+    /// Adds `delta` to the counter `name`, recorded before or not (counters a volume gained
+    /// after it was formatted: `trashPurgedEarly`).
+    fn bump_counter(&mut self, name: &str, delta: i64) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_counter (name, value) VALUES ($1, $2)
+             ON CONFLICT (name) DO UPDATE SET value = unkai_counter.value + excluded.value",
+            &[Val::Text(name), Val::Int(delta)],
+        )?;
+        Ok(())
     }
     /// Sets the counter `name`, recorded before or not.
     fn put_counter(&mut self, name: &str, value: i64) -> TxResult<()> {

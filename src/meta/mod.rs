@@ -360,6 +360,18 @@ pub struct Usage {
     pub slices: u64,
     /// Slices whose objects are queued for deletion.
     pub pending_delete: u64,
+    /// Entries of the trash deleted before their time because a disk under a local bucket
+    /// ran short of room, and the bytes of the files among them (see `meta::trash`).
+    pub trash_purged_early: u64,
+    pub trash_purged_early_bytes: u64,
+}
+
+/// What an early purge of the trash deleted: entries (files and directories) and the bytes
+/// of the files among them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Purged {
+    pub entries: u64,
+    pub bytes: u64,
 }
 
 /// A mounted client registered in the volume.
@@ -706,6 +718,15 @@ pub trait Meta: Send + Sync {
     }
     /// Slices no longer referenced whose trash period is over (their objects may be deleted).
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>>;
+    /// Slices no longer referenced, trash period or not, those dead longest first: for a disk
+    /// short of room (see [`Meta::purge_trash_early`]).
+    fn dead_slices_early(&self, limit: usize) -> Result<Vec<DeadSlice>>;
+    /// Deletes for good the oldest entries of the trash (the oldest hour first, and in it the
+    /// oldest deletion first) until the files among them add up to `bytes` or the trash is
+    /// empty, and counts them in the volume ([`Usage::trash_purged_early`]): a disk under a
+    /// local bucket ran short of room. `None`, deleting nothing, while another client does
+    /// so (one at a time: see `meta::trash`).
+    fn purge_trash_early(&self, bytes: u64) -> Result<Option<Purged>>;
     /// Forgets dead slices once their objects are deleted.
     fn forget_dead_slices(&self, ids: &[u64]) -> Result<()>;
 

@@ -314,8 +314,9 @@ impl<E: Engine> EngineMeta<E> {
         let mut cur = self.format.write();
         if new.uuid == cur.uuid && *cur != new {
             tracing::info!(
-                "volume settings changed: trash {} days, capacity {}, inodes {}",
+                "volume settings changed: trash {} day{}, capacity {}, inodes {}",
                 new.trash_days,
+                if new.trash_days == 1 { "" } else { "s" },
                 new.capacity,
                 new.inodes
             );
@@ -1901,13 +1902,19 @@ impl<E: Engine> Meta for EngineMeta<E> {
                     return fail(libc::EPERM);
                 }
                 let now = now_nanos();
-                let zero_end = if mode.punch_hole || mode.keep_size {
-                    end.min(a.length)
+                // As ext4: a punched hole is stored no more (and nothing is punched past the
+                // end); a zeroed range stays allocated, as unwritten extents; an allocation
+                // reserves the holes of the range, data left as it is. A reservation counts
+                // as stored (`st_blocks`), so writing into it later grows nothing.
+                let recs = if mode.punch_hole {
+                    slice::zero_recs(off, end.min(a.length))
+                } else if mode.zero_range {
+                    slice::reserved_recs(off, end)
                 } else {
-                    end
+                    slice::reserve_holes(off, end, |i| tx.chunk(ino, i))?
                 };
-                if (mode.punch_hole || mode.zero_range) && off < zero_end {
-                    self.append(tx, &mut a, &slice::zero_recs(off, zero_end))?;
+                if !recs.is_empty() {
+                    self.append(tx, &mut a, &recs)?;
                 }
                 let old = a.length;
                 if !mode.keep_size && !mode.punch_hole && end > a.length {
@@ -2206,6 +2213,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>> {
         let cutoff = now_nanos() - self.format.read().trash_days as i64 * 86_400 * 1_000_000_000;
         self.read_committed(|tx| tx.dead_slices(Some(cutoff), limit))
+    }
+
+    fn dead_slices_early(&self, limit: usize) -> Result<Vec<DeadSlice>> {
+        self.read_committed(|tx| tx.dead_slices_by_age(limit))
+    }
+
+    fn purge_trash_early(&self, bytes: u64) -> Result<Option<Purged>> {
+        self.purge_early(bytes)
     }
 
     fn forget_dead_slices(&self, ids: &[u64]) -> Result<()> {

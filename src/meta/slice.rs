@@ -2,8 +2,10 @@
 //!
 //! A chunk keeps an ordered list of records, oldest first. A record says "bytes
 //! `[pos, pos+len)` of this chunk are bytes `[off, off+len)` of slice `id`" (a slice of total
-//! size `size`). Slice id 0 means zeros (written by truncate and hole punching). A read takes,
-//! for every byte, the newest record covering it; bytes no record covers are a hole (zeros).
+//! size `size`). Slice id 0 means zeros: with `size` 0, zeros that hold their place (a range
+//! reserved by `fallocate`, counted as stored as ext4 counts its unwritten extents), else
+//! zeros written by truncate and hole punching (a hole's). A read takes, for every byte, the
+//! newest record covering it; bytes no record covers are a hole (zeros).
 //!
 //! Also the pure arithmetic of records: zero records over a range, a copy's records.
 //!
@@ -40,6 +42,29 @@ impl SliceRec {
             off: 0,
             len,
         }
+    }
+
+    /// Zeros that hold their place: reserved by `fallocate` (or zeroed by its
+    /// FALLOC_FL_ZERO_RANGE), counted as stored (`st_blocks`) as ext4 counts the unwritten
+    /// extents it allocates. Told from a hole's zeros by `size` 0.
+    pub fn reserved(pos: u32, len: u32) -> SliceRec {
+        SliceRec {
+            pos,
+            id: 0,
+            size: 0,
+            off: 0,
+            len,
+        }
+    }
+
+    /// Whether these are zeros that hold their place ([`SliceRec::reserved`]).
+    pub fn is_reserved(&self) -> bool {
+        self.id == 0 && self.size == 0
+    }
+
+    /// Whether the bytes are stored: data, or zeros reserved.
+    pub fn is_stored(&self) -> bool {
+        self.id != 0 || self.is_reserved()
     }
 
     pub fn end(&self) -> u64 {
@@ -139,12 +164,12 @@ fn past(p: SliceRec, end: u64) -> SliceRec {
     }
 }
 
-/// Bytes of a chunk that hold data: what its records show, holes and zeroed ranges not
-/// counted.
+/// Bytes of a chunk that are stored: what its records show of data and of ranges reserved
+/// ([`SliceRec::reserved`]); holes and zeroed ranges not counted.
 pub fn covered(recs: &[SliceRec]) -> u64 {
     build_view(recs)
         .iter()
-        .filter(|p| p.id != 0)
+        .filter(|p| p.is_stored())
         .map(|p| p.len as u64)
         .sum()
 }
@@ -167,6 +192,49 @@ pub(crate) fn zero_recs(start: u64, end: u64) -> Vec<(u32, SliceRec)> {
         off += n;
     }
     out
+}
+
+/// Reserved records ([`SliceRec::reserved`]) covering `[start, end)` of a file, chunk by
+/// chunk: what FALLOC_FL_ZERO_RANGE leaves (zeros, still allocated).
+pub(crate) fn reserved_recs(start: u64, end: u64) -> Vec<(u32, SliceRec)> {
+    zero_recs(start, end)
+        .into_iter()
+        .map(|(i, r)| (i, SliceRec::reserved(r.pos, r.len)))
+        .collect()
+}
+
+/// Reserved records over what of `[start, end)` of a file holds neither data nor a
+/// reservation (holes, and a hole's zeros), chunk by chunk, from each chunk's records as
+/// `read` returns them: what `fallocate` adds, leaving the data as it is.
+pub(crate) fn reserve_holes<E>(
+    start: u64,
+    end: u64,
+    mut read: impl FnMut(u32) -> std::result::Result<Vec<SliceRec>, E>,
+) -> std::result::Result<Vec<(u32, SliceRec)>, E> {
+    let mut out = Vec::new();
+    let mut off = start;
+    while off < end {
+        let index = (off / CHUNK_SIZE) as u32;
+        let base = index as u64 * CHUNK_SIZE;
+        let (a, b) = (off - base, (end - base).min(CHUNK_SIZE));
+        let view = build_view(&read(index)?);
+        let mut cur = a;
+        for p in view
+            .iter()
+            .filter(|p| p.is_stored() && p.end() > a && (p.pos as u64) < b)
+        {
+            let ps = (p.pos as u64).max(a);
+            if ps > cur {
+                out.push((index, SliceRec::reserved(cur as u32, (ps - cur) as u32)));
+            }
+            cur = cur.max(p.end().min(b));
+        }
+        if cur < b {
+            out.push((index, SliceRec::reserved(cur as u32, (b - cur) as u32)));
+        }
+        off = base + b;
+    }
+    Ok(out)
 }
 
 /// Splits `(chunk index, record)` pairs (sorted by chunk) into runs of one chunk each.
@@ -197,7 +265,9 @@ pub(crate) fn plan_copy<E>(
         while done < r.len {
             let at = dpos + done as u64;
             let room = (CHUNK_SIZE - at % CHUNK_SIZE).min((r.len - done) as u64) as u32;
-            let piece = if r.id == 0 {
+            let piece = if r.is_reserved() {
+                SliceRec::reserved((at % CHUNK_SIZE) as u32, room)
+            } else if r.id == 0 {
                 SliceRec::zero((at % CHUNK_SIZE) as u32, room)
             } else {
                 SliceRec {
@@ -367,5 +437,36 @@ mod tests {
         assert!(has_data(&v, 0, 10));
         assert!(!has_data(&v, 50, 100));
         assert!(!has_data(&v, 100, 200));
+    }
+
+    #[test]
+    fn fallocate_reserves_holes_and_leaves_data() {
+        // Data at 100..200, a hole's zeros at 300..400, a reservation at 500..600.
+        let recs = vec![
+            rec(100, 7, 100),
+            SliceRec::zero(300, 100),
+            SliceRec::reserved(500, 100),
+        ];
+        let out = reserve_holes::<()>(50, 700, |_| Ok(recs.clone())).unwrap();
+        let got: Vec<(u32, u32)> = out.iter().map(|(_, r)| (r.pos, r.len)).collect();
+        assert_eq!(got, [(50, 50), (200, 300), (600, 100)]);
+        assert!(out.iter().all(|(i, r)| *i == 0 && r.is_reserved()));
+        let mut all = recs.clone();
+        all.extend(out.iter().map(|(_, r)| *r));
+        // Stored: the data and every reserved byte; the data still reads as itself.
+        assert_eq!(covered(&all), 650);
+        assert!(build_view(&all).iter().any(|p| p.id == 7 && p.len == 100));
+        // Across chunks: one record per chunk.
+        let out =
+            reserve_holes::<()>(CHUNK_SIZE - 10, CHUNK_SIZE + 10, |_| Ok(Vec::new())).unwrap();
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].0, out[1].0), (0, 1));
+        // A hole's zeros are not stored; a copy keeps a reservation a reservation.
+        assert_eq!(covered(&[SliceRec::zero(0, 10)]), 0);
+        let copy = plan_copy::<()>(0, 0, 600, |_| Ok(recs.clone())).unwrap();
+        assert_eq!(
+            covered(&copy.iter().map(|(_, r)| *r).collect::<Vec<_>>()),
+            200
+        );
     }
 }

@@ -277,6 +277,7 @@ impl EngineMeta<Sqlite> {
             tx.execute("UPDATE setting SET value=?1 WHERE name='format'", [json])?;
             tx.commit()?;
         }
+        catch_up(&c);
         let writer = Arc::new(Mutex::new(c));
         let checkpointer = open_conn(path, false)
             .ok()
@@ -302,6 +303,32 @@ impl EngineMeta<Sqlite> {
             stats: TxStats::default(),
         };
         Ok(EngineMeta::new(engine, format))
+    }
+}
+
+/// Waits until no other connection holds the database's write lock, taking it and letting
+/// it go at once. A mount's group of changes (`group`) holds that lock from its first change
+/// to its commit, so once this returns every change a mount of this file had answered before
+/// is committed, and what this process reads next includes it: `unkai quota set --path /q`
+/// right after `mkdir /mnt/v/q` finds `/q`. Writes nothing (another mount's grouping goes
+/// on). Without write access to the file there is no lock to take: the changes of the last
+/// moment may then be missed.
+fn catch_up(c: &Connection) {
+    let mut delay = Duration::from_millis(1);
+    loop {
+        match c.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => {
+                let _ = c.execute_batch("ROLLBACK");
+                return;
+            }
+            Err(e) => match TxError::from(e) {
+                TxError::Conflict(_) => backoff(&mut delay),
+                other => {
+                    tracing::debug!("not waiting for other writers of the database: {other:?}");
+                    return;
+                }
+            },
+        }
     }
 }
 

@@ -99,6 +99,7 @@ engine_tests!(
     stored_bytes_count_data_not_holes,
     an_old_schema_counts_what_files_store,
     trash_days_delay_dead_slices,
+    trash_purged_early_oldest_first_by_one_client,
     usage_counters,
     concurrent_clients_on_one_volume,
     concurrent_mknod_unlink,
@@ -2991,7 +2992,7 @@ fn stored_bytes_count_data_not_holes(e: Engine) {
         // Overwriting stored bytes adds only what was a hole.
         write(m, f.ino, 5000, 10_000);
         assert_eq!(stored(f.ino), 18_000);
-        // Punching a hole, zeroing a range: gone from what is stored.
+        // Punching a hole: gone from what is stored.
         let punch = FallocMode {
             punch_hole: true,
             keep_size: true,
@@ -2999,24 +3000,29 @@ fn stored_bytes_count_data_not_holes(e: Engine) {
         };
         m.fallocate(&CTX, f.ino, punch, 1000, 2000).unwrap();
         assert_eq!(stored(f.ino), 16_000);
+        // Zeroing a range keeps it allocated (as ext4's unwritten extents): its data stays
+        // counted, and so does the hole it covers (15,000..16,000).
         let zero = FallocMode {
             zero_range: true,
             ..FallocMode::default()
         };
         m.fallocate(&CTX, f.ino, zero, 14_000, 2000).unwrap();
-        assert_eq!(stored(f.ino), 15_000);
-        // Preallocation and growth by truncate store nothing.
+        assert_eq!(stored(f.ino), 17_000);
+        // Preallocation reserves every hole of its range (the punched one too); growth by
+        // truncate stores nothing.
         m.fallocate(&CTX, f.ino, FallocMode::default(), 0, 4 * CHUNK_SIZE)
             .unwrap();
+        assert_eq!(stored(f.ino), 4 * CHUNK_SIZE);
         m.truncate(&CTX, f.ino, 5 * CHUNK_SIZE).unwrap();
-        assert_eq!(stored(f.ino), 15_000);
-        // A copy stores what its source stored in the range.
+        assert_eq!(stored(f.ino), 4 * CHUNK_SIZE);
+        // A copy stores what its source stored in the range, reservations included.
         let g = mkfile(m, ROOT_INO, "g");
         m.copy_range(&CTX, f.ino, 0, g.ino, 0, 20_000).unwrap();
-        assert_eq!(stored(g.ino), 12_000);
-        // Compaction into one slice keeps holes holes.
+        assert_eq!(stored(g.ino), 20_000);
+        // A cut frees what lies past the new end, reservations too.
         m.truncate(&CTX, f.ino, CHUNK_SIZE + 10).unwrap();
-        assert_eq!(stored(f.ino), 13_010);
+        assert_eq!(stored(f.ino), CHUNK_SIZE + 10);
+        // Compaction into one slice (here: of 16,000 bytes) keeps holes holes.
         let old = m.read_chunk(f.ino, 0).unwrap();
         let id = m.new_slice_id().unwrap();
         let whole = SliceRec {
@@ -3121,6 +3127,87 @@ fn trash_days_delay_dead_slices(e: Engine) {
             "still in the trash period"
         );
         assert_eq!(m.usage().unwrap().pending_delete, 1);
+    }
+}
+
+/// `purge_trash_early`: the oldest deletions go first, as many as the bytes asked for; one
+/// client at a time (another's claim holds until given back or lapsed); counted in the usage;
+/// the slices of what went can be reclaimed at once.
+fn trash_purged_early_oldest_first_by_one_client(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        let mut fmt = test_format("trash");
+        fmt.trash_days = 1;
+        (place.create)(&fmt, false).unwrap();
+        let clients: Vec<Arc<dyn Meta>> = (0..2)
+            .map(|i| {
+                let m = (place.open)().unwrap();
+                m.new_session(session_info(&format!("/mnt/{i}"))).unwrap();
+                m
+            })
+            .collect();
+        let (one, two) = (&*clients[0], &*clients[1]);
+        let mut inos = Vec::new();
+        for i in 0..5 {
+            let name = format!("f{i}");
+            let f = mkfile(one, ROOT_INO, &name);
+            write(one, f.ino, 0, 4096);
+            one.unlink(&CTX, ROOT_INO, name.as_bytes()).unwrap();
+            inos.push(f.ino);
+        }
+        let trash = one.lookup(&CTX, ROOT_INO, b".trash").unwrap().ino;
+        let left = || -> Vec<Ino> {
+            let mut out = Vec::new();
+            for h in one.readdir(trash, 2, 100, false).unwrap() {
+                for e in one.readdir(h.ino, 2, 100, false).unwrap() {
+                    out.push(e.ino);
+                }
+            }
+            out.sort();
+            out
+        };
+        let claim = |who: String, until: Nanos| {
+            one.write_rows(&mut |tx| tx.put_setting("trashPurger", &format!("{who}:{until}")))
+                .unwrap()
+        };
+        let minute = 60_000_000_000;
+        // While the first client holds the claim, the second deletes nothing.
+        claim(one.session_id().to_string(), now_nanos() + minute);
+        assert_eq!(two.purge_trash_early(8192).unwrap(), None);
+        assert_eq!(left(), inos);
+        // Its holder purges: the two oldest, and gives the claim back.
+        assert_eq!(
+            one.purge_trash_early(8192).unwrap(),
+            Some(Purged {
+                entries: 2,
+                bytes: 8192
+            })
+        );
+        assert_eq!(left(), inos[2..]);
+        assert_eq!(
+            two.purge_trash_early(1).unwrap(),
+            Some(Purged {
+                entries: 1,
+                bytes: 4096
+            })
+        );
+        assert_eq!(left(), inos[3..]);
+        // A claim not given back (its client died) lapses.
+        claim("999".into(), now_nanos() - 1);
+        assert_eq!(
+            two.purge_trash_early(1).unwrap().map(|p| p.entries),
+            Some(1)
+        );
+        assert_eq!(left(), inos[4..]);
+        let u = one.usage().unwrap();
+        assert_eq!(
+            (u.trash_purged_early, u.trash_purged_early_bytes),
+            (4, 16384)
+        );
+        // Their slices are dead, within the trash period: reclaimed early only.
+        assert!(one.dead_slices(10).unwrap().is_empty());
+        assert_eq!(one.dead_slices_early(10).unwrap().len(), 4);
     }
 }
 

@@ -10,9 +10,13 @@
 //! restore` needs; a deletion stores only the parent's inode and the name, so it costs one
 //! xattr row more, not a walk up the tree.
 //!
+//! Purging: expired hours at each heartbeat ([`EngineMeta::purge_expired`]), and, when a
+//! mount finds the disk under a local bucket short of room, the oldest entries before their
+//! time ([`EngineMeta::purge_early`]: one client at a time, counted in the volume).
+//!
 //! Not for: restoring (the `restore` command renames through the mount, so every client's
-//! caches follow), or deciding who may read what is in the trash (the modes of what it holds,
-//! and the kernel).
+//! caches follow), deciding who may read what is in the trash (the modes of what it holds,
+//! and the kernel), or deciding when a disk is short of room (`vfs::background`, `data::room`).
 
 use std::sync::atomic::Ordering;
 
@@ -29,6 +33,12 @@ pub const TRASH_NAME: &[u8] = b".trash";
 pub const ORIGIN: &[u8] = b"trusted.unkai.origin";
 
 const HOUR_NANOS: i64 = 3_600_000_000_000;
+
+/// The setting naming the client purging the trash early, and until when its claim holds:
+/// `SESSION:NANOS` (empty: nobody). A mount's business, not the volume's: never dumped.
+pub const PURGER: &str = "trashPurger";
+/// How long a claim to purge early holds (it is given back at the end of each round).
+const PURGER_LEASE: i64 = 60 * 1_000_000_000;
 
 /// The name of the hour directory of time `t` (ns): `YYYY-MM-DD-HH`, UTC.
 pub fn hour_name(t: Nanos) -> String {
@@ -302,9 +312,111 @@ impl<E: Engine> EngineMeta<E> {
             if start + HOUR_NANOS > cutoff && days > 0 {
                 continue;
             }
-            gone += self.purge_tree(trash, &name, ino)?;
+            gone += self.purge_tree(trash, &name, ino)?.entries;
         }
         Ok(gone)
+    }
+
+    /// Deletes for good the oldest entries of the trash until the files among them add up to
+    /// `bytes` (see [`Meta::purge_trash_early`]), and counts them in the volume. One client at
+    /// a time: a client claims the purge in the setting [`PURGER`] (or finds another's claim
+    /// and does nothing: `None`), and gives it back when done; a claim that was not given
+    /// back (its client died) lapses after [`PURGER_LEASE`].
+    pub(crate) fn purge_early(&self, bytes: u64) -> Result<Option<Purged>> {
+        let Some(trash) = self.trash_ino()? else {
+            return Ok(Some(Purged::default()));
+        };
+        let me = self.session_id().to_string();
+        if !self.claim_purge(&me)? {
+            return Ok(None);
+        }
+        let mut done = Purged::default();
+        let res = self.purge_oldest(trash, bytes, &mut done);
+        // What went is counted, and the claim given back, even after an error midway.
+        let counted = self.engine.write(&[], false, |tx| {
+            if done.entries > 0 {
+                tx.bump_counter("trashPurgedEarly", done.entries as i64)?;
+                tx.bump_counter("trashPurgedEarlyBytes", done.bytes as i64)?;
+            }
+            let old = tx.setting(PURGER)?;
+            if old
+                .as_deref()
+                .and_then(parse_claim)
+                .is_some_and(|(who, _)| who == me)
+            {
+                tx.swap_setting(PURGER, old.as_deref(), "")?;
+            }
+            Ok(())
+        });
+        res?;
+        counted?;
+        Ok(Some(done))
+    }
+
+    /// Claims the early purge for client `me` unless another client's claim holds.
+    fn claim_purge(&self, me: &str) -> Result<bool> {
+        let now = now_nanos();
+        self.engine.write(&[], false, |tx| {
+            let old = tx.setting(PURGER)?;
+            let free = old
+                .as_deref()
+                .and_then(parse_claim)
+                .is_none_or(|(who, until)| who == me || until <= now);
+            let claim = format!("{me}:{}", now + PURGER_LEASE);
+            Ok(free && tx.swap_setting(PURGER, old.as_deref(), &claim)?)
+        })
+    }
+
+    /// The oldest entries of the trash, for good, into `done`, until its bytes reach `bytes`:
+    /// hour directories oldest first, and in each the entries by when they were deleted (their
+    /// change time, which the deletion set). An hour directory emptied goes too, unless a
+    /// client (its clock a little behind) may still be deleting into it.
+    fn purge_oldest(&self, trash: Ino, bytes: u64, done: &mut Purged) -> Result<()> {
+        let now = now_nanos();
+        let mut hours: Vec<(Nanos, Vec<u8>, Ino)> = self
+            .entries(trash)?
+            .into_iter()
+            .filter_map(|(name, ino, _)| parse_hour(&name).map(|t| (t, name, ino)))
+            .collect();
+        hours.sort();
+        for (start, name, hour) in hours {
+            let mut aged: Vec<(Nanos, Vec<u8>, Ino)> = Vec::new();
+            let mut cookie = 2;
+            loop {
+                let page = self.readdir(hour, cookie, 1024, true)?;
+                let Some(last) = page.last() else {
+                    break;
+                };
+                cookie = last.cookie;
+                aged.extend(
+                    page.into_iter()
+                        .filter(|e| e.name != b"." && e.name != b"..")
+                        .map(|e| (e.attr.map_or(0, |a| a.ctime), e.name, e.ino)),
+                );
+            }
+            aged.sort();
+            let mut emptied = true;
+            for (_, n, i) in aged {
+                if done.bytes >= bytes {
+                    emptied = false;
+                    break;
+                }
+                let p = self.purge_tree(hour, &n, i)?;
+                done.entries += p.entries;
+                done.bytes += p.bytes;
+            }
+            if emptied && start + 2 * HOUR_NANOS < now {
+                match self.remove_dir(&Ctx::ROOT, trash, &name, false) {
+                    Ok(()) => {}
+                    Err(e) if matches!(e.errno(), libc::ENOENT | libc::ENOTEMPTY) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            if done.bytes >= bytes {
+                break;
+            }
+        }
+        Ok(())
     }
 
     /// Every entry of directory `dir`: (name, inode, kind).
@@ -325,26 +437,36 @@ impl<E: Engine> EngineMeta<E> {
         }
     }
 
-    /// Deletes `name` (inode `ino`) of `parent` and all below it, bypassing the trash.
-    fn purge_tree(&self, parent: Ino, name: &[u8], ino: Ino) -> Result<u64> {
+    /// Deletes `name` (inode `ino`) of `parent` and all below it, bypassing the trash; returns
+    /// the entries that went and the bytes of the files whose last link went. What another
+    /// client purged first (ENOENT) counts for nothing.
+    fn purge_tree(&self, parent: Ino, name: &[u8], ino: Ino) -> Result<Purged> {
         let ctx = Ctx::ROOT;
-        let kind = self.getattr(ino)?.kind;
-        if kind != Kind::Dir {
+        let a = match self.getattr(ino) {
+            Ok(a) => a,
+            Err(e) if e.errno() == libc::ENOENT => return Ok(Purged::default()),
+            Err(e) => return Err(e),
+        };
+        if a.kind != Kind::Dir {
+            let bytes = if a.nlink <= 1 { a.stored } else { 0 };
             return match self.remove(&ctx, parent, name, false) {
-                Ok(_) => Ok(1),
-                Err(e) if e.errno() == libc::ENOENT => Ok(0),
+                Ok(_) => Ok(Purged { entries: 1, bytes }),
+                Err(e) if e.errno() == libc::ENOENT => Ok(Purged::default()),
                 Err(e) => Err(e),
             };
         }
-        let mut gone = 0;
+        let mut gone = Purged::default();
         for (n, i, _) in self.entries(ino)? {
-            gone += self.purge_tree(ino, &n, i)?;
+            let p = self.purge_tree(ino, &n, i)?;
+            gone.entries += p.entries;
+            gone.bytes += p.bytes;
         }
         match self.remove_dir(&ctx, parent, name, false) {
-            Ok(()) => Ok(gone + 1),
-            Err(e) if e.errno() == libc::ENOENT => Ok(gone),
-            Err(e) => Err(e),
+            Ok(()) => gone.entries += 1,
+            Err(e) if e.errno() == libc::ENOENT => {}
+            Err(e) => return Err(e),
         }
+        Ok(gone)
     }
 }
 
@@ -373,6 +495,12 @@ fn make_dir(
         Fact::Attr(d),
     ]);
     Ok(())
+}
+
+/// The client and the deadline of a claim to purge early (`SESSION:NANOS`).
+fn parse_claim(v: &str) -> Option<(&str, Nanos)> {
+    let (who, until) = v.split_once(':')?;
+    Some((who, until.parse().ok()?))
 }
 
 fn split_origin(o: &[u8]) -> TxResult<(Ino, Vec<u8>)> {

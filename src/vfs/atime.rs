@@ -1,10 +1,11 @@
-//! Access times of files read through this mount: when a read that reaches unkai moves a
-//! file's atime (the mount's `relatime`, `strictatime` or `noatime`, as Linux decides it),
-//! and the new times waiting to be stored. They are stored in groups, one transaction for
-//! all of them, by the background thread (and at unmount), never by the read itself; until
-//! then `getattr` shows them.
+//! Access times of files read and directories listed through this mount: when a read that
+//! reaches unkai (or a listing, unless the mount says `nodiratime`) moves an inode's atime
+//! (the mount's `relatime`, `strictatime` or `noatime`, as Linux decides it), and the new
+//! times waiting to be stored. They are stored in groups, one transaction for all of them,
+//! by the background thread (and at unmount), never by the read itself (which is what
+//! `lazytime` asks of Linux file systems); until then `getattr` shows them.
 //!
-//! Not for: other attributes, directories' access times (readdir does not move them).
+//! Not for: other attributes.
 
 use std::collections::HashMap;
 
@@ -42,7 +43,8 @@ impl Atimes {
         }
     }
 
-    /// A read of the file `a` (as the engine has it) at `now`.
+    /// A read of the file `a` (or a listing of the directory `a`), as the engine has it, at
+    /// `now`.
     pub fn read(&self, a: &Attr, now: Nanos) {
         if self.mode == Atime::Never {
             return;

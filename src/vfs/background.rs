@@ -1,5 +1,7 @@
 //! Background work of a mounted volume: compaction of fragmented chunks, deleting the objects
-//! of dead slices (with `garbage::reclaim_all`, as `gc` does), and the session heartbeat.
+//! of dead slices (with `garbage::reclaim_all`, as `gc` does), the session heartbeat, and
+//! making room on the disk under a local bucket that runs short of it (`data::room`) by
+//! deleting the trash early, oldest first.
 //!
 //! Not for: anything an application waits on.
 
@@ -9,9 +11,10 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use parking_lot::{Condvar, Mutex};
 
+use crate::data::room::Outcome;
 use crate::data::{DataStore, SliceUpload};
 use crate::garbage;
-use crate::meta::{Ino, Meta, SliceRec, slice};
+use crate::meta::{Ino, Meta, Purged, SliceRec, slice};
 
 use super::Result;
 use super::atime::Atimes;
@@ -80,6 +83,13 @@ pub fn compact_chunk(meta: &dyn Meta, store: &DataStore, ino: Ino, index: u32) -
         upload = Some((id, total as u32));
         in_flight = Some(up);
     }
+    // Reserved ranges (fallocate) stay reserved: merged, beside the data.
+    for p in view.iter().filter(|p| p.is_reserved()) {
+        match new.last_mut() {
+            Some(r) if r.is_reserved() && r.end() == p.pos as u64 => r.len += p.len,
+            _ => new.push(SliceRec::reserved(p.pos, p.len)),
+        }
+    }
     let replaced = meta.replace_slices(ino, index, &recs, &new)?;
     if !replaced {
         if let Some((id, size)) = upload {
@@ -100,12 +110,18 @@ impl Background {
     pub fn start(meta: Arc<dyn Meta>, store: DataStore, atimes: Arc<Atimes>) -> Background {
         let stop = Arc::new((Mutex::new(false), Condvar::new()));
         let s = stop.clone();
+        // A put the disk refused wakes the thread up to make room at once.
+        let w = stop.clone();
+        store.room().serve(move || {
+            w.1.notify_all();
+        });
         let thread = std::thread::Builder::new()
             .name("unkai-bg".into())
             .spawn(move || {
                 let mut last_hb = Instant::now();
                 let mut trimmed = 0;
                 let mut reported = (0, 0);
+                let mut early = Early::default();
                 loop {
                     {
                         let (lock, cv) = &*s;
@@ -118,6 +134,7 @@ impl Background {
                         }
                     }
                     let stopping = || *s.0.lock();
+                    make_room(&*meta, &store, &mut early);
                     store_atimes(&*meta, &atimes);
                     round(&*meta, &store, &stopping);
                     if let Err(e) = meta.watch_sessions() {
@@ -140,6 +157,7 @@ impl Background {
                 }
                 // Unmounting: access times are stored and dead slices go (quick deletes);
                 // compaction waits for the next mount, whose reads it only speeds up.
+                store.room().unserve();
                 store_atimes(&*meta, &atimes);
                 if let Err(e) = garbage::reclaim_all(&*meta, &store) {
                     tracing::warn!("reclaiming dead slices: {e}");
@@ -151,6 +169,97 @@ impl Background {
             thread: Some(thread),
         }
     }
+}
+
+/// What this mount deleted early to make room, for its log.
+#[derive(Default)]
+struct Early {
+    /// The first early deletion was said (at warning level; the rest at debug level).
+    said: bool,
+}
+
+/// Makes room on the disk under a local bucket when it is below its free-space floor, or a
+/// put was refused for want of room (`data::room`): first the dead slices kept for the trash
+/// period (overwritten data, and files deleted from the trash: nobody can restore them), those
+/// dead longest first; then the oldest entries of the trash, for good, through
+/// [`Meta::purge_trash_early`] (one client of the volume at a time; counted in the volume for
+/// `unkai status`), and the objects of their slices at once. Aims at the floor and a few
+/// blocks above it. Said in the log once; the waiting puts learn how it went.
+fn make_room(meta: &dyn Meta, store: &DataStore, early: &mut Early) {
+    let room = store.room();
+    let Some(short) = room.shortage() else {
+        return;
+    };
+    let mut want = short.want;
+    let mut slices = (0, 0);
+    let mut purged = Purged::default();
+    let mut elsewhere = false;
+    // Slices first, in batches, until enough went.
+    while want > 0 {
+        match garbage::reclaim_early(meta, store, 256) {
+            Ok((0, _)) => break,
+            Ok((n, b)) => {
+                slices.0 += n;
+                slices.1 += b;
+                want = room.want();
+            }
+            Err(e) => {
+                tracing::warn!("making room: reclaiming dead slices: {e}");
+                break;
+            }
+        }
+    }
+    if want > 0 {
+        match meta.purge_trash_early(want) {
+            Ok(Some(p)) => purged = p,
+            Ok(None) => elsewhere = true,
+            Err(e) => tracing::warn!("making room: purging the trash: {e}"),
+        }
+        if purged.entries > 0 {
+            // Their slices just died: their objects go now, not after the trash period.
+            loop {
+                match garbage::reclaim_early(meta, store, 1000) {
+                    Ok((0, _)) => break,
+                    Ok((n, b)) => {
+                        slices.0 += n;
+                        slices.1 += b;
+                    }
+                    Err(e) => {
+                        tracing::warn!("making room: reclaiming dead slices: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    let made = slices.0 > 0 || purged.entries > 0;
+    if made {
+        let what = format!(
+            "{} trash entries ({} bytes of files) deleted, and the objects of {} dead \
+             slices ({} bytes)",
+            purged.entries, purged.bytes, slices.0, slices.1
+        );
+        if !std::mem::replace(&mut early.said, true) {
+            tracing::warn!(
+                "trash purged early for disk space: the disk under the bucket ({}) is below \
+                 its free-space floor ({} bytes free, {:.0}% kept: --free-space-ratio), so \
+                 the oldest trash is deleted for good to make room: {what} this time \
+                 (`unkai status` counts the entries; later purges are logged at debug level)",
+                short.dir.display(),
+                short.avail,
+                room.ratio() * 100.0
+            );
+        } else {
+            tracing::debug!("trash purged early for disk space: {what}");
+        }
+    }
+    room.made(if made || short.want == 0 {
+        Outcome::Made
+    } else if elsewhere {
+        Outcome::Elsewhere
+    } else {
+        Outcome::Nothing
+    });
 }
 
 /// Stores the access times reads moved, in one transaction (kept for the next round if

@@ -72,6 +72,27 @@ pub struct Config {
     pub append_at_end: bool,
     /// When reads move access times (the mount's relatime, noatime or strictatime).
     pub atime: atime::Atime,
+    /// Whether listing a directory moves its access time, as `atime` says (the mount's
+    /// `diratime`, the default); never with `nodiratime`.
+    pub diratime: bool,
+    /// What a change waits for before it returns (the mount's `sync` and `dirsync`).
+    pub durability: Durability,
+}
+
+/// What a change made through the VFS waits for before it returns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Durability {
+    /// Durable at the next `fsync`, `fsyncdir` or `close` that covers it (as on any file
+    /// system); namespace changes of a mount that has the volume to itself commit in groups
+    /// (`meta::sqlite::group`) meanwhile.
+    #[default]
+    Async,
+    /// `dirsync`: a change of a directory's entries (create, mknod, mkdir, symlink, link,
+    /// unlink, rmdir, rename) is durable before it returns.
+    DirSync,
+    /// `sync`: every change is, data included: each write is flushed and synced as by
+    /// `fsync` before it returns.
+    Sync,
 }
 
 impl Default for Config {
@@ -81,6 +102,8 @@ impl Default for Config {
             background: true,
             append_at_end: true,
             atime: atime::Atime::Relative,
+            diratime: true,
+            durability: Durability::Async,
         }
     }
 }
@@ -343,17 +366,48 @@ impl Vfs {
                 }
                 if let Some(end) = w.pending_end() {
                     a.length = a.length.max(end);
-                    // Counted as stored already (some may overwrite stored bytes).
-                    a.stored = (a.stored + w.buffered() as u64).min(a.length);
+                    // Counted as stored already (some may overwrite stored bytes), up to
+                    // the size (or what is stored already: a reservation past the end).
+                    a.stored = (a.stored + w.buffered() as u64).min(a.length.max(a.stored));
                 }
                 if let Some(m) = w.mtime() {
                     a.mtime = a.mtime.max(m);
                     a.ctime = a.ctime.max(m);
                 }
             }
-            self.atimes.overlay(&mut a);
         }
+        // A file read or a directory listed and its access time not stored yet.
+        self.atimes.overlay(&mut a);
         a
+    }
+
+    /// Under `dirsync` or `sync`: the change of a directory just made is durable before it
+    /// returns (the engine's group commits, its log is synced).
+    fn dir_changed(&self) -> Result<()> {
+        if self.cfg.durability != Durability::Async {
+            self.meta.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Under `sync`: the change of attributes (or of a file's layout) just made is durable
+    /// before it returns.
+    fn attr_changed(&self) -> Result<()> {
+        if self.cfg.durability == Durability::Sync {
+            self.meta.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Makes the file's data and metadata durable: in the bucket (or the staging area) and
+    /// in the engine.
+    fn sync_ino(&self, ino: Ino) -> Result<()> {
+        self.flush_ino(ino)?;
+        if let Some(w) = self.writer(ino) {
+            let keys = w.lock().take_unsynced();
+            self.store.sync(&keys)?;
+        }
+        Ok(self.meta.sync()?)
     }
 
     // ---- namespace ----
@@ -371,7 +425,9 @@ impl Vfs {
     /// `chattr`: sets the inode's flags ([`meta::flags`]).
     pub fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<Attr> {
         let mark = self.attr_mark();
-        Ok(self.overlay_attr(mark, self.meta.set_flags(ctx, ino, flags)?))
+        let a = self.meta.set_flags(ctx, ino, flags)?;
+        self.attr_changed()?;
+        Ok(self.overlay_attr(mark, a))
     }
 
     /// Sets attributes. `chown` marks a chown that keeps both ids (chown(-1, -1), which
@@ -439,6 +495,7 @@ impl Vfs {
         let a = match attr {
             Some(a) => {
                 self.restamp(&a);
+                self.attr_changed()?;
                 a
             }
             None => self.meta.getattr(ino)?,
@@ -455,13 +512,17 @@ impl Vfs {
         mode: u32,
         rdev: u32,
     ) -> Result<Attr> {
-        Ok(self.meta.mknod(ctx, parent, name, kind, mode, rdev, None)?)
+        let a = self.meta.mknod(ctx, parent, name, kind, mode, rdev, None)?;
+        self.dir_changed()?;
+        Ok(a)
     }
 
     pub fn symlink(&self, ctx: &Ctx, parent: Ino, name: &[u8], target: &[u8]) -> Result<Attr> {
-        Ok(self
+        let a = self
             .meta
-            .mknod(ctx, parent, name, Kind::Symlink, 0o777, 0, Some(target))?)
+            .mknod(ctx, parent, name, Kind::Symlink, 0o777, 0, Some(target))?;
+        self.dir_changed()?;
+        Ok(a)
     }
 
     pub fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {
@@ -472,6 +533,7 @@ impl Vfs {
         let mark = self.attr_mark();
         let a = self.meta.link(ctx, ino, parent, name)?;
         self.restamp(&a);
+        self.dir_changed()?;
         Ok(self.overlay_attr(mark, a))
     }
 
@@ -481,11 +543,12 @@ impl Vfs {
         if a.nlink == 0 {
             self.drop_writer_if_closed(a.ino);
         }
-        Ok(())
+        self.dir_changed()
     }
 
     pub fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()> {
-        Ok(self.meta.rmdir(ctx, parent, name)?)
+        self.meta.rmdir(ctx, parent, name)?;
+        self.dir_changed()
     }
 
     pub fn rename(
@@ -505,7 +568,7 @@ impl Vfs {
                 self.drop_writer_if_closed(victim.ino);
             }
         }
-        Ok(())
+        self.dir_changed()
     }
 
     /// A deleted inode with no open handle has no use for pending writes.
@@ -547,6 +610,10 @@ impl Vfs {
         plus: bool,
     ) -> Result<Vec<DirEntry>> {
         let mark = self.attr_mark();
+        if self.cfg.diratime && self.cfg.atime != atime::Atime::Never {
+            // A listing is an access of the directory, as Linux's getdents says.
+            self.atimes.read(&self.meta.getattr(ino)?, now_nanos());
+        }
         let only = self.trash_owner(ctx, ino)?;
         let mut cookie = cookie;
         loop {
@@ -646,6 +713,7 @@ impl Vfs {
             }
             res => res?,
         };
+        self.dir_changed()?;
         self.open(a.ino, flags)
     }
 
@@ -861,6 +929,9 @@ impl Vfs {
             // Back-pressure: a writer that fills the buffers flushes its own file.
             self.flush_ino(h.ino)?;
         }
+        if self.cfg.durability == Durability::Sync {
+            self.sync_ino(h.ino)?;
+        }
         Ok((data.len() as u32, changed))
     }
 
@@ -990,12 +1061,7 @@ impl Vfs {
     /// Makes the file's data and metadata durable: in the bucket and in the engine.
     pub fn fsync(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
-        self.flush_ino(h.ino)?;
-        if let Some(w) = self.writer(h.ino) {
-            let keys = w.lock().take_unsynced();
-            self.store.sync(&keys)?;
-        }
-        Ok(self.meta.sync()?)
+        self.sync_ino(h.ino)
     }
 
     pub fn fsyncdir(&self) -> Result<()> {
@@ -1075,9 +1141,11 @@ impl Vfs {
         }
         let a = self.meta.fallocate(ctx, h.ino, m, off, len)?;
         self.restamp(&a);
-        Ok(self
+        let a = self
             .drop_privs(h.ino, unprivileged(ctx), true)?
-            .unwrap_or(a))
+            .unwrap_or(a);
+        self.attr_changed()?;
+        Ok(a)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1100,6 +1168,7 @@ impl Vfs {
         self.restamp(&a);
         // A copy into a file is a write to it (see `write`).
         self.drop_privs(ho.ino, unprivileged(ctx), true)?;
+        self.attr_changed()?;
         Ok(n)
     }
 
@@ -1164,7 +1233,7 @@ impl Vfs {
         if name == meta::CAPABILITY {
             self.recheck_privs(ino);
         }
-        Ok(())
+        self.attr_changed()
     }
 
     pub fn get_xattr(&self, ino: Ino, name: &[u8]) -> Result<Vec<u8>> {
@@ -1187,7 +1256,8 @@ impl Vfs {
         if inspect::is_virtual(name) {
             return sys(libc::EPERM);
         }
-        Ok(self.meta.remove_xattr(ctx, ino, name)?)
+        self.meta.remove_xattr(ctx, ino, name)?;
+        self.attr_changed()
     }
 
     // ---- volume ----

@@ -37,7 +37,8 @@ pub struct StoreConfig {
     pub cache_bytes: usize,
     /// Bytes of the block cache on local disk (None: automatic, see `disk_cache`).
     pub disk_cache: Option<u64>,
-    /// The share of the cache directories' disks the disk cache leaves free.
+    /// The share of the cache directories' disks the disk cache leaves free, and of the disk
+    /// under a local bucket before the oldest trash is deleted early (`data::room`).
     pub free_space_ratio: f64,
     /// Memory for buffered writes.
     pub buffer_bytes: usize,
@@ -146,6 +147,7 @@ pub fn open_store(
         stage,
         disk: disk.clone(),
         key: cfg.data_key.clone(),
+        free_ratio: cfg.free_space_ratio,
         ..data::Config::default()
     };
     let packs_only = stage.as_ref().is_some_and(|s| !s.blocks);

@@ -41,8 +41,11 @@ pub struct MountConfig {
     /// Let other users use the mount.
     pub allow_other: bool,
     pub read_only: bool,
-    /// nosuid, nodev, noexec, atime (from `-o`).
+    /// The kernel's flags from `-o`: nosuid, nodev, noexec, atime, nodiratime, nosymfollow,
+    /// sync, dirsync, lazytime.
     pub flags: fuse::MountFlags,
+    /// SELinux's labels of the mount (`context=...`), for the kernel.
+    pub labels: Vec<String>,
     /// Threads serving kernel requests.
     pub threads: usize,
     /// Seconds the kernel caches attributes (None: the policy's default).
@@ -264,6 +267,8 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             background: true,
             append_at_end: !cache.writeback,
             atime: cfg.flags.atime,
+            diratime: cfg.flags.diratime,
+            durability: cfg.flags.durability(),
             ..vfs::Config::default()
         };
         decided = Some(cache);
@@ -282,6 +287,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         allow_other: cfg.allow_other,
         read_only: cfg.read_only,
         flags: cfg.flags,
+        labels: cfg.labels.clone(),
         threads: cfg.threads,
         volume: fmt.name.clone(),
         cache,
@@ -352,6 +358,7 @@ mod tests {
             allow_other: false,
             read_only: false,
             flags: fuse::MountFlags::default(),
+            labels: Vec::new(),
             threads: 1,
             attr_ttl: None,
             entry_ttl: None,

@@ -154,7 +154,8 @@ impl Volume {
     }
 
     /// Formats a volume whose metadata lives in a fresh PostgreSQL database (None when
-    /// PostgreSQL tests are off) and whose data lives in `bucket/` of a temporary directory.
+    /// PostgreSQL tests are off) and whose data lives in `bucket/` of a temporary directory
+    /// (unless `extra` gives a `--storage`).
     /// The URL given to every command is `meta_url(db URL)`; `env` goes with them too.
     pub fn postgres(
         extra: &[&str],
@@ -184,7 +185,11 @@ impl Volume {
         let name = "testvol".to_string();
         let env = with_cache_dir(env, dir.path());
         let storage = format!("file://{}/bucket", dir.path().display());
-        let mut args = vec!["format", "--storage", &storage];
+        let mut args = vec!["format"];
+        // Unless the test gives a bucket of its own.
+        if !extra.contains(&"--storage") {
+            args.extend(["--storage", &storage]);
+        }
         args.extend_from_slice(extra);
         args.push(&meta_url);
         args.push(&name);
@@ -519,5 +524,67 @@ impl SmallDisk {
 impl Drop for SmallDisk {
     fn drop(&mut self) {
         let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+    }
+}
+
+/// An ext4 file system of `mib` MiB on a loop device, mounted in a temporary directory (no
+/// blocks reserved for root, so that what `df` shows free is what anyone can write);
+/// unmounted on drop, failure included (which frees the loop device: `mount -o loop` sets it
+/// to clear itself).
+pub struct LoopDisk {
+    pub path: std::path::PathBuf,
+    mounted: bool,
+    _dir: tempfile::TempDir,
+}
+
+impl LoopDisk {
+    /// None, said on stderr, where loop devices cannot be had (not root, or no loop driver).
+    pub fn new(mib: u64) -> Option<LoopDisk> {
+        if !nix::unistd::geteuid().is_root() || !Path::new("/dev/loop-control").exists() {
+            eprintln!("skipped: a loop-mounted disk needs root and /dev/loop-control");
+            return None;
+        }
+        let dir = tempfile::Builder::new()
+            .prefix("unkai-disk-")
+            .tempdir()
+            .unwrap();
+        let image = dir.path().join("disk.img");
+        File::create(&image).unwrap().set_len(mib << 20).unwrap();
+        let out = Command::new("mkfs.ext4")
+            .args(["-q", "-F", "-m", "0"])
+            .arg(&image)
+            .output()
+            .expect("run mkfs.ext4 (e2fsprogs)");
+        assert!(out.status.success(), "mkfs.ext4: {out:?}");
+        let path = dir.path().join("mnt");
+        std::fs::create_dir(&path).unwrap();
+        let mut disk = LoopDisk {
+            path,
+            mounted: false,
+            _dir: dir,
+        };
+        let out = Command::new("mount")
+            .args(["-t", "ext4", "-o", "loop"])
+            .arg(&image)
+            .arg(&disk.path)
+            .output()
+            .expect("run mount");
+        assert!(out.status.success(), "mount -o loop: {out:?}");
+        disk.mounted = true;
+        Some(disk)
+    }
+
+    /// Bytes available on the disk.
+    pub fn avail(&self) -> u64 {
+        let st = nix::sys::statvfs::statvfs(&self.path).unwrap();
+        st.blocks_available() * st.fragment_size()
+    }
+}
+
+impl Drop for LoopDisk {
+    fn drop(&mut self) {
+        if self.mounted && nix::mount::umount2(&self.path, nix::mount::MntFlags::empty()).is_err() {
+            let _ = nix::mount::umount2(&self.path, nix::mount::MntFlags::MNT_DETACH);
+        }
     }
 }
