@@ -17,6 +17,9 @@
 # As root, the cluster belongs to the `postgres` system user (PostgreSQL refuses to run as
 # root). fsync is off: a test server, not a place for data. The tests start their own servers
 # this way (tests/common/postgres.rs) when UNKAI_TEST_POSTGRES=local.
+# With PG_DURABLE=1, `start` keeps PostgreSQL's own settings instead (fsync,
+# synchronous_commit and full_page_writes on, as a real server runs): for benchmarks and for
+# the tests of what a crash of the server may lose.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
@@ -77,6 +80,8 @@ start() {
     ssl="-c ssl=on -c ssl_cert_file=$dir/server.crt -c ssl_key_file=$dir/server.key"
     ssl="$ssl -c ssl_ca_file=$dir/ca.crt"
   fi
+  local speed="-c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+  [ "${PG_DURABLE:-}" = 1 ] && speed=""
   local tries=0
   while :; do
     if [ -z "$port" ]; then
@@ -84,7 +89,7 @@ start() {
       port_free "$port" || { port=""; continue; }
     fi
     if as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=300 $ssl" \
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir $speed -c max_connections=300 $ssl" \
         start >/dev/null; then
       break
     fi

@@ -431,7 +431,7 @@ pub(crate) fn node_vals(a: &Attr) -> [Val<'static>; 14] {
 
 /// Writes an inode's fields from [`node_vals`]. The kind never changes; naming it in the
 /// WHERE clause lets PostgreSQL type every parameter of the shared parameter list.
-const UPDATE_NODE: &str = "UPDATE unkai_node SET mode=$3, uid=$4, gid=$5, nlink=$6, length=$7, \
+pub(crate) const UPDATE_NODE: &str = "UPDATE unkai_node SET mode=$3, uid=$4, gid=$5, nlink=$6, length=$7, \
                            rdev=$8, atime=$9, mtime=$10, ctime=$11, parent=$12, flags=$13, \
                            stored=$14 WHERE ino=$1 AND kind=$2";
 

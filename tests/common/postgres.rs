@@ -83,9 +83,16 @@ impl Server {
     }
 
     fn start_in(dir: tempfile::TempDir) -> Server {
+        Self::start_with(dir, false)
+    }
+
+    /// Starts a server in `dir`; `durable`: with PostgreSQL's own settings (fsync and
+    /// synchronous_commit on) instead of the tests' fast ones.
+    fn start_with(dir: tempfile::TempDir, durable: bool) -> Server {
         let out = Command::new(script())
             .arg("start")
             .arg(dir.path())
+            .env("PG_DURABLE", if durable { "1" } else { "" })
             .output()
             .expect("run scripts/postgres.sh");
         assert!(
@@ -102,6 +109,60 @@ impl Server {
         );
         Server { dir, admin }
     }
+}
+
+impl Server {
+    /// Its port (from its URL).
+    pub fn port(&self) -> u16 {
+        let after = self.admin.split_once("@127.0.0.1:").expect("a local URL").1;
+        after.split('/').next().unwrap().parse().expect("a port")
+    }
+
+    /// Stops it as a crash would (`pg_ctl stop -m immediate`: no checkpoint, nothing
+    /// written that was not yet).
+    pub fn crash(&self) {
+        let out = Command::new(script())
+            .arg("stop")
+            .arg(self.dir.path())
+            .output()
+            .expect("run scripts/postgres.sh stop");
+        assert!(out.status.success(), "{out:?}");
+    }
+
+    /// Starts it again after [`Server::crash`], on the same port, as it was started
+    /// (durable or not: `durable`).
+    pub fn restart(&self, durable: bool) {
+        let out = Command::new(script())
+            .arg("start")
+            .arg(self.dir.path())
+            .arg(self.port().to_string())
+            .env("PG_DURABLE", if durable { "1" } else { "" })
+            .output()
+            .expect("run scripts/postgres.sh start");
+        assert!(
+            out.status.success(),
+            "restart failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// A private server of one test with PostgreSQL's durable settings (fsync and
+/// synchronous_commit on, as a real server runs), which the test may crash and restart;
+/// None, saying so, unless UNKAI_TEST_POSTGRES=local.
+pub fn durable_server() -> Option<Arc<Server>> {
+    if std::env::var(ENV).as_deref() != Ok("local") {
+        eprintln!(
+            "skipped: tests that crash PostgreSQL start servers of their own, only with {ENV}=local"
+        );
+        return None;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("unkai-pgdur-")
+        .tempdir()
+        .expect("tempdir");
+    Some(Arc::new(Server::start_with(dir, true)))
 }
 
 impl Drop for Server {

@@ -27,18 +27,21 @@ pub mod url;
 mod watch;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use ::postgres::Row;
+use ::postgres::error::SqlState;
 use ::postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use bytes::BytesMut;
 
-use self::pool::{Conn, P, Pool, connect_creating, pg_err};
+use self::pool::{Answer, Conn, P, PgError, Pool, Step, connect_creating, pg_err};
 use self::url::PgUrl;
 use self::watch::Watch;
 use super::engine::{
-    Cell, Engine, SqlRow, TxError, TxKind, TxResult, TxStats, Txn, Val, attr_from, corrupt,
-    decode_chunk, fail, node_cols, node_vals,
+    Cell, Engine, SqlRow, TxError, TxKind, TxResult, TxStats, Txn, UPDATE_NODE, Val, attr_from,
+    corrupt, decode_chunk, fail, node_cols, node_vals,
 };
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
@@ -110,6 +113,20 @@ fn backoff(delay: &mut Duration) {
     *delay = (*delay * 2).min(MAX_BACKOFF);
 }
 
+/// What the engine's transactions share: this client's session, once recorded.
+#[derive(Default)]
+struct Shared {
+    session: AtomicU64,
+}
+
+impl Shared {
+    /// Whether a commit may skip the WAL flush: only for a client with a session, whose row
+    /// [`Postgres::flush`] can rewrite.
+    fn lazy_ok(&self) -> bool {
+        self.session.load(Ordering::Acquire) != 0
+    }
+}
+
 /// A volume in a PostgreSQL database: the [`Meta`] of the shared engine.
 pub type PgMeta = EngineMeta<Postgres>;
 
@@ -119,6 +136,7 @@ pub struct Postgres {
     pool: Pool,
     /// Change notification to and from the other clients (started by `watch`).
     watch: Watch,
+    shared: Arc<Shared>,
 }
 
 /// Runs `f` in a transaction holding the database's format lock (one format or schema upgrade
@@ -209,7 +227,7 @@ impl EngineMeta<Postgres> {
                         &[&name, &v],
                     )?;
                 }
-                db(c).insert_node(&ops::root_node(now_nanos()))
+                db(c, &Shared::default(), false).insert_node(&ops::root_node(now_nanos()))
             })
         };
         let mut delay = Duration::from_millis(5);
@@ -251,68 +269,250 @@ impl EngineMeta<Postgres> {
             url,
             pool,
             watch: Watch::default(),
+            shared: Arc::default(),
         };
         Ok(EngineMeta::new(engine, format))
     }
 }
 
-/// A transaction (or a lone statement) on a connection, with the counter changes to apply
-/// at its end.
-struct Db<'a> {
-    c: &'a mut Conn,
-    used: i64,
-    inodes: i64,
+/// A parameter held with a statement held back (see [`Db::hold`]).
+#[derive(Debug)]
+enum Arg {
+    Int(i64),
+    Bytes(Vec<u8>),
+    Text(String),
+    Ints(Vec<i64>),
 }
 
-fn db(c: &mut Conn) -> Db<'_> {
+/// A statement held back: sent with the next one whose answer is needed, or with COMMIT, in
+/// one message.
+enum Held {
+    /// Statements of the simple protocol (BEGIN).
+    Simple(String),
+    /// A prepared statement; `name` says that a duplicate in the index of names means EEXIST.
+    Stmt {
+        stmt: ::postgres::Statement,
+        args: Vec<Arg>,
+        name: bool,
+    },
+}
+
+/// A transaction (or a lone statement) on a connection: the statements held back and the
+/// counter changes to apply at its end.
+struct Db<'a> {
+    c: &'a mut Conn,
+    shared: &'a Shared,
+    /// Statements run alone (`single`, `read`), not in a transaction of ours.
+    lone: bool,
+    used: i64,
+    inodes: i64,
+    held: Vec<Held>,
+}
+
+fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
     Db {
         c,
+        shared,
+        lone,
         used: 0,
         inodes: 0,
+        held: Vec::new(),
     }
+}
+
+/// The error of a failed step, as the operation reports it: a duplicate name is EEXIST where
+/// the statement inserts a name.
+fn step_err(e: PgError, name: bool) -> TxError {
+    if name
+        && e.code() == Some(&SqlState::UNIQUE_VIOLATION)
+        && e.as_db_error().and_then(|d| d.constraint()) == Some("unkai_edge_name")
+    {
+        return TxError::Meta(Error::Sys(libc::EEXIST));
+    }
+    e.into()
+}
+
+impl Db<'_> {
+    /// Holds back a statement whose answer nothing waits for (its failure fails the
+    /// transaction when it is sent).
+    fn hold(&mut self, sql: &'static str, args: Vec<Arg>, name: bool) -> TxResult<()> {
+        let stmt = self.c.stmt(sql)?;
+        self.held.push(Held::Stmt { stmt, args, name });
+        Ok(())
+    }
+
+    /// Sends what is held and then `last` (if any), in one round trip; the answer to `last`.
+    fn send(&mut self, last: Option<Step<'_>>) -> TxResult<Option<Answer>> {
+        if self.held.is_empty() && last.is_none() {
+            return Ok(None);
+        }
+        let held = std::mem::take(&mut self.held);
+        let params: Vec<Vec<P<'_>>> = held
+            .iter()
+            .map(|h| match h {
+                Held::Stmt { args, .. } => args.iter().map(|a| a as P<'_>).collect(),
+                Held::Simple(_) => Vec::new(),
+            })
+            .collect();
+        let mut steps: Vec<Step<'_>> = held
+            .iter()
+            .zip(&params)
+            .map(|(h, p)| match h {
+                Held::Simple(q) => Step::Simple(q),
+                Held::Stmt { stmt, .. } => Step::Rows(stmt, p),
+            })
+            .collect();
+        let wants = last.is_some();
+        steps.extend(last);
+        let mut answers = self.c.pipeline(&steps).into_iter();
+        for h in &held {
+            let name = matches!(h, Held::Stmt { name: true, .. });
+            if let Err(e) = answers.next().expect("a step not sent ends the answers") {
+                return Err(step_err(e, name));
+            }
+        }
+        match (wants, answers.next()) {
+            (true, Some(a)) => Ok(Some(a?)),
+            _ => Ok(None),
+        }
+    }
+
+    fn query(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Vec<Row>> {
+        if self.held.is_empty() {
+            return self.c.query(sql, p);
+        }
+        let s = self.c.stmt(sql)?;
+        match self.send(Some(Step::Rows(&s, p)))? {
+            Some(Answer::Rows(r)) => Ok(r),
+            _ => unreachable!("rows asked"),
+        }
+    }
+
+    fn query_opt(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Option<Row>> {
+        let rows = self.query(sql, p)?;
+        if rows.len() > 1 {
+            return Err(corrupt(format!(
+                "one row expected, {} returned by: {sql}",
+                rows.len()
+            )));
+        }
+        Ok(rows.into_iter().next())
+    }
+
+    fn query_one(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Row> {
+        self.query_opt(sql, p)?
+            .ok_or_else(|| corrupt(format!("no row returned by: {sql}")))
+    }
+
+    fn execute(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<u64> {
+        if self.held.is_empty() {
+            return self.c.execute(sql, p);
+        }
+        let s = self.c.stmt(sql)?;
+        match self.send(Some(Step::Count(&s, p)))? {
+            Some(Answer::Count(n)) => Ok(n),
+            _ => unreachable!("a count asked"),
+        }
+    }
+
+    /// Sends what is held (a lone statement's end, a transaction's before COMMIT).
+    fn finish(&mut self) -> TxResult<()> {
+        self.send(None).map(|_| ())
+    }
+
+    /// The counter changes gathered, what is held and COMMIT, in one round trip. (A statement
+    /// goes before COMMIT, so that a transaction a held statement failed answers the error
+    /// instead of a COMMIT that quietly rolls back.)
+    fn commit(&mut self) -> TxResult<()> {
+        // Integers only: no quoting.
+        let mut end = String::new();
+        for (name, delta) in [("usedSpace", self.used), ("totalInodes", self.inodes)] {
+            if delta != 0 {
+                end.push_str(&format!(
+                    "UPDATE unkai_counter SET value = value + ({delta}) WHERE name = '{name}'; "
+                ));
+            }
+        }
+        end.push_str("SELECT 1; COMMIT");
+        self.send(Some(Step::Simple(&end))).map(|_| ())
+    }
+
+    /// A statement that writes and whose commit need not wait for the WAL (records of open
+    /// files): run alone, it goes in a transaction of its own that says so, one round trip.
+    fn lazily(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Vec<Row>> {
+        if !self.lone || !self.shared.lazy_ok() || !self.held.is_empty() {
+            return self.query(sql, p);
+        }
+        let s = self.c.stmt(sql)?;
+        let steps = [
+            Step::Simple("BEGIN; SET LOCAL synchronous_commit = off"),
+            Step::Rows(&s, p),
+            Step::Simple("COMMIT"),
+        ];
+        let mut answers = self.c.pipeline(&steps).into_iter();
+        let mut rows = Vec::new();
+        let mut failed = None;
+        for a in answers.by_ref() {
+            match a {
+                Ok(Answer::Rows(r)) => rows = r,
+                Ok(_) => {}
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            }
+        }
+        if let Some(e) = failed {
+            if !self.c.is_closed() {
+                let _ = self.c.batch("ROLLBACK");
+            }
+            return Err(e.into());
+        }
+        Ok(rows)
+    }
+}
+
+/// Makes every commit so far durable: a commit that writes (this client's session row, else
+/// the rename lock's row) and waits for the WAL flush, which covers everything before it in
+/// the WAL: every commit already visible, lazy ones (of any client) included.
+fn flush_on(c: &mut Conn, shared: &Shared) -> TxResult<()> {
+    let sid = shared.session.load(Ordering::Acquire) as i64;
+    let wrote = c
+        .simple(&format!(
+            "BEGIN; SET LOCAL synchronous_commit TO DEFAULT; UPDATE unkai_session SET heartbeat \
+             = heartbeat WHERE id = {sid} RETURNING 1; COMMIT"
+        ))?
+        .iter()
+        .any(|m| matches!(m, ::postgres::SimpleQueryMessage::Row(_)));
+    if !wrote {
+        // No session (a tool) or its row is gone: a row every volume has, locked for the
+        // flush's time.
+        c.batch(
+            "BEGIN; SET LOCAL synchronous_commit TO DEFAULT; UPDATE unkai_counter SET value = \
+             value WHERE name = 'renameLock'; COMMIT",
+        )?;
+    }
+    Ok(())
 }
 
 impl Postgres {
-    /// Runs `f` on a connection without a transaction. A connection found closed is
-    /// replaced once.
-    fn on_conn<T>(&self, mut f: impl FnMut(&mut Conn) -> TxResult<T>) -> Result<T> {
-        for tries in 0.. {
-            let mut lent = self.pool.get()?;
-            match f(&mut lent) {
-                Ok(v) => return Ok(v),
-                Err(e) if !e.is_posix() && lent.client.is_closed() && tries == 0 => {
-                    tracing::debug!("connection to {} lost, reconnecting: {e:?}", self.url);
-                    lent.broken = true;
-                }
-                Err(e) => return Err(e.into_meta()),
-            }
-        }
-        unreachable!()
-    }
-}
-
-impl Engine for Postgres {
-    const RECORDS_OPENS: bool = true;
-
-    fn kind(&self) -> EngineKind {
-        EngineKind::Postgres
-    }
-
-    fn stats(&self) -> &TxStats {
-        &self.pool.stats
-    }
-
     /// A write transaction (READ COMMITTED) whose first round trip also takes the volume's
     /// rename lock (if `rename_lock`) and locks and reads `lock` (in inode order), for
     /// [`Txn::lock_node`] to hand out without asking again. Conflicts run it again; counter
-    /// changes go with COMMIT.
-    fn write<T>(
+    /// changes go with COMMIT. With `lazy` (and a session), the commit does not wait for
+    /// the WAL flush.
+    fn transact<T>(
         &self,
         lock: &[Ino],
         rename_lock: bool,
+        lazy: bool,
         mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
+        let lazy = lazy && self.shared.lazy_ok();
         let mut begin = String::from("BEGIN");
+        if lazy {
+            begin.push_str("; SET LOCAL synchronous_commit = off");
+        }
         if rename_lock {
             begin
                 .push_str("; SELECT value FROM unkai_counter WHERE name = 'renameLock' FOR UPDATE");
@@ -341,37 +541,31 @@ impl Engine for Postgres {
             lent.prelocked.clear();
             lent.no_default_acl.clear();
             let attempt = (|| -> TxResult<T> {
-                for m in lent.simple(&begin)? {
-                    if let ::postgres::SimpleQueryMessage::Row(r) = m {
-                        // An inode's row (the rename lock's has one column).
-                        if r.len() == PRELOCK_COLUMNS {
-                            let a = text_attr(&r)?;
-                            if r.get(PRELOCK_COLUMNS - 1) == Some("f") {
-                                lent.no_default_acl.insert(a.ino);
+                let mut tx = db(&mut lent, &self.shared, false);
+                if lock.is_empty() && !rename_lock {
+                    // Nothing to read first: BEGIN goes with the first statement.
+                    tx.held.push(Held::Simple(begin.clone()));
+                } else {
+                    for m in tx.c.simple(&begin)? {
+                        if let ::postgres::SimpleQueryMessage::Row(r) = m {
+                            // An inode's row (the rename lock's has one column).
+                            if r.len() == PRELOCK_COLUMNS {
+                                let a = text_attr(&r)?;
+                                if r.get(PRELOCK_COLUMNS - 1) == Some("f") {
+                                    tx.c.no_default_acl.insert(a.ino);
+                                }
+                                tx.c.prelocked.insert(a.ino, a);
                             }
-                            lent.prelocked.insert(a.ino, a);
                         }
                     }
                 }
-                let mut tx = db(&mut lent);
                 let v = f(&mut tx)?;
-                // The counters and COMMIT in one round trip (integers only: no quoting).
-                let mut end = String::new();
-                for (name, delta) in [("usedSpace", tx.used), ("totalInodes", tx.inodes)] {
-                    if delta != 0 {
-                        end.push_str(&format!(
-                            "UPDATE unkai_counter SET value = value + ({delta}) \
-                             WHERE name = '{name}'; "
-                        ));
-                    }
-                }
-                end.push_str("COMMIT");
-                lent.batch(&end)?;
+                tx.commit()?;
                 Ok(v)
             })();
             lent.prelocked.clear();
             lent.no_default_acl.clear();
-            if attempt.is_err() && !lent.client.is_closed() {
+            if attempt.is_err() && !lent.is_closed() {
                 let _ = lent.batch("ROLLBACK");
             }
             match attempt {
@@ -383,7 +577,7 @@ impl Engine for Postgres {
                     backoff(&mut delay);
                 }
                 Err(e) => {
-                    if lent.client.is_closed() {
+                    if lent.is_closed() {
                         lent.broken = true;
                     }
                     return Err(e.into_meta());
@@ -392,39 +586,120 @@ impl Engine for Postgres {
         }
     }
 
+    /// Makes every commit so far durable (see [`flush_on`]).
+    fn flush(&self) -> Result<()> {
+        self.on_conn(|c| flush_on(c, &self.shared))
+    }
+
+    /// Runs `f` on a connection without a transaction. A connection found closed is
+    /// replaced once.
+    fn on_conn<T>(&self, mut f: impl FnMut(&mut Conn) -> TxResult<T>) -> Result<T> {
+        for tries in 0.. {
+            let mut lent = self.pool.get()?;
+            match f(&mut lent) {
+                Ok(v) => return Ok(v),
+                Err(e) if !e.is_posix() && lent.is_closed() && tries == 0 => {
+                    tracing::debug!("connection to {} lost, reconnecting: {e:?}", self.url);
+                    lent.broken = true;
+                }
+                Err(e) => return Err(e.into_meta()),
+            }
+        }
+        unreachable!()
+    }
+}
+
+impl Engine for Postgres {
+    const RECORDS_OPENS: bool = true;
+
+    fn kind(&self) -> EngineKind {
+        EngineKind::Postgres
+    }
+
+    fn stats(&self) -> &TxStats {
+        &self.pool.stats
+    }
+
+    /// A write transaction; its commit waits for the WAL flush (see `transact`).
+    fn write<T>(
+        &self,
+        lock: &[Ino],
+        rename_lock: bool,
+        f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        self.transact(lock, rename_lock, false, f)
+    }
+
+    /// A namespace or attribute change: one transaction, committed at once (others see it)
+    /// but without waiting for the WAL flush; `sync` and every commit that waits for the
+    /// flush (of file data: each close and fsync of a written file) make it durable.
+    fn write_grouped<T>(
+        &self,
+        lock: &[Ino],
+        rename_lock: bool,
+        f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        self.transact(lock, rename_lock, true, f)
+    }
+
     /// A lone statement is atomic on its own: no transaction to open.
     fn single<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         // It may write: timed as a write.
         let _timed = self.pool.stats.begin(TxKind::Write);
-        self.on_conn(|c| f(&mut db(c)))
+        self.on_conn(|c| {
+            let mut tx = db(c, &self.shared, true);
+            let v = f(&mut tx)?;
+            tx.finish()?;
+            Ok(v)
+        })
     }
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         let _timed = self.pool.stats.begin(TxKind::Read);
-        self.on_conn(|c| f(&mut db(c)))
+        self.on_conn(|c| {
+            let mut tx = db(c, &self.shared, true);
+            let v = f(&mut tx)?;
+            tx.finish()?;
+            Ok(v)
+        })
     }
 
+    /// BEGIN goes with the first statement.
     fn snapshot<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         let _timed = self.pool.stats.begin(TxKind::Read);
         self.on_conn(|c| {
-            c.client
-                .batch_execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
-            let r = f(&mut db(c));
-            let end = c.batch("COMMIT");
+            let mut tx = db(c, &self.shared, true);
+            tx.held.push(Held::Simple(
+                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".into(),
+            ));
+            let r = f(&mut tx).and_then(|v| {
+                // (Reads hold nothing back; BEGIN alone need not be sent.)
+                if tx.held.len() > 1 {
+                    tx.finish()?;
+                }
+                Ok(v)
+            });
+            // Begun if BEGIN went with a statement.
+            let end = match tx.held.is_empty() {
+                true => c.batch("COMMIT"),
+                false => Ok(()),
+            };
             let v = r?;
             end?;
             Ok(v)
         })
     }
 
+    /// A flush, always: a lazy commit of another client that this one saw (a rename in a
+    /// directory it then fsyncs) is this client's to make durable too, and nothing here
+    /// tells whether one is still unflushed.
     fn sync(&self) -> Result<()> {
-        // Every COMMIT was durable when it returned (the server's synchronous_commit).
-        Ok(())
+        self.flush()
     }
 
     fn watch(&self, session: u64, sink: ChangeSink) -> Result<bool> {
         self.watch.start(
-            &self.pool.config,
+            &::postgres::Config::from(self.pool.config.clone()),
             &self.pool.tls.connector,
             session,
             sink,
@@ -510,6 +785,28 @@ impl ToSql for Val<'_> {
     to_sql_checked!();
 }
 
+/// A held parameter as PostgreSQL takes it.
+impl ToSql for Arg {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> std::result::Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        match self {
+            Arg::Int(v) => Val::Int(*v).to_sql(ty, out),
+            Arg::Bytes(b) => b.as_slice().to_sql(ty, out),
+            Arg::Text(t) => t.as_str().to_sql(ty, out),
+            Arg::Ints(v) => v.to_sql(ty, out),
+        }
+    }
+
+    fn accepts(_: &Type) -> bool {
+        true
+    }
+
+    to_sql_checked!();
+}
+
 /// A result row's values, by their column types.
 fn cells(r: &Row) -> TxResult<SqlRow> {
     let mut out = Vec::with_capacity(r.len());
@@ -535,18 +832,6 @@ fn cells(r: &Row) -> TxResult<SqlRow> {
     Ok(SqlRow(out))
 }
 
-impl std::ops::Deref for Db<'_> {
-    type Target = Conn;
-    fn deref(&self) -> &Conn {
-        self.c
-    }
-}
-impl std::ops::DerefMut for Db<'_> {
-    fn deref_mut(&mut self) -> &mut Conn {
-        self.c
-    }
-}
-
 impl Db<'_> {
     /// Inserts inode `a` and its entry `name` in `parent` in one statement, with `dir`'s new
     /// times and link count if given; the name's check is the unique index (the rest goes
@@ -558,33 +843,35 @@ impl Db<'_> {
         name: &[u8],
         dir: Option<&Attr>,
     ) -> TxResult<()> {
-        let v = node_vals(a);
-        let parent = parent as i64;
-        let (mtime, ctime, nlink) = dir.map_or((0, 0, 0), |d| (d.mtime, d.ctime, d.nlink as i64));
-        let mut p: Vec<P<'_>> = v.iter().map(|x| x as P<'_>).collect();
-        p.extend([&parent as P<'_>, &name]);
+        let mut args: Vec<Arg> = node_vals(a).iter().map(arg).collect();
+        args.extend([Arg::Int(parent as i64), Arg::Bytes(name.to_vec())]);
         let sql = match dir {
             None => {
                 "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
                    atime, mtime, ctime, parent, flags, stored) VALUES ($1, $2, $3, $4, $5, $6,
                    $7, $8, $9, $10, $11, $12, $13, $14))
-                 INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)
-                 ON CONFLICT (parent, name) DO NOTHING"
+                 INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)"
             }
-            Some(_) => {
-                p.extend([&mtime as P<'_>, &ctime, &nlink]);
+            Some(d) => {
+                args.extend([d.mtime, d.ctime, d.nlink as i64].map(Arg::Int));
                 "WITH n AS (INSERT INTO unkai_node (ino, kind, mode, uid, gid, nlink, length, rdev,
                    atime, mtime, ctime, parent, flags, stored) VALUES ($1, $2, $3, $4, $5, $6,
                    $7, $8, $9, $10, $11, $12, $13, $14)),
                  d AS (UPDATE unkai_node SET mtime = $17, ctime = $18, nlink = $19 WHERE ino = $15)
-                 INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)
-                 ON CONFLICT (parent, name) DO NOTHING"
+                 INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($15, $16, $1, $2)"
             }
         };
-        if self.execute(sql, &p)? == 0 {
-            return fail(libc::EEXIST);
-        }
-        Ok(())
+        // A name taken fails the statement (EEXIST, see `step_err`) and so the transaction.
+        self.hold(sql, args, true)
+    }
+}
+
+/// A parameter, owned.
+fn arg(v: &Val<'_>) -> Arg {
+    match *v {
+        Val::Int(i) => Arg::Int(i),
+        Val::Bytes(b) => Arg::Bytes(b.to_vec()),
+        Val::Text(t) => Arg::Text(t.to_string()),
     }
 }
 
@@ -601,11 +888,66 @@ impl Txn for Db<'_> {
         p: &[Val<'_>],
         f: &mut dyn FnMut(SqlRow) -> TxResult<()>,
     ) -> TxResult<()> {
+        self.finish()?;
         self.c.stream(sql, p, |r| f(cells(r)?))
     }
 
+    /// The session is this client's from now on: its commits of namespace and attributes
+    /// may skip the WAL flush, which `sync` makes with a write of this row.
+    fn insert_session(&mut self, info: &str, now: Nanos) -> TxResult<u64> {
+        let r = self.query_one(
+            "INSERT INTO unkai_session (info, heartbeat) VALUES ($1, $2) RETURNING id",
+            &[&info, &now],
+        )?;
+        let id = r.try_get::<_, i64>(0)? as u64;
+        self.shared.session.store(id, Ordering::Release);
+        Ok(id)
+    }
+
+    fn delete_session(&mut self, id: u64) -> TxResult<()> {
+        self.execute("DELETE FROM unkai_session WHERE id=$1", &[&(id as i64)])?;
+        let _ = self
+            .shared
+            .session
+            .compare_exchange(id, 0, Ordering::AcqRel, Ordering::Acquire);
+        Ok(())
+    }
+
+    /// Dead slices are about to be deleted from the bucket: the commits that killed them
+    /// (lazy ones too, of any client) are made durable first, so that no crash of the
+    /// database can bring back a file whose blocks are gone.
+    fn dead_slices(&mut self, cutoff: Option<Nanos>, limit: usize) -> TxResult<Vec<DeadSlice>> {
+        let rows = self.query(
+            "SELECT id, size FROM unkai_dead_slice WHERE died <= $1 ORDER BY id LIMIT $2",
+            &[
+                &cutoff.unwrap_or(i64::MAX),
+                &(limit.min(i64::MAX as usize) as i64),
+            ],
+        )?;
+        let dead = rows
+            .iter()
+            .map(|r| {
+                Ok(DeadSlice {
+                    id: r.try_get::<_, i64>(0)? as u64,
+                    size: r.try_get::<_, i64>(1)? as u32,
+                })
+            })
+            .collect::<TxResult<Vec<_>>>()?;
+        // (Inside a transaction of ours nothing can be flushed first; what deletes from the
+        // bucket reads alone.)
+        if !dead.is_empty() && self.lone {
+            flush_on(self.c, self.shared)?;
+        }
+        Ok(dead)
+    }
+
+    /// Held back: sent with the next statement or COMMIT.
+    fn update_node(&mut self, a: &Attr) -> TxResult<()> {
+        self.hold(UPDATE_NODE, node_vals(a).iter().map(arg).collect(), false)
+    }
+
     fn lock_node(&mut self, ino: Ino) -> TxResult<Attr> {
-        if let Some(a) = self.prelocked.remove(&ino) {
+        if let Some(a) = self.c.prelocked.remove(&ino) {
             return Ok(a);
         }
         let sql = concat!(
@@ -625,7 +967,7 @@ impl Txn for Db<'_> {
             let x = self.lock_node(a)?;
             return Ok((x.clone(), x));
         }
-        if self.prelocked.contains_key(&a) && self.prelocked.contains_key(&b) {
+        if self.c.prelocked.contains_key(&a) && self.c.prelocked.contains_key(&b) {
             return Ok((self.lock_node(a)?, self.lock_node(b)?));
         }
         let sql = concat!(
@@ -779,7 +1121,7 @@ impl Txn for Db<'_> {
     }
 
     fn default_acl(&mut self, dir: Ino) -> TxResult<Option<Vec<u8>>> {
-        if self.no_default_acl.contains(&dir) {
+        if self.c.no_default_acl.contains(&dir) {
             return Ok(None);
         }
         self.xattr(dir, acl::DEFAULT)
@@ -833,14 +1175,15 @@ impl Txn for Db<'_> {
         let ids: Vec<i64> = by_id.keys().map(|i| *i as i64).collect();
         let sizes: Vec<i64> = by_id.values().map(|v| v.0 as i64).collect();
         let ns: Vec<i64> = by_id.values().map(|v| v.1).collect();
-        self.execute(
+        // Held back: sent with the next statement or COMMIT.
+        self.hold(
             "WITH revived AS (DELETE FROM unkai_dead_slice WHERE id = ANY($1))
              INSERT INTO unkai_slice_ref (id, size, refs)
              SELECT * FROM unnest($1::BIGINT[], $2::BIGINT[], $3::BIGINT[])
              ON CONFLICT (id) DO UPDATE SET refs = unkai_slice_ref.refs + excluded.refs",
-            &[&ids, &sizes, &ns],
-        )?;
-        Ok(())
+            vec![Arg::Ints(ids), Arg::Ints(sizes), Arg::Ints(ns)],
+            false,
+        )
     }
 
     /// In one statement, and two more if slices die.
@@ -899,8 +1242,12 @@ impl Txn for Db<'_> {
                    ON CONFLICT DO NOTHING)
              SELECT * FROM n"
         );
-        match self.query_opt(sql, &[&(ino as i64), &(session as i64)])? {
-            Some(r) => row_attr(&r, 0),
+        // Lazily: a record lost with the database's last moments protects nothing more.
+        match self
+            .lazily(sql, &[&(ino as i64), &(session as i64)])?
+            .first()
+        {
+            Some(r) => row_attr(r, 0),
             None => fail(libc::ENOENT),
         }
     }
@@ -909,12 +1256,12 @@ impl Txn for Db<'_> {
     /// that saw the record) and reads what that committed; an unlink after it sees no record
     /// of ours.
     fn close_node(&mut self, ino: Ino, session: u64, _recorded: bool) -> TxResult<Option<u32>> {
-        let r = self.query_opt(
+        let rows = self.lazily(
             "WITH d AS (DELETE FROM unkai_open WHERE ino=$1 AND session=$2)
              SELECT nlink FROM unkai_node WHERE ino=$1 FOR UPDATE",
             &[&(ino as i64), &(session as i64)],
         )?;
-        Ok(match r {
+        Ok(match rows.first() {
             Some(r) => Some(r.try_get::<_, i64>(0)? as u32),
             None => None,
         })

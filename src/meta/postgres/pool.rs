@@ -1,18 +1,25 @@
-//! Connections to a PostgreSQL volume's database: a bounded pool of our own, each
-//! connection with its prepared statements, and the driver's errors as the engine reports
-//! them.
+//! Connections to a PostgreSQL volume's database: a bounded pool of our own, each connection
+//! with its prepared statements, and the driver's errors as the engine reports them.
+//!
+//! A connection is rust-postgres' asynchronous client on a runtime of its own (as the
+//! synchronous client is), so that it can pipeline ([`Conn::pipeline`]): several statements
+//! sent in one message and their answers read together, one round trip for all. Every
+//! exchange is counted (`TxStats::round_trip`).
 //!
 //! Not for: transactions or SQL of operations (the engine, `postgres`).
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use ::postgres::error::SqlState;
-use ::postgres::fallible_iterator::FallibleIterator;
 use ::postgres::types::ToSql;
-use ::postgres::{Client, Row, Statement};
+use futures::StreamExt;
 use parking_lot::{Condvar, Mutex};
+use tokio_postgres::{Client, Row, SimpleQueryMessage, Statement};
 
 use super::tls::TlsPlan;
 use super::url::PgUrl;
@@ -23,9 +30,10 @@ use crate::meta::{Attr, Error, Ino, Result};
 const POOL_SIZE: usize = 8;
 
 pub(super) type P<'a> = &'a (dyn ToSql + Sync);
+pub(super) type PgError = tokio_postgres::Error;
 
 /// The whole message of a driver error (its `Display` alone says only "db error").
-pub(super) fn pg_msg(e: &::postgres::Error) -> String {
+pub(super) fn pg_msg(e: &PgError) -> String {
     if let Some(db) = e.as_db_error() {
         let mut m = format!("{}: {} ({})", db.severity(), db.message(), db.code().code());
         if let Some(d) = db.detail() {
@@ -42,7 +50,7 @@ pub(super) fn pg_msg(e: &::postgres::Error) -> String {
     m
 }
 
-pub(super) fn pg_err(e: ::postgres::Error) -> Error {
+pub(super) fn pg_err(e: PgError) -> Error {
     match e.code() {
         Some(c) if *c == SqlState::DISK_FULL => Error::Sys(libc::ENOSPC),
         _ => Error::Engine(pg_msg(&e)),
@@ -50,8 +58,8 @@ pub(super) fn pg_err(e: ::postgres::Error) -> Error {
 }
 
 /// A conflict with another transaction (deadlock, serialization failure): run it again.
-impl From<::postgres::Error> for TxError {
-    fn from(e: ::postgres::Error) -> Self {
+impl From<PgError> for TxError {
+    fn from(e: PgError) -> Self {
         match e.code() {
             Some(c)
                 if *c == SqlState::T_R_SERIALIZATION_FAILURE
@@ -64,10 +72,47 @@ impl From<::postgres::Error> for TxError {
     }
 }
 
+/// One statement of a pipeline.
+pub(super) enum Step<'a> {
+    /// Statements of the simple protocol (no parameters; several in one string), answered
+    /// with their rows as text.
+    Simple(&'a str),
+    /// A prepared statement, answered with its rows.
+    Rows(&'a Statement, &'a [P<'a>]),
+    /// A prepared statement, answered with the number of rows it changed.
+    Count(&'a Statement, &'a [P<'a>]),
+}
+
+/// The answer to a [`Step`].
+pub(super) enum Answer {
+    Simple(Vec<SimpleQueryMessage>),
+    Rows(Vec<Row>),
+    Count(u64),
+}
+
+type Io = Pin<Box<dyn Future<Output = std::result::Result<(), PgError>> + Send>>;
+
+/// Runs `fut` to its end on `rt`, driving the connection's I/O meanwhile.
+fn drive<T>(rt: &tokio::runtime::Runtime, io: &mut Option<Io>, fut: impl Future<Output = T>) -> T {
+    let mut fut = std::pin::pin!(fut);
+    rt.block_on(std::future::poll_fn(|cx| {
+        if let Some(d) = io {
+            if d.as_mut().poll(cx).is_ready() {
+                // Closed: the client's requests fail from now on.
+                *io = None;
+            }
+        }
+        fut.as_mut().poll(cx)
+    }))
+}
+
 /// One connection and the statements prepared on it. Every exchange with the server goes
-/// through its methods, which count it (`TxStats::round_trip`).
+/// through its methods, which count it.
 pub(super) struct Conn {
-    pub(super) client: Client,
+    client: Client,
+    /// The connection's I/O, polled while we wait for answers (None once it ended).
+    io: Option<Io>,
+    rt: tokio::runtime::Runtime,
     stats: Arc<TxStats>,
     stmts: HashMap<&'static str, Statement>,
     /// Inodes locked (and read) by the statement that began the current transaction, not yet
@@ -79,45 +124,116 @@ pub(super) struct Conn {
 }
 
 impl Conn {
-    pub(super) fn stmt(
-        &mut self,
-        sql: &'static str,
-    ) -> std::result::Result<Statement, ::postgres::Error> {
+    pub(super) fn is_closed(&self) -> bool {
+        self.client.is_closed()
+    }
+
+    /// The statement `sql`, prepared on this connection (a round trip the first time).
+    pub(super) fn stmt(&mut self, sql: &'static str) -> std::result::Result<Statement, PgError> {
         if let Some(s) = self.stmts.get(sql) {
             return Ok(s.clone());
         }
         self.stats.round_trip();
-        let s = self.client.prepare(sql)?;
+        let Conn { client, io, rt, .. } = self;
+        let s = drive(rt, io, client.prepare(sql))?;
         self.stmts.insert(sql, s.clone());
         Ok(s)
     }
 
+    /// Sends `steps` in one message and reads their answers (one round trip), in order. The
+    /// answers of the steps sent: all of them, unless one could not be sent (its parameters
+    /// did not encode, the connection is closed), which ends the list with its error (the
+    /// steps after it are not sent). A step that fails on the server fails the transaction
+    /// it is in: later steps in it fail too, a COMMIT among them rolls back.
+    pub(super) fn pipeline(
+        &mut self,
+        steps: &[Step<'_>],
+    ) -> Vec<std::result::Result<Answer, PgError>> {
+        self.stats.round_trip();
+        let Conn { client, io, rt, .. } = self;
+        let client = &*client;
+        type Fut<'f> = Pin<Box<dyn Future<Output = std::result::Result<Answer, PgError>> + 'f>>;
+        let mut futs: Vec<Fut<'_>> = steps
+            .iter()
+            .map(|s| -> Fut<'_> {
+                match *s {
+                    Step::Simple(q) => {
+                        Box::pin(async move { client.simple_query(q).await.map(Answer::Simple) })
+                    }
+                    Step::Rows(st, p) => {
+                        Box::pin(async move { client.query(st, p).await.map(Answer::Rows) })
+                    }
+                    Step::Count(st, p) => {
+                        Box::pin(async move { client.execute(st, p).await.map(Answer::Count) })
+                    }
+                }
+            })
+            .collect();
+        let n = futs.len();
+        let mut out: Vec<Option<std::result::Result<Answer, PgError>>> =
+            (0..n).map(|_| None).collect();
+        // A step is sent when first polled: in order, and none after one that failed then.
+        let (mut sent, mut stop) = (0, false);
+        drive(
+            rt,
+            io,
+            std::future::poll_fn(|cx| {
+                let mut waiting = false;
+                for i in 0..n {
+                    if out[i].is_some() {
+                        continue;
+                    }
+                    if i >= sent {
+                        if stop {
+                            break;
+                        }
+                        sent = i + 1;
+                    }
+                    match futs[i].as_mut().poll(cx) {
+                        Poll::Ready(r) => {
+                            stop |= r.is_err() && i + 1 == sent;
+                            out[i] = Some(r);
+                        }
+                        Poll::Pending => waiting = true,
+                    }
+                }
+                match waiting {
+                    true => Poll::Pending,
+                    false => Poll::Ready(()),
+                }
+            }),
+        );
+        out.into_iter()
+            .take(sent)
+            .map(|o| o.expect("every step sent is answered"))
+            .collect()
+    }
+
+    /// One step alone (one round trip).
+    fn one(&mut self, step: Step<'_>) -> std::result::Result<Answer, PgError> {
+        self.pipeline(&[step])
+            .pop()
+            .expect("a step sent alone is answered")
+    }
+
     pub(super) fn query(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Vec<Row>> {
         let s = self.stmt(sql)?;
-        self.stats.round_trip();
-        Ok(self.client.query(&s, p)?)
-    }
-
-    pub(super) fn query_opt(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Option<Row>> {
-        let s = self.stmt(sql)?;
-        self.stats.round_trip();
-        Ok(self.client.query_opt(&s, p)?)
-    }
-
-    pub(super) fn query_one(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Row> {
-        let s = self.stmt(sql)?;
-        self.stats.round_trip();
-        Ok(self.client.query_one(&s, p)?)
+        match self.one(Step::Rows(&s, p))? {
+            Answer::Rows(r) => Ok(r),
+            _ => unreachable!("rows asked"),
+        }
     }
 
     pub(super) fn execute(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<u64> {
         let s = self.stmt(sql)?;
-        self.stats.round_trip();
-        Ok(self.client.execute(&s, p)?)
+        match self.one(Step::Count(&s, p))? {
+            Answer::Count(n) => Ok(n),
+            _ => unreachable!("a count asked"),
+        }
     }
 
     /// Streams the rows of a query to `f`.
-    pub(super) fn stream<Q: ToSql>(
+    pub(super) fn stream<Q: ToSql + Sync>(
         &mut self,
         sql: &'static str,
         p: &[Q],
@@ -125,36 +241,44 @@ impl Conn {
     ) -> TxResult<()> {
         let s = self.stmt(sql)?;
         self.stats.round_trip();
-        let mut it = self.client.query_raw(&s, p)?;
-        while let Some(r) = it.next()? {
-            f(&r)?;
-        }
-        Ok(())
+        let Conn { client, io, rt, .. } = self;
+        let client = &*client;
+        drive(rt, io, async move {
+            let params: Vec<P<'_>> = p.iter().map(|q| q as P<'_>).collect();
+            let rows = client.query_raw(&s, params).await?;
+            let mut rows = std::pin::pin!(rows);
+            while let Some(r) = rows.next().await {
+                f(&r?)?;
+            }
+            Ok(())
+        })
     }
 
     /// Statements of the simple protocol in one message (one round trip), without results.
-    pub(super) fn batch(&mut self, sql: &str) -> std::result::Result<(), ::postgres::Error> {
-        self.stats.round_trip();
-        self.client.batch_execute(sql)
+    pub(super) fn batch(&mut self, sql: &str) -> std::result::Result<(), PgError> {
+        self.one(Step::Simple(sql)).map(|_| ())
     }
 
     /// Statements of the simple protocol in one message (one round trip), with their rows.
     pub(super) fn simple(
         &mut self,
         sql: &str,
-    ) -> std::result::Result<Vec<::postgres::SimpleQueryMessage>, ::postgres::Error> {
-        self.stats.round_trip();
-        self.client.simple_query(sql)
+    ) -> std::result::Result<Vec<SimpleQueryMessage>, PgError> {
+        match self.one(Step::Simple(sql))? {
+            Answer::Simple(m) => Ok(m),
+            _ => unreachable!("a simple query asked"),
+        }
     }
 
-    /// A statement not prepared (setup and upgrades: run once), with its rows.
+    /// A statement not kept prepared (setup and upgrades: run once), with its rows.
     pub(super) fn once(
         &mut self,
         sql: &str,
         p: &[P<'_>],
-    ) -> std::result::Result<Vec<Row>, ::postgres::Error> {
+    ) -> std::result::Result<Vec<Row>, PgError> {
         self.stats.round_trip();
-        self.client.query(sql, p)
+        let Conn { client, io, rt, .. } = self;
+        drive(rt, io, client.query(sql, p))
     }
 }
 
@@ -168,7 +292,7 @@ pub(super) struct PoolState {
 /// all are lent. (r2d2 would add a dependency and a reaper thread for what is a stack of
 /// connections; our connections also carry their prepared statements.)
 pub(super) struct Pool {
-    pub(super) config: ::postgres::Config,
+    pub(super) config: tokio_postgres::Config,
     /// How its connections speak TLS (sslmode).
     pub(super) tls: TlsPlan,
     /// The redacted URL, for messages.
@@ -203,7 +327,7 @@ impl Drop for Lent<'_> {
         let mut st = self.pool.state.lock();
         match conn {
             // A panic may have left a transaction open on it: never lend it again.
-            Some(c) if !self.broken && !c.client.is_closed() && !std::thread::panicking() => {
+            Some(c) if !self.broken && !c.is_closed() && !std::thread::panicking() => {
                 st.idle.push(c)
             }
             _ => st.total -= 1,
@@ -217,7 +341,7 @@ impl Pool {
     pub(super) fn new(u: &PgUrl) -> Result<Pool> {
         let tls =
             TlsPlan::new(u).map_err(|e| Error::Refused(format!("cannot connect to {u}: {e}")))?;
-        let mut config = ::postgres::Config::new();
+        let mut config = tokio_postgres::Config::new();
         config
             .user(&u.user)
             .host(&u.host)
@@ -243,11 +367,18 @@ impl Pool {
     }
 
     /// A new connection (not counted in the pool).
-    pub(super) fn connect(&self) -> std::result::Result<Conn, ::postgres::Error> {
+    pub(super) fn connect(&self) -> std::result::Result<Conn, PgError> {
         self.stats.round_trip();
-        let client = self.config.connect(self.tls.connector.clone())?;
+        // Fails only in a process out of file descriptors.
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime for a PostgreSQL connection");
+        let (client, connection) = rt.block_on(self.config.connect(self.tls.connector.clone()))?;
         Ok(Conn {
             client,
+            io: Some(Box::pin(connection)),
+            rt,
             stats: self.stats.clone(),
             stmts: HashMap::new(),
             prelocked: HashMap::new(),
@@ -255,7 +386,7 @@ impl Pool {
         })
     }
 
-    pub(super) fn connect_err(&self, e: ::postgres::Error) -> Error {
+    pub(super) fn connect_err(&self, e: PgError) -> Error {
         if e.code() == Some(&SqlState::INVALID_CATALOG_NAME) {
             return Error::NotFormatted(self.url.clone());
         }
@@ -269,7 +400,7 @@ impl Pool {
         let mut st = self.state.lock();
         loop {
             if let Some(c) = st.idle.pop() {
-                if c.client.is_closed() {
+                if c.is_closed() {
                     st.total -= 1;
                     continue;
                 }
