@@ -14,8 +14,9 @@ TOOLS="${UNKAI_TOOLS:-$HOME/.cache/unkai-tools}"
 export PATH="$TOOLS/bin:$PATH"
 # The EROFS cases remount through mount(8), which runs the fuse helper `unkai` from a fixed
 # PATH (/usr/local/bin, /usr/bin, ...), not ours: install the binary there as the quick start
-# does, if no unkai is installed yet.
-if ! PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin command -v unkai >/dev/null; then
+# does, unless the one found there is this build (an older one would serve the remounts).
+installed=$(PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin command -v unkai || true)
+if [ -z "$installed" ] || ! cmp -s "$BIN" "$installed"; then
   echo "==> installing $BIN as /usr/local/bin/unkai (mount helper for remounts)"
   install -m 0755 "$BIN" /usr/local/bin/unkai
 fi

@@ -1301,9 +1301,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
         }
         let now = now_nanos();
         let e = self.epoch();
+        // No inode to lock first: the UPDATE of `set_attr` locks its row itself (and a
+        // chmod's ACL is rewritten under that lock), so on PostgreSQL BEGIN and the UPDATE go
+        // in one round trip, COMMIT in a second.
         let res = if set.mode.is_some() {
             // chmod rewrites the access ACL's owner, mask and other entries.
-            self.engine.write_grouped(&[ino], false, |tx| {
+            self.engine.write_grouped(&[], false, |tx| {
                 let a = tx.set_attr(ino, set, now)?;
                 if let Some(b) = tx.xattr(ino, acl::ACCESS)? {
                     let mut acl = Self::stored_acl(ino, &b)?;
@@ -1314,7 +1317,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
             })
         } else {
             self.engine
-                .write_grouped(&[ino], false, |tx| tx.set_attr(ino, set, now))
+                .write_grouped(&[], false, |tx| tx.set_attr(ino, set, now))
         };
         res.inspect(|a| {
             // A chmod may rewrite the access ACL: the xattrs known go.
