@@ -86,6 +86,8 @@ pub struct TxStats {
     /// By [`TxKind`]: `Write` (write transactions and lone statements), `Read`.
     latency: [crate::metrics::Histogram; 2],
     retries: std::sync::atomic::AtomicU64,
+    /// Waits for one of the client's own connections because the server had no slot left.
+    conn_waits: std::sync::atomic::AtomicU64,
     /// Message exchanges with the server: [0] for operations (statements, BEGIN, COMMIT, a
     /// pipelined batch: each one), [1] for change notifications (sent behind, in batches).
     round_trips: [std::sync::atomic::AtomicU64; 2],
@@ -110,6 +112,7 @@ impl Default for TxStats {
         TxStats {
             latency: [h("write"), h("read")],
             retries: Default::default(),
+            conn_waits: Default::default(),
             round_trips: Default::default(),
         }
     }
@@ -154,6 +157,13 @@ impl TxStats {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Counts a wait for one of the client's own connections, the server having refused
+    /// another (too many connections).
+    pub fn conn_waited(&self) {
+        self.conn_waits
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Counts one message exchange with the database server made for an operation (and
     /// tallies it for the thread's request: `metrics::round_trips`).
     pub fn round_trip(&self) {
@@ -184,6 +194,13 @@ impl TxStats {
             "Metadata transactions run again after a conflict with another transaction.",
             &[],
             self.retries.load(std::sync::atomic::Ordering::Relaxed),
+        );
+        out.counter(
+            "unkai_meta_connection_waits_total",
+            "Waits for one of the client's own database connections because the server had no \
+             connection slot left for another (max_connections). None for an embedded engine.",
+            &[],
+            self.conn_waits.load(std::sync::atomic::Ordering::Relaxed),
         );
         for (i, what) in ["operations", "notifications"].into_iter().enumerate() {
             out.counter(

@@ -262,7 +262,7 @@ impl EngineMeta<Postgres> {
         let format = migrate(&mut c, &url, format).map_err(TxError::into_meta)?;
         {
             let mut st = pool.state.lock();
-            st.idle.push(c);
+            st.idle.push((c, std::time::Instant::now()));
             st.total = 1;
         }
         let engine = Postgres {

@@ -13,7 +13,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ::postgres::error::SqlState;
 use ::postgres::types::ToSql;
@@ -26,8 +26,28 @@ use super::url::PgUrl;
 use crate::meta::engine::{TxError, TxResult, TxStats};
 use crate::meta::{Attr, Error, Ino, Result};
 
-/// Connections one client keeps at most.
-const POOL_SIZE: usize = 8;
+/// Connections one client keeps at most for its operations, unless the URL says
+/// (`pool_max=N`). Its listening connection (`watch`) is one more.
+pub(super) const POOL_SIZE: usize = 8;
+
+/// How long a connection beyond the first stays open unused before it is closed, unless the
+/// URL says (`pool_idle=SECONDS`): an idle client gives the server's slots back.
+pub(super) const IDLE_CLOSE: Duration = Duration::from_secs(60);
+
+/// After the server refused a connection for want of slots, how long the client makes do
+/// with the connections it has before it asks for one more again.
+const FULL_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Whether the server refused a connection because it has no slot left: `too many clients
+/// already`, or the remaining slots are reserved (for superusers, or for roles with
+/// pg_use_reserved_connections). Both are SQLSTATE 53300.
+fn no_slot_left(e: &PgError) -> bool {
+    e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS)
+        || e.as_db_error().is_some_and(|d| {
+            d.message().contains("too many clients")
+                || d.message().contains("remaining connection slots are reserved")
+        })
+}
 
 pub(super) type P<'a> = &'a (dyn ToSql + Sync);
 pub(super) type PgError = tokio_postgres::Error;
@@ -283,14 +303,42 @@ impl Conn {
 }
 
 pub(super) struct PoolState {
-    pub(super) idle: Vec<Conn>,
+    /// Idle connections and since when each is, the most recently returned last.
+    pub(super) idle: Vec<(Conn, Instant)>,
     /// Connections in existence: idle, lent, or being opened.
     pub(super) total: usize,
+    /// Until when no new connection is asked for: the server last refused one for want of
+    /// slots, and the client waits for one of its own instead.
+    full_until: Option<Instant>,
+    /// Whether that wait was logged (once per client).
+    said_full: bool,
 }
 
-/// A bounded pool of connections: at most [`POOL_SIZE`], waiting for one to come back when
-/// all are lent. (r2d2 would add a dependency and a reaper thread for what is a stack of
-/// connections; our connections also carry their prepared statements.)
+impl PoolState {
+    pub(super) fn new() -> PoolState {
+        PoolState {
+            idle: Vec::new(),
+            total: 0,
+            full_until: None,
+            said_full: false,
+        }
+    }
+
+    /// Closes the connections idle for `limit` or more, keeping one connection at least.
+    fn close_idle(&mut self, limit: Duration) {
+        let now = Instant::now();
+        while self.total > 1 && self.idle.first().is_some_and(|(_, t)| now - *t >= limit) {
+            self.idle.remove(0);
+            self.total -= 1;
+        }
+    }
+}
+
+/// A bounded pool of connections: at most `pool_max` ([`POOL_SIZE`]), waiting for one to
+/// come back when all are lent, or when the server has no slot left for another and the
+/// client holds one at least. Connections beyond the first that stay unused for `pool_idle`
+/// ([`IDLE_CLOSE`]) are closed. (r2d2 would add a dependency and a reaper thread for what is
+/// a stack of connections; our connections also carry their prepared statements.)
 pub(super) struct Pool {
     pub(super) config: tokio_postgres::Config,
     /// How its connections speak TLS (sslmode).
@@ -301,6 +349,10 @@ pub(super) struct Pool {
     pub(super) stats: Arc<TxStats>,
     pub(super) state: Mutex<PoolState>,
     returned: Condvar,
+    /// Connections kept at most.
+    max: usize,
+    /// How long a connection beyond the first may stay unused.
+    idle_close: Duration,
 }
 
 pub(super) struct Lent<'a> {
@@ -328,10 +380,11 @@ impl Drop for Lent<'_> {
         match conn {
             // A panic may have left a transaction open on it: never lend it again.
             Some(c) if !self.broken && !c.is_closed() && !std::thread::panicking() => {
-                st.idle.push(c)
+                st.idle.push((c, Instant::now()))
             }
             _ => st.total -= 1,
         }
+        st.close_idle(self.pool.idle_close);
         drop(st);
         self.pool.returned.notify_one();
     }
@@ -358,11 +411,10 @@ impl Pool {
             tls,
             url: u.to_string(),
             stats: Arc::new(TxStats::default()),
-            state: Mutex::new(PoolState {
-                idle: Vec::new(),
-                total: 0,
-            }),
+            state: Mutex::new(PoolState::new()),
             returned: Condvar::new(),
+            max: u.pool_max.unwrap_or(POOL_SIZE),
+            idle_close: u.pool_idle.map_or(IDLE_CLOSE, Duration::from_secs),
         })
     }
 
@@ -398,8 +450,9 @@ impl Pool {
 
     pub(super) fn get(&self) -> Result<Lent<'_>> {
         let mut st = self.state.lock();
+        st.close_idle(self.idle_close);
         loop {
-            if let Some(c) = st.idle.pop() {
+            if let Some((c, _)) = st.idle.pop() {
                 if c.is_closed() {
                     st.total -= 1;
                     continue;
@@ -410,23 +463,59 @@ impl Pool {
                     broken: false,
                 });
             }
-            if st.total < POOL_SIZE {
+            let now = Instant::now();
+            let full = st.total > 0 && st.full_until.is_some_and(|t| now < t);
+            if st.total < self.max && !full {
+                // After a refusal, one thread asks again while the others keep waiting.
+                let probing = st.full_until.is_some();
+                if probing {
+                    st.full_until = Some(now + FULL_BACKOFF);
+                }
                 st.total += 1;
                 drop(st);
-                return match self.connect() {
-                    Ok(c) => Ok(Lent {
-                        pool: self,
-                        conn: Some(c),
-                        broken: false,
-                    }),
-                    Err(e) => {
-                        self.state.lock().total -= 1;
-                        self.returned.notify_one();
-                        Err(self.connect_err(e))
+                let e = match self.connect() {
+                    Ok(c) => {
+                        if probing {
+                            self.state.lock().full_until = None;
+                            self.returned.notify_all();
+                        }
+                        return Ok(Lent {
+                            pool: self,
+                            conn: Some(c),
+                            broken: false,
+                        });
                     }
+                    Err(e) => e,
                 };
+                st = self.state.lock();
+                st.total -= 1;
+                self.returned.notify_one();
+                // The server has no slot left: make do with the connections this client has
+                // (they come back as their operations end). A client with none fails.
+                if st.total == 0 || !no_slot_left(&e) {
+                    return Err(self.connect_err(e));
+                }
+                st.full_until = Some(Instant::now() + FULL_BACKOFF);
+                if !st.said_full {
+                    st.said_full = true;
+                    tracing::info!(
+                        "{}: the server has no connection slot left ({}); operations wait for \
+                         this client's {} connection(s) instead (raise max_connections, or \
+                         lower pool_max in the URL)",
+                        self.url,
+                        pg_msg(&e),
+                        st.total
+                    );
+                }
             }
-            self.returned.wait(&mut st);
+            match st.full_until {
+                Some(t) if st.total > 0 && st.total < self.max => {
+                    self.stats.conn_waited();
+                    // Woken by a connection coming back, else asks the server again then.
+                    self.returned.wait_until(&mut st, t);
+                }
+                _ => self.returned.wait(&mut st),
+            }
         }
     }
 }

@@ -49,6 +49,12 @@ pub struct PgUrl {
     pub sslkey: Option<PathBuf>,
     pub passfile: Option<PathBuf>,
     pub connect_timeout: Option<u64>,
+    /// `pool_max`: connections one client keeps at most for its operations (its listening
+    /// connection aside); `pool::POOL_SIZE` when absent.
+    pub pool_max: Option<usize>,
+    /// `pool_idle`: seconds a connection beyond the first stays open unused before it is
+    /// closed; `pool::IDLE_CLOSE` when absent.
+    pub pool_idle: Option<u64>,
 }
 
 impl std::fmt::Display for PgUrl {
@@ -88,6 +94,12 @@ impl std::fmt::Display for PgUrl {
         }
         if let Some(t) = self.connect_timeout {
             params.push(format!("connect_timeout={t}"));
+        }
+        if let Some(n) = self.pool_max {
+            params.push(format!("pool_max={n}"));
+        }
+        if let Some(t) = self.pool_idle {
+            params.push(format!("pool_idle={t}"));
         }
         write!(f, "?{}", params.join("&"))
     }
@@ -145,6 +157,8 @@ impl PgUrl {
         let mut sslkey = None;
         let mut passfile = None;
         let mut connect_timeout = None;
+        let mut pool_max = None;
+        let mut pool_idle = None;
         for (k, v) in u.query_pairs() {
             match &*k {
                 "sslmode" => match &*v {
@@ -169,10 +183,20 @@ impl PgUrl {
                             format!("connect_timeout={v} is not a number of seconds")
                         })?)
                 }
+                "pool_max" => {
+                    pool_max = Some(v.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(
+                        || format!("pool_max={v} is not a number of connections from 1 to 1000"),
+                    )?)
+                }
+                "pool_idle" => {
+                    pool_idle = Some(v.parse().ok().filter(|t| *t > 0).ok_or_else(|| {
+                        format!("pool_idle={v} is not a number of seconds (1 or more)")
+                    })?)
+                }
                 other => {
                     return Err(format!(
                         "unknown parameter '{other}' (sslmode, sslrootcert, sslcert, sslkey, \
-                         passfile, host, connect_timeout)"
+                         passfile, host, connect_timeout, pool_max, pool_idle)"
                     ));
                 }
             }
@@ -208,6 +232,8 @@ impl PgUrl {
             sslkey,
             passfile,
             connect_timeout,
+            pool_max,
+            pool_idle,
         })
     }
 
