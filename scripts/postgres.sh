@@ -20,6 +20,7 @@
 # With PG_DURABLE=1, `start` keeps PostgreSQL's own settings instead (fsync,
 # synchronous_commit and full_page_writes on, as a real server runs): for benchmarks and for
 # the tests of what a crash of the server may lose.
+# PG_MAX_CONNECTIONS sets max_connections (300 unless given; PostgreSQL's own default is 100).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 
@@ -89,7 +90,7 @@ start() {
       port_free "$port" || { port=""; continue; }
     fi
     if as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 \
-        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir $speed -c max_connections=300 $ssl" \
+        -o "-c listen_addresses=127.0.0.1 -p $port -k $dir $speed -c max_connections=${PG_MAX_CONNECTIONS:-300} $ssl" \
         start >/dev/null; then
       break
     fi

@@ -1107,3 +1107,217 @@ fn a_crash_of_the_database_loses_nothing_acknowledged() {
         "{out}{err}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Connections (max_connections)
+// ---------------------------------------------------------------------------------------------
+
+/// `threads` threads on each mount at once write `files` small files each, in a directory of
+/// their own; then every file is read on the next mount and must be whole. Returns how many
+/// files were checked.
+fn small_files_everywhere(mounts: &[Mount], threads: usize, files: usize) -> usize {
+    let seed = |i: usize, t: usize, k: usize| (i * 100_000 + t * 1000 + k) as u64;
+    let len = |k: usize| 100 + 397 * k;
+    std::thread::scope(|s| {
+        let mut workers = Vec::new();
+        for (i, m) in mounts.iter().enumerate() {
+            for t in 0..threads {
+                workers.push(s.spawn(move || -> Result<(), String> {
+                    let d = m.p(&format!("m{i}/t{t}"));
+                    fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+                    for k in 0..files {
+                        let p = d.join(format!("f{k}"));
+                        fs::write(&p, pattern(len(k), seed(i, t, k)))
+                            .map_err(|e| format!("{}: {e}", p.display()))?;
+                    }
+                    Ok(())
+                }));
+            }
+        }
+        for w in workers {
+            if let Err(e) = w.join().expect("a writer panicked") {
+                panic!("a write failed: {e}");
+            }
+        }
+    });
+    let n = mounts.len();
+    std::thread::scope(|s| {
+        let readers: Vec<_> = (0..n)
+            .map(|i| {
+                let other = &mounts[(i + 1) % n];
+                s.spawn(move || {
+                    let mut checked = 0;
+                    for t in 0..threads {
+                        for k in 0..files {
+                            let p = other.p(&format!("m{i}/t{t}/f{k}"));
+                            let got = fs::read(&p).unwrap_or_else(|e| panic!("{p:?}: {e}"));
+                            assert!(
+                                got == pattern(len(k), seed(i, t, k)),
+                                "{p:?}: {} bytes, not what mount {i} wrote",
+                                got.len()
+                            );
+                            checked += 1;
+                        }
+                    }
+                    checked
+                })
+            })
+            .collect();
+        readers
+            .into_iter()
+            .map(|r| r.join().expect("a reader panicked"))
+            .sum()
+    })
+}
+
+/// Polls the server's client backends until told to stop: the most seen in all, and the
+/// most seen on database `db`.
+struct ConnWatch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    handle: Option<std::thread::JoinHandle<(i64, i64)>>,
+}
+
+impl ConnWatch {
+    fn start(admin: &str, db: &str) -> ConnWatch {
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut c = ::postgres::Client::connect(admin, ::postgres::NoTls).unwrap();
+        let (db, stop2) = (db.to_string(), stop.clone());
+        let handle = std::thread::spawn(move || {
+            let (mut all, mut ours) = (0i64, 0i64);
+            while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
+                let r = c
+                    .query_one(
+                        "SELECT count(*), count(*) FILTER (WHERE datname = $1) \
+                         FROM pg_stat_activity WHERE backend_type = 'client backend'",
+                        &[&db],
+                    )
+                    .unwrap();
+                all = all.max(r.get(0));
+                ours = ours.max(r.get(1));
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            (all, ours)
+        });
+        ConnWatch {
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    fn finish(mut self) -> (i64, i64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.handle.take().unwrap().join().unwrap()
+    }
+}
+
+impl Drop for ConnWatch {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Lines of a mount log where the server refused a connection, other than the note that
+/// operations wait for the client's own connections instead.
+fn refusals(log: &str) -> Vec<&str> {
+    log.lines()
+        .filter(|l| {
+            (l.contains("too many clients") || l.contains("remaining connection slots"))
+                && !l.contains("operations wait for this client's")
+        })
+        .collect()
+}
+
+/// Twenty mounts of one volume against a server with PostgreSQL's default max_connections
+/// (100, three of them for superusers; the mounts log in as an ordinary role), each mount
+/// writing small files from eight threads at once (each mount would open up to 8 + 1
+/// connections: 180 in all): every operation succeeds, every file is read back whole on
+/// another mount, and the server never had more client connections than max_connections.
+#[test]
+fn twenty_mounts_fit_in_default_max_connections() {
+    let Some(srv) = postgres::server_with_max_connections(100) else {
+        return;
+    };
+    let db = postgres::database_for_role(&srv, "unkai_app", "app-secret");
+    let db_name = db.name.clone();
+    let vol = Volume::postgres_in(db, &[], |u| u.to_string(), Vec::new());
+    let mut mounts = Vec::new();
+    for _ in 0..20 {
+        mounts.push(vol.mount());
+    }
+    let watch = ConnWatch::start(&srv.admin, &db_name);
+    let checked = small_files_everywhere(&mounts, 8, 12);
+    let (all, ours) = watch.finish();
+    assert_eq!(checked, 20 * 8 * 12);
+    eprintln!("most client connections seen: {all} in all, {ours} of the volume");
+    assert!(all <= 100, "{all} client connections, max_connections is 100");
+    assert!(ours >= 20, "{ours}: not even one connection per mount seen");
+    let log = mounts[0].log_text();
+    let bad = refusals(&log);
+    assert!(bad.is_empty(), "connections refused: {bad:#?}");
+    for m in mounts {
+        m.unmount();
+    }
+}
+
+/// A server with max_connections = 12 (nine for ordinary roles) and three mounts that would
+/// each open up to nine: the mounts wait for their own connections instead of failing
+/// (they say so once, and count it), every file written is read back whole elsewhere, and
+/// with `pool_idle=2` each mount closes the connections it no longer uses, down to one.
+#[test]
+fn a_full_server_makes_mounts_wait_for_their_own_connections() {
+    let Some(srv) = postgres::server_with_max_connections(12) else {
+        return;
+    };
+    let db = postgres::database_for_role(&srv, "unkai_app", "app-secret");
+    let db_name = db.name.clone();
+    let vol = Volume::postgres_in(db, &[], |u| format!("{u}&pool_idle=2"), Vec::new());
+    let mounts: Vec<Mount> = (0..3).map(|_| vol.mount()).collect();
+    let checked = small_files_everywhere(&mounts, 8, 25);
+    assert_eq!(checked, 3 * 8 * 25);
+    let log = mounts[0].log_text();
+    assert!(
+        log.contains("operations wait for this client's"),
+        "no mount waited for its own connections: {log}"
+    );
+    let bad = refusals(&log);
+    assert!(bad.is_empty(), "connections refused: {bad:#?}");
+    // Idle: each mount keeps one connection for its operations (and its listener).
+    let mut admin = ::postgres::Client::connect(&srv.admin, ::postgres::NoTls).unwrap();
+    let mut n = 0;
+    let mut pooled = || -> i64 {
+        // A lookup of a new name asks the database, and returns a connection to the pool.
+        n += 1;
+        for m in &mounts {
+            let _ = fs::metadata(m.p(&format!("absent{n}")));
+        }
+        admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity \
+                 WHERE datname = $1 AND application_name = 'unkai'",
+                &[&db_name],
+            )
+            .unwrap()
+            .get(0)
+    };
+    assert!(
+        eventually_every(Duration::from_secs(120), Duration::from_millis(500), || {
+            pooled() == 3
+        }),
+        "idle connections were not closed: {} open",
+        pooled()
+    );
+    for m in mounts {
+        m.unmount();
+    }
+}
+
+/// A bad pool size in the URL is one line naming it.
+#[test]
+fn a_bad_pool_size_is_refused_in_one_line() {
+    let Some(db) = postgres::database() else {
+        return;
+    };
+    fails_clearly(&format!("{}&pool_max=0", db.url), "pool_max=0");
+    fails_clearly(&format!("{}&pool_max=lots", db.url), "pool_max=lots");
+    fails_clearly(&format!("{}&pool_idle=-1", db.url), "pool_idle=-1");
+}

@@ -156,6 +156,10 @@ mod tests {
         assert_eq!((u.host.as_str(), u.port), ("::1", 5433));
         assert_eq!(u.passfile, Some(PathBuf::from("/etc/pw")));
         assert_eq!(u.connect_timeout, Some(5));
+        assert_eq!((u.pool_max, u.pool_idle), (None, None));
+        let u = pg("postgres://bob@h/m?pool_max=3&pool_idle=10");
+        assert_eq!((u.pool_max, u.pool_idle), (Some(3), Some(10)));
+        assert_eq!(pg(&u.to_string()), u);
         let u = pg("postgres://bob@/m?host=/var/run/postgresql");
         assert_eq!(u.host, "/var/run/postgresql");
         // Printed without the password, and parsed back to the same place.

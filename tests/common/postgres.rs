@@ -86,10 +86,19 @@ impl Server {
         Self::start_with(dir, false)
     }
 
-    /// Starts a server in `dir`; `durable`: with PostgreSQL's own settings (fsync and
-    /// synchronous_commit on) instead of the tests' fast ones.
     fn start_with(dir: tempfile::TempDir, durable: bool) -> Server {
-        let out = Command::new(script())
+        Self::start_opts(dir, durable, None)
+    }
+
+    /// Starts a server in `dir`; `durable`: with PostgreSQL's own settings (fsync and
+    /// synchronous_commit on) instead of the tests' fast ones; `max_connections` unless the
+    /// script's (300).
+    fn start_opts(dir: tempfile::TempDir, durable: bool, max_connections: Option<u32>) -> Server {
+        let mut cmd = Command::new(script());
+        if let Some(n) = max_connections {
+            cmd.env("PG_MAX_CONNECTIONS", n.to_string());
+        }
+        let out = cmd
             .arg("start")
             .arg(dir.path())
             .env("PG_DURABLE", if durable { "1" } else { "" })
@@ -163,6 +172,50 @@ pub fn durable_server() -> Option<Arc<Server>> {
         .tempdir()
         .expect("tempdir");
     Some(Arc::new(Server::start_with(dir, true)))
+}
+
+/// A private server of one test with `max_connections` (PostgreSQL's default is 100; three
+/// of them are kept for superusers); None, saying so, unless UNKAI_TEST_POSTGRES=local.
+pub fn server_with_max_connections(n: u32) -> Option<Arc<Server>> {
+    if std::env::var(ENV).as_deref() != Ok("local") {
+        eprintln!(
+            "skipped: tests of max_connections start servers of their own, only with {ENV}=local"
+        );
+        return None;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("unkai-pgmax-")
+        .tempdir()
+        .expect("tempdir");
+    Some(Arc::new(Server::start_opts(dir, false, Some(n))))
+}
+
+/// A new database on `server` owned by `role`, an ordinary role (no superuser: it gets no
+/// reserved connection slot) made with password `password` if it does not exist; the
+/// database's URL logs in as that role.
+pub fn database_for_role(server: &Arc<Server>, role: &str, password: &str) -> TestDb {
+    let name = fresh_name();
+    let mut admin = TestDb::admin_client(&server.admin);
+    let exists = !admin
+        .query("SELECT 1 FROM pg_roles WHERE rolname = $1", &[&role])
+        .expect("look the role up")
+        .is_empty();
+    if !exists {
+        admin
+            .batch_execute(&format!("CREATE ROLE {role} LOGIN PASSWORD '{password}'"))
+            .expect("create role");
+    }
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name} OWNER {role}"))
+        .expect("create database");
+    let (base, _) = split_password(&server.admin);
+    let url = with_db(&base, &name).replacen("://unkai@", &format!("://{role}:{password}@"), 1);
+    TestDb {
+        url,
+        name,
+        admin: server.admin.clone(),
+        _server: Some(server.clone()),
+    }
 }
 
 impl Drop for Server {
