@@ -1249,7 +1249,10 @@ fn twenty_mounts_fit_in_default_max_connections() {
     let (all, ours) = watch.finish();
     assert_eq!(checked, 20 * 8 * 12);
     eprintln!("most client connections seen: {all} in all, {ours} of the volume");
-    assert!(all <= 100, "{all} client connections, max_connections is 100");
+    assert!(
+        all <= 100,
+        "{all} client connections, max_connections is 100"
+    );
     assert!(ours >= 20, "{ours}: not even one connection per mount seen");
     let log = mounts[0].log_text();
     let bad = refusals(&log);

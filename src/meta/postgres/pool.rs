@@ -45,7 +45,8 @@ fn no_slot_left(e: &PgError) -> bool {
     e.code() == Some(&SqlState::TOO_MANY_CONNECTIONS)
         || e.as_db_error().is_some_and(|d| {
             d.message().contains("too many clients")
-                || d.message().contains("remaining connection slots are reserved")
+                || d.message()
+                    .contains("remaining connection slots are reserved")
         })
 }
 

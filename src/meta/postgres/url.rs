@@ -184,9 +184,16 @@ impl PgUrl {
                         })?)
                 }
                 "pool_max" => {
-                    pool_max = Some(v.parse().ok().filter(|n| (1..=1000).contains(n)).ok_or_else(
-                        || format!("pool_max={v} is not a number of connections from 1 to 1000"),
-                    )?)
+                    pool_max = Some(
+                        v.parse()
+                            .ok()
+                            .filter(|n| (1..=1000).contains(n))
+                            .ok_or_else(|| {
+                                format!(
+                                    "pool_max={v} is not a number of connections from 1 to 1000"
+                                )
+                            })?,
+                    )
                 }
                 "pool_idle" => {
                     pool_idle = Some(v.parse().ok().filter(|t| *t > 0).ok_or_else(|| {
