@@ -357,3 +357,82 @@ fn stats_shows_what_a_mount_is_doing() {
     assert!(!ok && err.contains("is not mounted"), "{err}");
     m.unmount();
 }
+
+/// Who reaches a mount's stats socket, and what it tells them. A root mount serves every user
+/// (`allow_other`), so its socket is open to all (0666), and an unprivileged user reads its
+/// figures, with `unkai stats` and straight from the socket; those are counts, never the names
+/// of what the mount holds.
+#[test]
+fn a_mounts_stats_socket_tells_other_users_counts_never_names() {
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::os::unix::process::CommandExt;
+    let vol = Volume::new();
+    let m = vol.mount();
+    let secret = "payroll-of-the-board-7f3a";
+    std::fs::create_dir(m.p(secret)).unwrap();
+    std::fs::write(m.p(&format!("{secret}/{secret}.txt")), secret).unwrap();
+    symlink(secret, m.p(&format!("{secret}-link"))).unwrap();
+    // The socket, as /proc/net/unix lists the ones bound: `stats-PID.sock` of this mount.
+    let name = format!("/stats-{}.sock", m.pid());
+    let mut sock = None;
+    let found = eventually(Duration::from_secs(30), || {
+        let table = std::fs::read_to_string("/proc/net/unix").unwrap_or_default();
+        sock = table
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(7))
+            .find(|p| p.ends_with(&name))
+            .map(std::path::PathBuf::from);
+        sock.is_some()
+    });
+    assert!(found, "no socket ending in {name} in /proc/net/unix");
+    let sock = sock.unwrap();
+    let mode = std::fs::metadata(&sock).unwrap().permissions().mode() & 0o777;
+    assert_eq!(
+        mode,
+        0o666,
+        "{} of a root (allow_other) mount",
+        sock.display()
+    );
+
+    // As nobody: `unkai stats` works, and the socket's JSON names nothing on the volume.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_unkai"))
+        .args(["stats", "--count", "1", m.path.to_str().unwrap()])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "unkai stats as nobody: {text}");
+    assert!(!text.contains(secret), "{text}");
+    let reader = r#"
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect(sys.argv[1])
+data = b""
+while True:
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+sys.stdout.buffer.write(data)
+"#;
+    let read = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(reader)
+        .arg(&sock)
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let json = String::from_utf8_lossy(&read.stdout).into_owned();
+    assert!(
+        read.status.success(),
+        "{}",
+        String::from_utf8_lossy(&read.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&json).expect("the figures are JSON");
+    assert!(!v.is_null() && json.len() > 100, "{json}");
+    assert!(!json.contains(secret), "a name in the figures: {json}");
+    m.unmount();
+}
