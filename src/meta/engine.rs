@@ -402,6 +402,18 @@ pub(crate) fn attr_from<E>(
 }
 
 /// The records of chunk `index` of inode `ino` from its stored form.
+/// Rows of `id, size` from `unkai_dead_slice`.
+fn dead_slice_rows(rows: &[SqlRow]) -> TxResult<Vec<DeadSlice>> {
+    rows.iter()
+        .map(|r| {
+            Ok(DeadSlice {
+                id: r.int(0)? as u64,
+                size: r.int(1)? as u32,
+            })
+        })
+        .collect()
+}
+
 fn quota_from(r: &SqlRow) -> TxResult<Quota> {
     Ok(Quota {
         ino: r.int(0)? as Ino,
@@ -1096,14 +1108,7 @@ pub trait Txn {
                 Val::Int(limit.min(i64::MAX as usize) as i64),
             ],
         )?;
-        rows.iter()
-            .map(|r| {
-                Ok(DeadSlice {
-                    id: r.int(0)? as u64,
-                    size: r.int(1)? as u32,
-                })
-            })
-            .collect()
+        dead_slice_rows(&rows)
     }
     /// Slices queued for deletion, trash period or not, those dead longest first.
     fn dead_slices_by_age(&mut self, limit: usize) -> TxResult<Vec<DeadSlice>> {
@@ -1111,14 +1116,7 @@ pub trait Txn {
             "SELECT id, size FROM unkai_dead_slice ORDER BY died, id LIMIT $1",
             &[Val::Int(limit.min(i64::MAX as usize) as i64)],
         )?;
-        rows.iter()
-            .map(|r| {
-                Ok(DeadSlice {
-                    id: r.int(0)? as u64,
-                    size: r.int(1)? as u32,
-                })
-            })
-            .collect()
+        dead_slice_rows(&rows)
     }
     /// Removes slices from the deletion queue.
     fn forget_dead(&mut self, ids: &[u64]) -> TxResult<()> {
