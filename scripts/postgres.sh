@@ -7,6 +7,14 @@
 #                                    postgres://unkai:PASSWORD@127.0.0.1:PORT/postgres?sslmode=disable
 #                                    (also kept in DIR/url; the password in DIR/password)
 #   scripts/postgres.sh stop DIR     stops it (immediately: test data only)
+#   scripts/postgres.sh standby PRIMARY_DIR DIR [PORT]
+#                                    makes DIR a streaming standby of the running server of
+#                                    PRIMARY_DIR (pg_basebackup -R) and starts it like `start`
+#                                    (same password; prints its URL); then makes the primary
+#                                    commit synchronously (synchronous_standby_names = '*':
+#                                    a commit waits until the standby has flushed it) and
+#                                    waits until the standby streams as a synchronous one
+#   scripts/postgres.sh promote DIR  promotes the standby in DIR to a primary (waits for it)
 #   scripts/postgres.sh certs DIR SAN
 #                                    makes a CA (DIR/ca.crt) and a server certificate it signs
 #                                    (DIR/server.crt, .key) for SAN (e.g.
@@ -106,6 +114,52 @@ start() {
   echo "$url"
 }
 
+# psql on the server of DIR (through its socket), as `unkai`.
+psql_in() {
+  local dir="$1" bin port
+  shift
+  bin=$(pg_bin)
+  port=$(sed -e 's/.*@127.0.0.1:\([0-9]*\)\/.*/\1/' "$dir/url")
+  as_owner env PGPASSWORD="$(head -1 "$dir/password")" "$bin/psql" -X -q -At \
+    -h "$dir" -p "$port" -U unkai -d postgres -v ON_ERROR_STOP=1 "$@"
+}
+
+standby() {
+  local primary="${1:?usage: $0 standby PRIMARY_DIR DIR [PORT]}"
+  local dir="${2:?usage: $0 standby PRIMARY_DIR DIR [PORT]}" bin pport
+  bin=$(pg_bin)
+  primary=$(cd "$primary" && pwd)
+  mkdir -p "$dir"
+  dir=$(cd "$dir" && pwd)
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+  pport=$(sed -e 's/.*@127.0.0.1:\([0-9]*\)\/.*/\1/' "$primary/url")
+  cp "$primary/password" "$dir/password"
+  [ "$(id -u)" = 0 ] && chown postgres: "$dir/password"
+  # -R: standby.signal and primary_conninfo (with the password given here) in the copy.
+  as_owner env PGPASSWORD="$(head -1 "$primary/password")" "$bin/pg_basebackup" \
+    -h 127.0.0.1 -p "$pport" -U unkai -D "$dir/data" -R -X stream -c fast --no-sync \
+    -d "application_name=unkai_standby" > "$dir/basebackup.log" 2>&1 \
+    || { cat "$dir/basebackup.log" >&2; exit 1; }
+  start "$dir" "${3:-}" >/dev/null
+  psql_in "$primary" -c "ALTER SYSTEM SET synchronous_standby_names = '*'" \
+    -c "SELECT pg_reload_conf()" >/dev/null
+  local i
+  for i in $(seq 1 600); do
+    [ "$(psql_in "$primary" -c "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ] \
+      && { cat "$dir/url"; return 0; }
+    sleep 0.1
+  done
+  echo "error: the standby in $dir did not start streaming synchronously in 60 s" >&2
+  tail -20 "$dir/server.log" >&2
+  exit 1
+}
+
+promote() {
+  local dir="${1:?usage: $0 promote DIR}" bin
+  bin=$(pg_bin)
+  as_owner "$bin/pg_ctl" -D "$dir/data" -w -t 60 promote >/dev/null
+}
+
 stop() {
   local dir="${1:?usage: $0 stop DIR}" bin
   bin=$(pg_bin)
@@ -146,6 +200,8 @@ case "${1:-}" in
   install) install ;;
   start) shift; start "$@" ;;
   stop) shift; stop "$@" ;;
+  standby) shift; standby "$@" ;;
+  promote) shift; promote "$@" ;;
   certs) shift; certs "$@" ;;
-  *) echo "usage: $0 install | start DIR [PORT] | stop DIR | certs DIR SAN" >&2; exit 2 ;;
+  *) echo "usage: $0 install | start DIR [PORT] | stop DIR | standby PRIMARY_DIR DIR [PORT] | promote DIR | certs DIR SAN" >&2; exit 2 ;;
 esac

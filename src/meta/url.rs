@@ -190,6 +190,65 @@ mod tests {
         );
     }
 
+    /// Several servers (a primary and its standbys), tried in order; with
+    /// target_session_attrs=read-write only the primary is taken.
+    #[test]
+    fn parses_several_hosts() {
+        let u = pg("postgres://al:pw@db1:5433,db2,[::1]:6000/v?target_session_attrs=read-write");
+        assert_eq!((u.host.as_str(), u.port), ("db1", 5433));
+        assert_eq!(
+            u.hosts().collect::<Vec<_>>(),
+            vec![("db1", 5433), ("db2", 5432), ("::1", 6000)]
+        );
+        assert_eq!(u.target_session_attrs.as_deref(), Some("read-write"));
+        assert_eq!(u.password.as_ref().map(|p| p.expose()), Some("pw"));
+        let shown = u.to_string();
+        assert_eq!(
+            shown,
+            "postgres://al:***@db1:5433,db2:5432,[::1]:6000/v?sslmode=prefer&\
+             target_session_attrs=read-write"
+        );
+        let back = pg(&shown);
+        assert_eq!(back.more_hosts, u.more_hosts);
+        assert_eq!(back.target_session_attrs, u.target_session_attrs);
+        assert_eq!(pg("postgres://a@h/d").more_hosts, vec![]);
+        for (bad, says) in [
+            (
+                "postgres://a:secretpw@h1:1,h2:x/d",
+                "'h2:x' in the list of hosts",
+            ),
+            ("postgres://a:secretpw@h1,/d", "'' in the list of hosts"),
+            (
+                "postgres://a:secretpw@h1,[::1/d",
+                "'[::1' in the list of hosts",
+            ),
+            (
+                "postgres://a:secretpw@h1/d?target_session_attrs=primary",
+                "target_session_attrs",
+            ),
+            (
+                "postgres://a:secretpw@h1,h2/d?host=/run/pg",
+                "cannot be mixed",
+            ),
+        ] {
+            let e = MetaUrl::parse(bad).unwrap_err().to_string();
+            assert!(e.contains(says) && !e.contains("secretpw"), "{bad}: {e}");
+        }
+    }
+
+    /// The password file is searched for each server named, in order.
+    #[test]
+    fn passfile_for_several_hosts() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("pgpass");
+        std::fs::write(&f, "db2:5432:v:al:second\n").unwrap();
+        let u = pg("postgres://al@db1:5433,db2/v");
+        assert_eq!(
+            u.passfile_entry(&f).map(|p| p.expose().to_string()),
+            Some("second".into())
+        );
+    }
+
     #[test]
     fn parses_tls_parameters() {
         for mode in [

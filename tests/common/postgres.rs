@@ -174,6 +174,61 @@ pub fn durable_server() -> Option<Arc<Server>> {
     Some(Arc::new(Server::start_with(dir, true)))
 }
 
+/// A primary and a streaming standby of it (`scripts/postgres.sh standby`), both private to
+/// one test and durable (PostgreSQL's own settings), the primary committing synchronously: a
+/// commit that waits for the WAL flush also waits until the standby has flushed it. None,
+/// saying so, unless UNKAI_TEST_POSTGRES=local.
+pub fn primary_and_standby() -> Option<(Arc<Server>, Arc<Server>)> {
+    if std::env::var(ENV).as_deref() != Ok("local") {
+        eprintln!("skipped: failover tests start servers of their own, only with {ENV}=local");
+        return None;
+    }
+    let dir = |prefix| {
+        tempfile::Builder::new()
+            .prefix(prefix)
+            .tempdir()
+            .expect("tempdir")
+    };
+    let primary = Arc::new(Server::start_with(dir("unkai-pgpri-"), true));
+    let sdir = dir("unkai-pgsby-");
+    let out = Command::new(script())
+        .arg("standby")
+        .arg(primary.dir.path())
+        .arg(sdir.path())
+        .env("PG_DURABLE", "1")
+        .output()
+        .expect("run scripts/postgres.sh standby");
+    // Dropped (stopped) on every path from here: a failed start leaves nothing running.
+    let standby = Server {
+        dir: sdir,
+        admin: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+    };
+    assert!(
+        out.status.success() && standby.admin.starts_with("postgres://"),
+        "scripts/postgres.sh standby failed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some((primary, Arc::new(standby)))
+}
+
+impl Server {
+    /// Promotes a standby to a primary (`pg_ctl promote`, waiting until it accepts writes).
+    pub fn promote(&self) {
+        let out = Command::new(script())
+            .arg("promote")
+            .arg(self.dir.path())
+            .output()
+            .expect("run scripts/postgres.sh promote");
+        assert!(
+            out.status.success(),
+            "promote failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 /// A private server of one test with `max_connections` (PostgreSQL's default is 100; three
 /// of them are kept for superusers); None, saying so, unless UNKAI_TEST_POSTGRES=local.
 pub fn server_with_max_connections(n: u32) -> Option<Arc<Server>> {

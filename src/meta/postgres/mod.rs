@@ -103,6 +103,10 @@ const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unka
                       unkai_session, unkai_sustained, unkai_plock, unkai_open, \
                       unkai_reserved, unkai_quota";
 
+/// How many times an operation whose connection was lost is run again on a new one (the
+/// pool drops every connection found lost, so a failover costs one or two).
+const LOST_RETRIES: u32 = 3;
+
 /// Longest pause between two attempts of a transaction that lost a conflict.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -434,6 +438,7 @@ impl Db<'_> {
             }
         }
         end.push_str("SELECT 1; COMMIT");
+        self.c.commit_sent = true;
         self.send(Some(Step::Simple(&end))).map(|_| ())
     }
 
@@ -468,6 +473,7 @@ impl Db<'_> {
             }
             return Err(e.into());
         }
+        self.c.committed_lazily();
         Ok(rows)
     }
 }
@@ -536,6 +542,7 @@ impl Postgres {
         }
         let _timed = self.pool.stats.begin(TxKind::Write);
         let mut delay = Duration::from_millis(1);
+        let mut lost = 0;
         loop {
             let mut lent = self.pool.get()?;
             lent.prelocked.clear();
@@ -569,7 +576,25 @@ impl Postgres {
                 let _ = lent.batch("ROLLBACK");
             }
             match attempt {
-                Ok(v) => return Ok(v),
+                Ok(v) => {
+                    if lazy {
+                        lent.committed_lazily();
+                    }
+                    return Ok(v);
+                }
+                // The connection was lost before COMMIT was sent: nothing was committed, so
+                // run it again on another (after a failover, on the new primary). Lost after
+                // COMMIT was sent, the outcome is unknown: an error (EIO), never run again.
+                Err(e)
+                    if !e.is_posix()
+                        && lent.is_closed()
+                        && !lent.commit_sent
+                        && lost < LOST_RETRIES =>
+                {
+                    tracing::info!("connection to {} lost, running again: {e:?}", self.url);
+                    lost += 1;
+                    lent.broken = true;
+                }
                 Err(TxError::Conflict(e)) => {
                     tracing::debug!("metadata transaction conflict, retrying: {e}");
                     self.pool.stats.retried();
@@ -586,20 +611,27 @@ impl Postgres {
         }
     }
 
-    /// Makes every commit so far durable (see [`flush_on`]).
+    /// Makes every commit so far durable (see [`flush_on`]); an error if lazy commits before
+    /// it went to another server than the one it committed on (a failover came between).
     fn flush(&self) -> Result<()> {
-        self.on_conn(|c| flush_on(c, &self.shared))
+        self.on_conn(true, |c| c.flush_covers(|c| flush_on(c, &self.shared)))
     }
 
-    /// Runs `f` on a connection without a transaction. A connection found closed is
-    /// replaced once.
-    fn on_conn<T>(&self, mut f: impl FnMut(&mut Conn) -> TxResult<T>) -> Result<T> {
+    /// Runs `f` on a connection without a transaction. A connection found lost is replaced
+    /// and `f` run again if it may be (`again`: it changes nothing, or nothing that running it
+    /// twice would change twice), or if nothing but preparing was sent on it.
+    fn on_conn<T>(&self, again: bool, mut f: impl FnMut(&mut Conn) -> TxResult<T>) -> Result<T> {
         for tries in 0.. {
             let mut lent = self.pool.get()?;
             match f(&mut lent) {
                 Ok(v) => return Ok(v),
-                Err(e) if !e.is_posix() && lent.is_closed() && tries == 0 => {
-                    tracing::debug!("connection to {} lost, reconnecting: {e:?}", self.url);
+                Err(e)
+                    if !e.is_posix()
+                        && lent.is_closed()
+                        && tries < LOST_RETRIES
+                        && (again || !lent.sent()) =>
+                {
+                    tracing::info!("connection to {} lost, reconnecting: {e:?}", self.url);
                     lent.broken = true;
                 }
                 Err(e) => return Err(e.into_meta()),
@@ -646,7 +678,7 @@ impl Engine for Postgres {
     fn single<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         // It may write: timed as a write.
         let _timed = self.pool.stats.begin(TxKind::Write);
-        self.on_conn(|c| {
+        self.on_conn(false, |c| {
             let mut tx = db(c, &self.shared, true);
             let v = f(&mut tx)?;
             tx.finish()?;
@@ -656,7 +688,7 @@ impl Engine for Postgres {
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         let _timed = self.pool.stats.begin(TxKind::Read);
-        self.on_conn(|c| {
+        self.on_conn(true, |c| {
             let mut tx = db(c, &self.shared, true);
             let v = f(&mut tx)?;
             tx.finish()?;
@@ -667,7 +699,7 @@ impl Engine for Postgres {
     /// BEGIN goes with the first statement.
     fn snapshot<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         let _timed = self.pool.stats.begin(TxKind::Read);
-        self.on_conn(|c| {
+        self.on_conn(true, |c| {
             let mut tx = db(c, &self.shared, true);
             tx.held.push(Held::Simple(
                 "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".into(),

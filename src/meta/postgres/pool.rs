@@ -19,6 +19,7 @@ use ::postgres::error::SqlState;
 use ::postgres::types::ToSql;
 use futures::StreamExt;
 use parking_lot::{Condvar, Mutex};
+use tokio_postgres::config::TargetSessionAttrs;
 use tokio_postgres::{Client, Row, SimpleQueryMessage, Statement};
 
 use super::tls::TlsPlan;
@@ -33,6 +34,10 @@ pub(super) const POOL_SIZE: usize = 8;
 /// How long a connection beyond the first stays open unused before it is closed, unless the
 /// URL says (`pool_idle=SECONDS`): an idle client gives the server's slots back.
 pub(super) const IDLE_CLOSE: Duration = Duration::from_secs(60);
+
+/// How long a server may leave what was sent unacknowledged (TCP), or a connection silent,
+/// before the connection counts as lost.
+const SILENT_PEER: Duration = Duration::from_secs(10);
 
 /// After the server refused a connection for want of slots, how long the client makes do
 /// with the connections it has before it asks for one more again.
@@ -76,6 +81,16 @@ pub(super) fn pg_err(e: PgError) -> Error {
         Some(c) if *c == SqlState::DISK_FULL => Error::Sys(libc::ENOSPC),
         _ => Error::Engine(pg_msg(&e)),
     }
+}
+
+/// Whether `e` ended its connection: the connection closed or broke, or the server ended the
+/// session (a FATAL error: a shutdown, a crash of the server, an administrator's kill). Such
+/// a connection is never used again; whether a change sent on it was committed is unknown.
+pub(super) fn ends_connection(e: &PgError) -> bool {
+    e.is_closed()
+        || e.as_db_error()
+            .is_some_and(|d| matches!(d.severity(), "FATAL" | "PANIC"))
+        || std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>())
 }
 
 /// A conflict with another transaction (deadlock, serialization failure): run it again.
@@ -127,6 +142,35 @@ fn drive<T>(rt: &tokio::runtime::Runtime, io: &mut Option<Io>, fut: impl Future<
     }))
 }
 
+/// Where this client's commits that did not wait for the WAL flush (lazy ones) went since
+/// the last flush: they are durable once a flush commits after them on the same server.
+/// A flush that commits on another server (a standby promoted meanwhile, the server
+/// restarted) cannot vouch for them: they may be lost, and that flush says so (EIO), once.
+#[derive(Default)]
+pub(super) struct Unflushed {
+    /// The server of the lazy commits since the last flush (None: there were none).
+    server: Option<Arc<str>>,
+    /// Whether they went to more than one server.
+    mixed: bool,
+}
+
+impl Unflushed {
+    fn add(&mut self, server: &Arc<str>) {
+        match &self.server {
+            None => self.server = Some(server.clone()),
+            Some(s) if s != server => self.mixed = true,
+            Some(_) => {}
+        }
+    }
+
+    fn merge(&mut self, other: Unflushed) {
+        if let Some(s) = &other.server {
+            self.add(s);
+        }
+        self.mixed |= other.mixed;
+    }
+}
+
 /// One connection and the statements prepared on it. Every exchange with the server goes
 /// through its methods, which count it.
 pub(super) struct Conn {
@@ -135,6 +179,11 @@ pub(super) struct Conn {
     io: Option<Io>,
     rt: tokio::runtime::Runtime,
     stats: Arc<TxStats>,
+    /// Which server (and which run of it) this connection reaches: its address, port and
+    /// start time.
+    server: Arc<str>,
+    /// The client's commits not yet covered by a flush (shared by its connections).
+    unflushed: Arc<Mutex<Unflushed>>,
     stmts: HashMap<&'static str, Statement>,
     /// Inodes locked (and read) by the statement that began the current transaction, not yet
     /// handed out: [`lock_node`] takes them from here instead of asking again.
@@ -142,11 +191,80 @@ pub(super) struct Conn {
     /// Inodes locked by that statement which have no default ACL (read with the lock, and
     /// true while it is held: every change of an inode's xattrs locks the inode first).
     pub(super) no_default_acl: HashSet<Ino>,
+    /// An exchange failed in a way that ended the connection ([`ends_connection`]).
+    lost: bool,
+    /// Since it was lent: whether a statement was sent (preparing one aside), i.e. whether a
+    /// change may have been made by this lender.
+    sent: bool,
+    /// Since it was lent: whether a COMMIT was sent (set by the engine when it sends one).
+    /// A connection lost after that leaves the transaction's outcome unknown.
+    pub(super) commit_sent: bool,
 }
 
 impl Conn {
+    /// Whether the connection is gone: closed, or lost in an exchange.
     pub(super) fn is_closed(&self) -> bool {
-        self.client.is_closed()
+        self.lost || self.client.is_closed()
+    }
+
+    /// Whether the connection is still usable, as far as can be told without an exchange:
+    /// whatever the server sent meanwhile is read first (an idle connection learns here that
+    /// its server shut down or went away).
+    fn alive(&mut self) -> bool {
+        if !self.is_closed() {
+            let Conn { io, rt, .. } = self;
+            drive(rt, io, std::future::ready(()));
+        }
+        !self.is_closed()
+    }
+
+    /// Notes a lazy commit (one that did not wait for the WAL flush) just made on this
+    /// connection, for the next flush to check ([`Conn::flush_covers`]).
+    pub(super) fn committed_lazily(&self) {
+        self.unflushed.lock().add(&self.server);
+    }
+
+    /// Runs `flush`, a commit that waits for the WAL flush, and checks that it covers the
+    /// lazy commits made before it: they went to the server it committed on. If they did not
+    /// (a failover or a restart came between), they may be lost: an error, reported by this
+    /// flush only. A flush that fails leaves them for the next one.
+    pub(super) fn flush_covers<T>(
+        &mut self,
+        flush: impl FnOnce(&mut Conn) -> TxResult<T>,
+    ) -> TxResult<T> {
+        let before = std::mem::take(&mut *self.unflushed.lock());
+        match flush(self) {
+            Ok(v) => match before.server {
+                Some(s) if before.mixed || s != self.server => {
+                    Err(TxError::Meta(Error::Engine(format!(
+                        "changes not yet flushed may be lost: they were committed on {s}, and \
+                         the database now answers from {} (a failover or a restart came \
+                         between)",
+                        self.server
+                    ))))
+                }
+                _ => Ok(v),
+            },
+            Err(e) => {
+                self.unflushed.lock().merge(before);
+                Err(e)
+            }
+        }
+    }
+
+    /// Whether something other than preparing a statement was sent since it was lent.
+    pub(super) fn sent(&self) -> bool {
+        self.sent
+    }
+
+    /// Notes the outcome of an exchange: an error that ended the connection marks it lost.
+    fn note<T>(&mut self, r: std::result::Result<T, PgError>) -> std::result::Result<T, PgError> {
+        if let Err(e) = &r {
+            if ends_connection(e) {
+                self.lost = true;
+            }
+        }
+        r
     }
 
     /// The statement `sql`, prepared on this connection (a round trip the first time).
@@ -156,7 +274,8 @@ impl Conn {
         }
         self.stats.round_trip();
         let Conn { client, io, rt, .. } = self;
-        let s = drive(rt, io, client.prepare(sql))?;
+        let r = drive(rt, io, client.prepare(sql));
+        let s = self.note(r)?;
         self.stmts.insert(sql, s.clone());
         Ok(s)
     }
@@ -171,6 +290,7 @@ impl Conn {
         steps: &[Step<'_>],
     ) -> Vec<std::result::Result<Answer, PgError>> {
         self.stats.round_trip();
+        self.sent = true;
         let Conn { client, io, rt, .. } = self;
         let client = &*client;
         type Fut<'f> = Pin<Box<dyn Future<Output = std::result::Result<Answer, PgError>> + 'f>>;
@@ -224,10 +344,15 @@ impl Conn {
                 }
             }),
         );
-        out.into_iter()
+        let out: Vec<_> = out
+            .into_iter()
             .take(sent)
             .map(|o| o.expect("every step sent is answered"))
-            .collect()
+            .collect();
+        if out.iter().any(|r| r.as_ref().is_err_and(ends_connection)) {
+            self.lost = true;
+        }
+        out
     }
 
     /// One step alone (one round trip).
@@ -262,17 +387,22 @@ impl Conn {
     ) -> TxResult<()> {
         let s = self.stmt(sql)?;
         self.stats.round_trip();
+        self.sent = true;
+        let mut ended = false;
         let Conn { client, io, rt, .. } = self;
         let client = &*client;
-        drive(rt, io, async move {
+        let mut mark = |e: &PgError| ended |= ends_connection(e);
+        let r = drive(rt, io, async {
             let params: Vec<P<'_>> = p.iter().map(|q| q as P<'_>).collect();
-            let rows = client.query_raw(&s, params).await?;
+            let rows = client.query_raw(&s, params).await.inspect_err(&mut mark)?;
             let mut rows = std::pin::pin!(rows);
             while let Some(r) = rows.next().await {
-                f(&r?)?;
+                f(&r.inspect_err(&mut mark)?)?;
             }
             Ok(())
-        })
+        });
+        self.lost |= ended;
+        r
     }
 
     /// Statements of the simple protocol in one message (one round trip), without results.
@@ -298,8 +428,10 @@ impl Conn {
         p: &[P<'_>],
     ) -> std::result::Result<Vec<Row>, PgError> {
         self.stats.round_trip();
+        self.sent = true;
         let Conn { client, io, rt, .. } = self;
-        drive(rt, io, client.query(sql, p))
+        let r = drive(rt, io, client.query(sql, p));
+        self.note(r)
     }
 }
 
@@ -349,6 +481,8 @@ pub(super) struct Pool {
     /// What its connections did (the engine's figures).
     pub(super) stats: Arc<TxStats>,
     pub(super) state: Mutex<PoolState>,
+    /// Lazy commits not yet covered by a flush (see [`Unflushed`]).
+    unflushed: Arc<Mutex<Unflushed>>,
     returned: Condvar,
     /// Connections kept at most.
     max: usize,
@@ -398,12 +532,23 @@ impl Pool {
         let mut config = tokio_postgres::Config::new();
         config
             .user(&u.user)
-            .host(&u.host)
-            .port(u.port)
             .dbname(&u.dbname)
             .application_name("unkai")
             .ssl_mode(tls.mode)
-            .connect_timeout(Duration::from_secs(u.connect_timeout.unwrap_or(30)));
+            .connect_timeout(Duration::from_secs(u.connect_timeout.unwrap_or(30)))
+            // A server that vanished without closing (a host down, a network cut) fails the
+            // exchange within seconds instead of the system's minutes: the connection is then
+            // dropped and the next one goes to whichever server is primary.
+            .tcp_user_timeout(SILENT_PEER)
+            .keepalives_idle(SILENT_PEER)
+            .target_session_attrs(match u.target_session_attrs.as_deref() {
+                Some("read-write") => TargetSessionAttrs::ReadWrite,
+                _ => TargetSessionAttrs::Any,
+            });
+        // Tried in order (each with its own connect_timeout).
+        for (host, port) in u.hosts() {
+            config.host(host).port(port);
+        }
         if let Some(pw) = u.resolve_password() {
             config.password(pw.expose());
         }
@@ -413,6 +558,7 @@ impl Pool {
             url: u.to_string(),
             stats: Arc::new(TxStats::default()),
             state: Mutex::new(PoolState::new()),
+            unflushed: Arc::default(),
             returned: Condvar::new(),
             max: u.pool_max.unwrap_or(POOL_SIZE),
             idle_close: u.pool_idle.map_or(IDLE_CLOSE, Duration::from_secs),
@@ -428,14 +574,37 @@ impl Pool {
             .build()
             .expect("a runtime for a PostgreSQL connection");
         let (client, connection) = rt.block_on(self.config.connect(self.tls.connector.clone()))?;
+        let mut io: Option<Io> = Some(Box::pin(connection));
+        // Which server and which run of it: a standby promoted, or the server restarted,
+        // is another (see `Unflushed`).
+        self.stats.round_trip();
+        let server = drive(
+            &rt,
+            &mut io,
+            client.simple_query(
+                "SELECT coalesce(host(inet_server_addr()), 'local') || ':' || \
+                 coalesce(inet_server_port(), 0) || ' started ' || pg_postmaster_start_time()",
+            ),
+        )?
+        .into_iter()
+        .find_map(|m| match m {
+            SimpleQueryMessage::Row(r) => r.get(0).map(Arc::<str>::from),
+            _ => None,
+        })
+        .unwrap_or_else(|| Arc::from("?"));
         Ok(Conn {
             client,
-            io: Some(Box::pin(connection)),
+            io,
             rt,
             stats: self.stats.clone(),
+            server,
+            unflushed: self.unflushed.clone(),
             stmts: HashMap::new(),
             prelocked: HashMap::new(),
             no_default_acl: HashSet::new(),
+            lost: false,
+            sent: false,
+            commit_sent: false,
         })
     }
 
@@ -453,11 +622,14 @@ impl Pool {
         let mut st = self.state.lock();
         st.close_idle(self.idle_close);
         loop {
-            if let Some((c, _)) = st.idle.pop() {
-                if c.is_closed() {
+            if let Some((mut c, _)) = st.idle.pop() {
+                // One that died while idle (its server shut down, failed over) is dropped.
+                if !c.alive() {
                     st.total -= 1;
                     continue;
                 }
+                c.sent = false;
+                c.commit_sent = false;
                 return Ok(Lent {
                     pool: self,
                     conn: Some(c),

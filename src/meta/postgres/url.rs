@@ -1,5 +1,8 @@
 //! Where a PostgreSQL volume lives: the parts of a `postgres://` URL (libpq's meaning), and the
-//! password, which no message ever shows.
+//! password, which no message ever shows. A URL may name several servers
+//! (`postgres://user@h1:5432,h2:5432/db?target_session_attrs=read-write`, as libpq): they are
+//! tried in order, and with `read-write` only a primary is taken, so a client follows a
+//! failover to a promoted standby.
 //!
 //! Not for: telling engines' URLs apart (`meta::url`), connecting (`pool`).
 
@@ -34,9 +37,15 @@ pub struct PgUrl {
     pub user: String,
     /// The password written in the URL itself, if any.
     pub password: Option<Secret>,
-    /// A host name, an IP address, or (starting with `/`) a directory of Unix sockets.
+    /// A host name, an IP address, or (starting with `/`) a directory of Unix sockets: the
+    /// first server named.
     pub host: String,
     pub port: u16,
+    /// The other servers named (`h1:p1,h2:p2,...`), tried in order after the first.
+    pub more_hosts: Vec<(String, u16)>,
+    /// libpq's `target_session_attrs`: `any` (the default) or `read-write` (only a server that
+    /// accepts writes, i.e. the primary, is taken).
+    pub target_session_attrs: Option<String>,
     pub dbname: String,
     /// libpq's `disable`, `allow`, `prefer` (the default), `require`, `verify-ca` or
     /// `verify-full` (see `postgres_tls`).
@@ -72,15 +81,24 @@ impl std::fmt::Display for PgUrl {
             f.write_str(":***")?;
         }
         let mut params = vec![format!("sslmode={}", self.sslmode)];
+        let show = |h: &str| match h.contains(':') {
+            true => format!("[{h}]"),
+            false => h.to_string(),
+        };
         let host = if self.host.starts_with('/') {
             params.push(format!("host={}", enc(&self.host)));
             String::new()
-        } else if self.host.contains(':') {
-            format!("[{}]", self.host)
         } else {
-            self.host.clone()
+            show(&self.host)
         };
-        write!(f, "@{host}:{}/{}", self.port, enc(&self.dbname))?;
+        write!(f, "@{host}:{}", self.port)?;
+        for (h, p) in &self.more_hosts {
+            write!(f, ",{}:{p}", show(h))?;
+        }
+        write!(f, "/{}", enc(&self.dbname))?;
+        if let Some(t) = &self.target_session_attrs {
+            params.push(format!("target_session_attrs={t}"));
+        }
         if let Some(p) = &self.passfile {
             params.push(format!("passfile={}", enc(&p.display().to_string())));
         }
@@ -111,6 +129,27 @@ impl PgUrl {
         let (scheme, rest) = s.split_once("://").unwrap_or(("", s));
         let auth_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
         let (auth, tail) = rest.split_at(auth_end);
+        // `h1:p1,h2:p2`: `url` takes the first; the others are parsed here.
+        let at = auth.rfind('@').map_or(0, |i| i + 1);
+        let (auth, more_hosts) = match auth[at..].split_once(',') {
+            Some((first, others)) => (
+                format!("{}{first}", &auth[..at]),
+                others
+                    .split(',')
+                    .map(host_port)
+                    .collect::<std::result::Result<Vec<_>, _>>()?,
+            ),
+            None => (auth.to_string(), Vec::new()),
+        };
+        let auth = auth.as_str();
+        let unlisted;
+        let s = match more_hosts.is_empty() {
+            true => s,
+            false => {
+                unlisted = format!("{scheme}://{auth}{tail}");
+                &unlisted
+            }
+        };
         let hostless = auth.is_empty() || auth.ends_with('@') || auth.contains("@:");
         let patched;
         let s = if hostless {
@@ -159,6 +198,7 @@ impl PgUrl {
         let mut connect_timeout = None;
         let mut pool_max = None;
         let mut pool_idle = None;
+        let mut target_session_attrs = None;
         for (k, v) in u.query_pairs() {
             match &*k {
                 "sslmode" => match &*v {
@@ -173,6 +213,15 @@ impl PgUrl {
                     }
                 },
                 "passfile" => passfile = Some(PathBuf::from(&*v)),
+                "target_session_attrs" => match &*v {
+                    "any" | "read-write" => target_session_attrs = Some(v.into_owned()),
+                    other => {
+                        return Err(format!(
+                            "unknown target_session_attrs '{other}' (any, or read-write to \
+                             take only the primary of several hosts)"
+                        ));
+                    }
+                },
                 "sslrootcert" if !v.is_empty() => sslrootcert = Some(v.into_owned()),
                 "sslcert" if !v.is_empty() => sslcert = Some(PathBuf::from(&*v)),
                 "sslkey" if !v.is_empty() => sslkey = Some(PathBuf::from(&*v)),
@@ -203,13 +252,21 @@ impl PgUrl {
                 other => {
                     return Err(format!(
                         "unknown parameter '{other}' (sslmode, sslrootcert, sslcert, sslkey, \
-                         passfile, host, connect_timeout, pool_max, pool_idle)"
+                         passfile, host, connect_timeout, pool_max, pool_idle, \
+                         target_session_attrs)"
                     ));
                 }
             }
         }
         if host.is_empty() {
             return Err("no host (postgres://user@HOST/db, or ?host=/socket/dir)".into());
+        }
+        if !more_hosts.is_empty() && host.starts_with('/') {
+            return Err(
+                "a socket directory (?host=/dir) and a list of hosts (h1,h2) cannot be mixed; \
+                 name the servers in the list only"
+                    .into(),
+            );
         }
         // As libpq 16: the system's roots make verify-full the default, and the only mode.
         let sslmode = match (sslmode, sslrootcert.as_deref()) {
@@ -232,6 +289,8 @@ impl PgUrl {
             password,
             host,
             port,
+            more_hosts,
+            target_session_attrs,
             dbname,
             sslmode,
             sslrootcert,
@@ -260,15 +319,27 @@ impl PgUrl {
         self.passfile_entry(&file)
     }
 
+    /// Every server named, in order: (host, port).
+    pub fn hosts(&self) -> impl Iterator<Item = (&str, u16)> {
+        std::iter::once((self.host.as_str(), self.port))
+            .chain(self.more_hosts.iter().map(|(h, p)| (h.as_str(), *p)))
+    }
+
     /// The first matching line of a libpq password file (`host:port:db:user:password`, `*`
-    /// matching anything, `\:` and `\\` escaped).
+    /// matching anything, `\:` and `\\` escaped), for the first server named that has one
+    /// (all servers are sent the same password).
     pub(crate) fn passfile_entry(&self, file: &Path) -> Option<Secret> {
         let text = std::fs::read_to_string(file).ok()?;
-        let port = self.port.to_string();
-        let host = if self.host.starts_with('/') {
+        self.hosts()
+            .find_map(|(host, port)| self.passfile_line(&text, host, port))
+    }
+
+    fn passfile_line(&self, text: &str, host: &str, port: u16) -> Option<Secret> {
+        let port = port.to_string();
+        let host = if host.starts_with('/') {
             "localhost"
         } else {
-            &self.host
+            host
         };
         for line in text.lines() {
             if line.trim().is_empty() || line.starts_with('#') {
@@ -288,7 +359,7 @@ impl PgUrl {
             if fields.len() != 5 {
                 continue;
             }
-            let want = [host, &port, &self.dbname, &self.user];
+            let want = [host, port.as_str(), &self.dbname, &self.user];
             if fields[..4]
                 .iter()
                 .zip(want)
@@ -299,4 +370,38 @@ impl PgUrl {
         }
         None
     }
+}
+
+/// One more server of a list: `host`, `host:port`, `[v6]` or `[v6]:port` (port 5432 if none).
+fn host_port(item: &str) -> std::result::Result<(String, u16), String> {
+    let bad = || {
+        format!(
+            "'{item}' in the list of hosts is not HOST[:PORT] (postgres://user@h1:5432,h2:5432/db)"
+        )
+    };
+    let (host, port) = match item.strip_prefix('[') {
+        Some(v6) => {
+            let (h, rest) = v6.split_once(']').ok_or_else(bad)?;
+            match rest {
+                "" => (h, None),
+                r => (h, Some(r.strip_prefix(':').ok_or_else(bad)?)),
+            }
+        }
+        None => match item.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (item, None),
+        },
+    };
+    let host = percent_decode_str(host)
+        .decode_utf8()
+        .map_err(|_| bad())?
+        .into_owned();
+    if host.is_empty() || host.contains(['/', '@']) {
+        return Err(bad());
+    }
+    let port = match port {
+        None => 5432,
+        Some(p) => p.parse().ok().filter(|p| *p > 0).ok_or_else(bad)?,
+    };
+    Ok((host, port))
 }
