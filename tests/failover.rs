@@ -279,6 +279,15 @@ fn mounts_go_on_after_a_failover_and_lose_nothing_fsynced() {
         .collect();
     eprintln!("operations that failed around the failover (EIO expected): {failed:?}");
 
+    // What the mounts said of it (both log to one file).
+    for l in a
+        .log_text()
+        .lines()
+        .filter(|l| l.contains("lost") || l.contains("listening") || l.contains("heartbeat"))
+    {
+        eprintln!("mount log: {l}");
+    }
+
     // Every file, through both mounts (each reads the other's too).
     let acked = check_files(&a, &logs, &mut problems);
     check_files(&b, &logs, &mut problems);
