@@ -279,9 +279,11 @@ fn mounts_go_on_after_a_failover_and_lose_nothing_fsynced() {
         .collect();
     eprintln!("operations that failed around the failover (EIO expected): {failed:?}");
 
-    // What the mounts said of it (both log to one file).
-    for l in a
-        .log_text()
+    // What the mounts said of it (both log to one file), never showing the password.
+    let log = a.log_text();
+    let (_, password) = postgres::split_password(&vol.meta_url);
+    assert!(!log.contains(&password), "the password is in the mount log");
+    for l in log
         .lines()
         .filter(|l| l.contains("lost") || l.contains("listening") || l.contains("heartbeat"))
     {

@@ -761,6 +761,8 @@ impl Engine for Postgres {
 
     fn unwatch(&self) {
         self.watch.stop();
+        // The session ends (unmount): its last flush only logs what it cannot vouch for.
+        self.pool.closing();
     }
 
     fn publish(&self, f: impl FnOnce() -> Vec<Change>) {

@@ -152,6 +152,9 @@ pub(super) struct Unflushed {
     server: Option<Arc<str>>,
     /// Whether they went to more than one server.
     mixed: bool,
+    /// Whether a flush that cannot vouch for them only says so in the log: the client is
+    /// ending its session, and no application waits for the answer ([`Pool::closing`]).
+    quiet: bool,
 }
 
 impl Unflushed {
@@ -232,16 +235,34 @@ impl Conn {
         &mut self,
         flush: impl FnOnce(&mut Conn) -> TxResult<T>,
     ) -> TxResult<T> {
-        let before = std::mem::take(&mut *self.unflushed.lock());
+        let (before, quiet) = {
+            let mut u = self.unflushed.lock();
+            let quiet = u.quiet;
+            (
+                std::mem::replace(
+                    &mut *u,
+                    Unflushed {
+                        quiet,
+                        ..Unflushed::default()
+                    },
+                ),
+                quiet,
+            )
+        };
         match flush(self) {
             Ok(v) => match before.server {
                 Some(s) if before.mixed || s != self.server => {
-                    Err(TxError::Meta(Error::Engine(format!(
+                    let why = format!(
                         "changes not yet flushed may be lost: they were committed on {s}, and \
                          the database now answers from {} (a failover or a restart came \
                          between)",
                         self.server
-                    ))))
+                    );
+                    if quiet {
+                        tracing::warn!("{why}");
+                        return Ok(v);
+                    }
+                    Err(TxError::Meta(Error::Engine(why)))
                 }
                 _ => Ok(v),
             },
@@ -563,6 +584,13 @@ impl Pool {
             max: u.pool_max.unwrap_or(POOL_SIZE),
             idle_close: u.pool_idle.map_or(IDLE_CLOSE, Duration::from_secs),
         })
+    }
+
+    /// The client is ending its session: a flush that cannot vouch for earlier lazy commits
+    /// (see [`Unflushed`]) says so in the log instead of failing, since no application waits
+    /// for its answer (the unmount goes on).
+    pub(super) fn closing(&self) {
+        self.unflushed.lock().quiet = true;
     }
 
     /// A new connection (not counted in the pool).
