@@ -258,6 +258,12 @@ pub trait Engine: Send + Sync + 'static {
         self.write(lock, rename_lock, f)
     }
 
+    /// As [`Engine::write_grouped`], for `f` that makes one statement, atomic on its own: an
+    /// engine may run it outside an explicit transaction, in one round trip (PostgreSQL).
+    fn single_grouped<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        self.write_grouped(&[], false, f)
+    }
+
     /// Lets [`Engine::write_grouped`] group changes (only while this client has the volume
     /// to itself), or stops it.
     fn group_writes(&self, on: bool) {
@@ -475,6 +481,9 @@ fn ino(i: Ino) -> Val<'static> {
 /// engine translates (SQLite: `?N`, tables without the prefix, `open_file`). An engine
 /// overrides a method where it can do the same in fewer round trips, or must say it
 /// differently; an engine that is not SQL would override them all.
+/// A directory, its parent and entries, as [`Txn::read_dir`] reads them.
+pub type ReadDir = (Attr, Option<Attr>, Vec<DirEntry>);
+
 pub trait Txn {
     /// Runs a statement; returns the rows it changed.
     fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64>;
@@ -553,6 +562,17 @@ pub trait Txn {
             self.update_node(&a)?;
         }
         Ok(a)
+    }
+    /// [`Txn::set_attr`] (a chmod), and then the inode's access ACL as it stands under the
+    /// lock the change took (for the chmod to rewrite it).
+    fn set_attr_with_acl(
+        &mut self,
+        ino: Ino,
+        set: &super::SetAttr,
+        now: Nanos,
+    ) -> TxResult<(Attr, Option<Vec<u8>>)> {
+        let a = self.set_attr(ino, set, now)?;
+        Ok((a, self.xattr(ino, super::acl::ACCESS)?))
     }
     /// Deletes an inode's rows (node, symlink target, xattrs, chunks); returns the records of
     /// its chunks, whose slices the caller releases.
@@ -951,6 +971,30 @@ pub trait Txn {
             })?;
         }
         Ok(out)
+    }
+    /// What readdir lists: the directory's attributes (ENOTDIR if it is none), its parent's
+    /// if `parent`, and its entries as [`Txn::list_entries`] gives them (none if `limit` is 0).
+    fn read_dir(
+        &mut self,
+        dir: Ino,
+        parent: bool,
+        after: i64,
+        limit: i64,
+        plus: bool,
+    ) -> TxResult<ReadDir> {
+        let d = self.get_node(dir)?;
+        if d.kind != Kind::Dir {
+            return fail(libc::ENOTDIR);
+        }
+        let p = match parent {
+            true => Some(self.get_node(d.parent.max(super::ROOT_INO))?),
+            false => None,
+        };
+        let list = match limit > 0 {
+            true => self.list_entries(dir, after, limit, plus)?,
+            false => Vec::new(),
+        };
+        Ok((d, p, list))
     }
     /// Removes the entry `name` of `parent` (fsck).
     fn remove_edge_named(&mut self, parent: Ino, name: &[u8]) -> TxResult<()> {

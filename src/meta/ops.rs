@@ -1418,13 +1418,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
         let now = now_nanos();
         let e = self.epoch();
         // No inode to lock first: the UPDATE of `set_attr` locks its row itself (and a
-        // chmod's ACL is rewritten under that lock), so on PostgreSQL BEGIN and the UPDATE go
-        // in one round trip, COMMIT in a second.
+        // chmod's ACL is read and rewritten under that lock). On PostgreSQL a chmod is then two
+        // round trips (BEGIN, the UPDATE and the ACL's read in one; the ACL's rewrite with
+        // COMMIT), anything else one statement on its own.
         let res = if set.mode.is_some() {
             // chmod rewrites the access ACL's owner, mask and other entries.
             self.engine.write_grouped(&[], false, |tx| {
-                let a = tx.set_attr(ino, set, now)?;
-                if let Some(b) = tx.xattr(ino, acl::ACCESS)? {
+                let (a, access) = tx.set_attr_with_acl(ino, set, now)?;
+                if let Some(b) = access {
                     let mut acl = Self::stored_acl(ino, &b)?;
                     acl.chmod(a.mode);
                     tx.put_xattr(ino, acl::ACCESS, &acl.to_xattr())?;
@@ -1432,8 +1433,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
                 Ok(a)
             })
         } else {
-            self.engine
-                .write_grouped(&[], false, |tx| tx.set_attr(ino, set, now))
+            self.engine.single_grouped(|tx| tx.set_attr(ino, set, now))
         };
         res.inspect(|a| {
             // A chmod may rewrite the access ACL: the xattrs known go.
@@ -1711,46 +1711,40 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn readdir(&self, ino: Ino, cookie: u64, limit: usize, plus: bool) -> Result<Vec<DirEntry>> {
-        self.engine.snapshot(|tx| {
-            let dir = tx.get_node(ino)?;
-            if dir.kind != Kind::Dir {
-                return fail(libc::ENOTDIR);
-            }
-            let mut out = Vec::new();
-            if cookie < 1 && out.len() < limit {
-                out.push(DirEntry {
-                    name: b".".to_vec(),
-                    ino,
-                    kind: Kind::Dir,
-                    cookie: 1,
-                    attr: plus.then(|| dir.clone()),
-                });
-            }
-            if cookie < 2 && out.len() < limit {
-                let pino = dir.parent.max(ROOT_INO);
-                let pattr = if plus { Some(tx.get_node(pino)?) } else { None };
-                out.push(DirEntry {
-                    name: b"..".to_vec(),
-                    ino: pino,
-                    kind: Kind::Dir,
-                    cookie: 2,
-                    attr: pattr,
-                });
-            }
-            let want = limit.saturating_sub(out.len()) as i64;
-            if want > 0 {
-                let after = cookie.saturating_sub(2) as i64;
-                let listed = tx.list_entries(ino, after, want, plus)?;
-                // The trash is reached by its name, never listed: `find`, `du` and `rm -rf`
-                // of the root pass it by.
-                out.extend(
-                    listed
-                        .into_iter()
-                        .filter(|e| ino != ROOT_INO || e.name != trash::TRASH_NAME),
-                );
-            }
-            Ok(out)
-        })
+        let dot = cookie < 1 && limit > 0;
+        let dotdot = cookie < 2 && limit > usize::from(dot);
+        let want = limit - usize::from(dot) - usize::from(dotdot);
+        let after = cookie.saturating_sub(2) as i64;
+        let (dir, pattr, listed) = self
+            .engine
+            .snapshot(|tx| tx.read_dir(ino, plus && dotdot, after, want as i64, plus))?;
+        let mut out = Vec::new();
+        if dot {
+            out.push(DirEntry {
+                name: b".".to_vec(),
+                ino,
+                kind: Kind::Dir,
+                cookie: 1,
+                attr: plus.then(|| dir.clone()),
+            });
+        }
+        if dotdot {
+            out.push(DirEntry {
+                name: b"..".to_vec(),
+                ino: dir.parent.max(ROOT_INO),
+                kind: Kind::Dir,
+                cookie: 2,
+                attr: pattr,
+            });
+        }
+        // The trash is reached by its name, never listed: `find`, `du` and `rm -rf` of the
+        // root pass it by.
+        out.extend(
+            listed
+                .into_iter()
+                .filter(|e| ino != ROOT_INO || e.name != trash::TRASH_NAME),
+        );
+        Ok(out)
     }
 
     fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {

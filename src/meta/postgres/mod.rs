@@ -40,8 +40,8 @@ use self::pool::{Answer, Conn, P, PgError, Pool, Step, connect_creating, pg_err}
 use self::url::PgUrl;
 use self::watch::Watch;
 use super::engine::{
-    Cell, Engine, SqlRow, TxError, TxKind, TxResult, TxStats, Txn, UPDATE_NODE, Val, attr_from,
-    corrupt, decode_chunk, fail, node_cols, node_vals,
+    Cell, Engine, ReadDir, SqlRow, TxError, TxKind, TxResult, TxStats, Txn, UPDATE_NODE, Val,
+    attr_from, corrupt, decode_chunk, fail, node_cols, node_vals,
 };
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
@@ -102,6 +102,9 @@ const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unka
                       unkai_chunk, unkai_slice_ref, unkai_dead_slice, unkai_xattr, \
                       unkai_session, unkai_sustained, unkai_plock, unkai_open, \
                       unkai_reserved, unkai_quota";
+
+/// What begins a read snapshot.
+const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// Longest pause between two attempts of a transaction that lost a conflict.
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
@@ -304,6 +307,8 @@ struct Db<'a> {
     shared: &'a Shared,
     /// Statements run alone (`single`, `read`), not in a transaction of ours.
     lone: bool,
+    /// A snapshot's BEGIN, held, was dropped: its one statement needs none (no COMMIT then).
+    unbegun: bool,
     used: i64,
     inodes: i64,
     held: Vec<Held>,
@@ -314,6 +319,7 @@ fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
         c,
         shared,
         lone,
+        unbegun: false,
         used: 0,
         inodes: 0,
         held: Vec::new(),
@@ -343,8 +349,13 @@ impl Db<'_> {
 
     /// Sends what is held and then `last` (if any), in one round trip; the answer to `last`.
     fn send(&mut self, last: Option<Step<'_>>) -> TxResult<Option<Answer>> {
-        if self.held.is_empty() && last.is_none() {
-            return Ok(None);
+        Ok(self.send_all(last.into_iter().collect())?.pop())
+    }
+
+    /// Sends what is held and then `last`, in one round trip; the answers to `last`, in order.
+    fn send_all(&mut self, last: Vec<Step<'_>>) -> TxResult<Vec<Answer>> {
+        if self.held.is_empty() && last.is_empty() {
+            return Ok(Vec::new());
         }
         let held = std::mem::take(&mut self.held);
         let params: Vec<Vec<P<'_>>> = held
@@ -362,7 +373,7 @@ impl Db<'_> {
                 Held::Stmt { stmt, .. } => Step::Rows(stmt, p),
             })
             .collect();
-        let wants = last.is_some();
+        let wants = last.len();
         steps.extend(last);
         let mut answers = self.c.pipeline(&steps).into_iter();
         for h in &held {
@@ -371,10 +382,14 @@ impl Db<'_> {
                 return Err(step_err(e, name));
             }
         }
-        match (wants, answers.next()) {
-            (true, Some(a)) => Ok(Some(a?)),
-            _ => Ok(None),
+        let got = answers.collect::<std::result::Result<Vec<_>, _>>()?;
+        if got.len() != wants {
+            return Err(corrupt(format!(
+                "{wants} answers expected, {} sent",
+                got.len()
+            )));
         }
+        Ok(got)
     }
 
     fn query(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Vec<Row>> {
@@ -642,6 +657,12 @@ impl Engine for Postgres {
         self.transact(lock, rename_lock, true, f)
     }
 
+    /// A lone statement is atomic on its own: no transaction to open; the statement makes
+    /// itself a transaction whose commit does not wait for the WAL ([`Db::lazily`]).
+    fn single_grouped<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
+        self.single(f)
+    }
+
     /// A lone statement is atomic on its own: no transaction to open.
     fn single<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         // It may write: timed as a write.
@@ -669,9 +690,7 @@ impl Engine for Postgres {
         let _timed = self.pool.stats.begin(TxKind::Read);
         self.on_conn(|c| {
             let mut tx = db(c, &self.shared, true);
-            tx.held.push(Held::Simple(
-                "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".into(),
-            ));
+            tx.held.push(Held::Simple(SNAPSHOT.into()));
             let r = f(&mut tx).and_then(|v| {
                 // (Reads hold nothing back; BEGIN alone need not be sent.)
                 if tx.held.len() > 1 {
@@ -680,7 +699,7 @@ impl Engine for Postgres {
                 Ok(v)
             });
             // Begun if BEGIN went with a statement.
-            let end = match tx.held.is_empty() {
+            let end = match tx.held.is_empty() && !tx.unbegun {
                 true => c.batch("COMMIT"),
                 false => Ok(()),
             };
@@ -720,6 +739,35 @@ impl Engine for Postgres {
 /// Columns of a row the first statement of a write locks: [`node_cols!`] and whether the
 /// inode has a default ACL.
 const PRELOCK_COLUMNS: usize = 15;
+
+/// The one statement of [`Txn::set_attr`] and its parameters: the attributes `set` names,
+/// ctime now, and nothing if the inode's flags forbid the change (no row returned).
+fn set_attr_sql(ino: Ino, set: &SetAttr, now: Nanos) -> (&'static str, [Option<i64>; 8]) {
+    let time = |t: Option<SetTime>| {
+        t.map(|t| match t {
+            SetTime::Now => now,
+            SetTime::At(n) => n,
+        })
+    };
+    let sql = concat!(
+        "UPDATE unkai_node n SET mode = coalesce($2, n.mode),
+           uid = coalesce($3, n.uid), gid = coalesce($4, n.gid),
+           atime = coalesce($5, n.atime), mtime = coalesce($6, n.mtime), ctime = $7
+         WHERE n.ino = $1 AND n.flags & $8 = 0 RETURNING ",
+        node_cols!()
+    );
+    let p = [
+        Some(ino as i64),
+        set.mode.map(|m| (m & 0o7777) as i64),
+        set.uid.map(|u| u as i64),
+        set.gid.map(|g| g as i64),
+        time(set.atime),
+        time(set.mtime),
+        Some(now),
+        Some(set.blocked_by() as i64),
+    ];
+    (sql, p)
+}
 
 fn row_attr(r: &Row, base: usize) -> TxResult<Attr> {
     Ok(attr_from(|i| r.try_get::<_, i64>(base + i))?)
@@ -941,6 +989,73 @@ impl Txn for Db<'_> {
         Ok(dead)
     }
 
+    /// One statement, a snapshot on its own: a snapshot's BEGIN, if held, is not sent.
+    fn read_dir(
+        &mut self,
+        dir: Ino,
+        parent: bool,
+        after: i64,
+        limit: i64,
+        plus: bool,
+    ) -> TxResult<ReadDir> {
+        if let [Held::Simple(q)] = self.held.as_slice() {
+            if q.starts_with(SNAPSHOT) {
+                self.held.clear();
+                self.unbegun = true;
+            }
+        }
+        // Rows: (0) the directory, (1) its parent, (2) its entries, each with the entry's id,
+        // name, inode and kind, then its node's columns (null for an entry without one).
+        let sql = concat!(
+            "SELECT 0, 0::BIGINT, ''::BYTEA, n.ino, n.kind, ",
+            node_cols!(),
+            " FROM unkai_node n WHERE n.ino = $1
+             UNION ALL
+             SELECT 1, 0, ''::BYTEA, n.ino, n.kind, ",
+            node_cols!(),
+            " FROM unkai_node n WHERE $4 AND n.ino =
+                 (SELECT greatest(d.parent, 1) FROM unkai_node d WHERE d.ino = $1)
+             UNION ALL
+             (SELECT 2, e.id, e.name, e.ino, e.kind, ",
+            node_cols!(),
+            " FROM unkai_edge e LEFT JOIN unkai_node n ON n.ino = e.ino
+              WHERE e.parent = $1 AND e.id > $2 ORDER BY e.id LIMIT $3)"
+        );
+        let rows = self.query(sql, &[&(dir as i64), &after, &limit, &parent])?;
+        let (mut d, mut p, mut list) = (None, None, Vec::new());
+        for r in &rows {
+            match r.try_get::<_, i32>(0)? {
+                0 => d = Some(row_attr(r, 5)?),
+                1 => p = Some(row_attr(r, 5)?),
+                _ => {
+                    let attr = match r.try_get::<_, Option<i64>>(5)? {
+                        Some(_) => Some(row_attr(r, 5)?),
+                        None if plus => continue,
+                        None => None,
+                    };
+                    list.push(DirEntry {
+                        name: r.try_get(2)?,
+                        ino: r.try_get::<_, i64>(3)? as u64,
+                        kind: Kind::from_u8(r.try_get::<_, i64>(4)? as u8).unwrap_or(Kind::File),
+                        cookie: r.try_get::<_, i64>(1)? as u64 + 2,
+                        attr: attr.filter(|_| plus),
+                    });
+                }
+            }
+        }
+        let Some(d) = d else {
+            return fail(libc::ENOENT);
+        };
+        if d.kind != Kind::Dir {
+            return fail(libc::ENOTDIR);
+        }
+        if parent && p.is_none() {
+            return fail(libc::ENOENT);
+        }
+        list.sort_by_key(|e| e.cookie);
+        Ok((d, p, list))
+    }
+
     /// Held back: sent with the next statement or COMMIT.
     fn update_node(&mut self, a: &Attr) -> TxResult<()> {
         self.hold(UPDATE_NODE, node_vals(a).iter().map(arg).collect(), false)
@@ -989,37 +1104,11 @@ impl Txn for Db<'_> {
 
     /// One statement: atomic on its own.
     fn set_attr(&mut self, ino: Ino, set: &SetAttr, now: Nanos) -> TxResult<Attr> {
-        let time = |t: Option<SetTime>| {
-            t.map(|t| match t {
-                SetTime::Now => now,
-                SetTime::At(n) => n,
-            })
-        };
-        let (mode, uid, gid) = (
-            set.mode.map(|m| (m & 0o7777) as i64),
-            set.uid.map(|u| u as i64),
-            set.gid.map(|g| g as i64),
-        );
-        let (atime, mtime) = (time(set.atime), time(set.mtime));
-        let sql = concat!(
-            "UPDATE unkai_node n SET mode = coalesce($2, n.mode),
-               uid = coalesce($3, n.uid), gid = coalesce($4, n.gid),
-               atime = coalesce($5, n.atime), mtime = coalesce($6, n.mtime), ctime = $7
-             WHERE n.ino = $1 AND n.flags & $8 = 0 RETURNING ",
-            node_cols!()
-        );
-        let blocked = set.blocked_by() as i64;
-        let p: [P<'_>; 8] = [
-            &(ino as i64),
-            &mode,
-            &uid,
-            &gid,
-            &atime,
-            &mtime,
-            &now,
-            &blocked,
-        ];
-        match self.query_opt(sql, &p)? {
+        let (sql, p) = set_attr_sql(ino, set, now);
+        let p: Vec<P<'_>> = p.iter().map(|v| v as P<'_>).collect();
+        // Alone (not in a transaction of ours), a transaction of its own that need not wait
+        // for the WAL: one round trip.
+        match self.lazily(sql, &p)?.into_iter().next() {
             Some(r) => row_attr(&r, 0),
             // Gone, or its flags forbid the change.
             None => {
@@ -1027,6 +1116,41 @@ impl Txn for Db<'_> {
                 fail(libc::EPERM)
             }
         }
+    }
+
+    /// The UPDATE and the ACL's read in one round trip (with BEGIN, if held): the read, a
+    /// statement after the UPDATE's row lock, sees the latest ACL committed.
+    fn set_attr_with_acl(
+        &mut self,
+        ino: Ino,
+        set: &SetAttr,
+        now: Nanos,
+    ) -> TxResult<(Attr, Option<Vec<u8>>)> {
+        if self.lone {
+            return Err(corrupt("a chmod outside a transaction".into()));
+        }
+        let (sql, p) = set_attr_sql(ino, set, now);
+        let pv: Vec<P<'_>> = p.iter().map(|v| v as P<'_>).collect();
+        let update = self.c.stmt(sql)?;
+        let read = self
+            .c
+            .stmt("SELECT value FROM unkai_xattr WHERE ino=$1 AND name=$2")?;
+        let (i, name) = (ino as i64, acl::ACCESS);
+        let rp: [P<'_>; 2] = [&i, &name];
+        let mut answers = self
+            .send_all(vec![Step::Rows(&update, &pv), Step::Rows(&read, &rp)])?
+            .into_iter();
+        let (Some(Answer::Rows(u)), Some(Answer::Rows(x))) = (answers.next(), answers.next())
+        else {
+            unreachable!("rows asked");
+        };
+        let Some(r) = u.first() else {
+            // Gone, or its flags forbid the change.
+            self.get_node(ino)?;
+            return fail(libc::EPERM);
+        };
+        let acl = x.first().map(|r| r.try_get::<_, Vec<u8>>(0)).transpose()?;
+        Ok((row_attr(r, 0)?, acl))
     }
 
     /// Its rows in one round trip.
