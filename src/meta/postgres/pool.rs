@@ -142,6 +142,24 @@ pub(super) struct Conn {
     /// Inodes locked by that statement which have no default ACL (read with the lock, and
     /// true while it is held: every change of an inode's xattrs locks the inode first).
     pub(super) no_default_acl: HashSet<Ino>,
+    /// Entries (and their inodes, locked) read by that statement, for `lock_entry`.
+    pub(super) entries: HashMap<(Ino, Vec<u8>), Option<(i64, Attr)>>,
+    /// Entries looked up by that statement, for `get_edge`.
+    pub(super) edges: HashMap<(Ino, Vec<u8>), Option<(i64, Ino)>>,
+    /// Whether directories were empty, read by that statement after their lock, for
+    /// `dir_is_empty`.
+    pub(super) empty: HashMap<Ino, bool>,
+}
+
+impl Conn {
+    /// Forgets what the statement that began a transaction read.
+    pub(super) fn forget_prefetched(&mut self) {
+        self.prelocked.clear();
+        self.no_default_acl.clear();
+        self.entries.clear();
+        self.edges.clear();
+        self.empty.clear();
+    }
 }
 
 impl Conn {
@@ -436,6 +454,9 @@ impl Pool {
             stmts: HashMap::new(),
             prelocked: HashMap::new(),
             no_default_acl: HashSet::new(),
+            entries: HashMap::new(),
+            edges: HashMap::new(),
+            empty: HashMap::new(),
         })
     }
 
