@@ -853,7 +853,7 @@ fn prefetched(c: &mut Conn, r: &::postgres::SimpleQueryRow) -> TxResult<bool> {
         Some("edge") => {
             let name = r
                 .get(2)
-                .and_then(|h| hex_bytes(h))
+                .and_then(hex_bytes)
                 .ok_or_else(|| corrupt("unreadable prefetched entry name".into()))?;
             c.edges
                 .insert((int(1)? as Ino, name), Some((int(3)?, int(4)? as Ino)));

@@ -127,6 +127,9 @@ fn drive<T>(rt: &tokio::runtime::Runtime, io: &mut Option<Io>, fut: impl Future<
     }))
 }
 
+/// An entry by its directory and name.
+pub(super) type Named = (Ino, Vec<u8>);
+
 /// One connection and the statements prepared on it. Every exchange with the server goes
 /// through its methods, which count it.
 pub(super) struct Conn {
@@ -143,9 +146,9 @@ pub(super) struct Conn {
     /// true while it is held: every change of an inode's xattrs locks the inode first).
     pub(super) no_default_acl: HashSet<Ino>,
     /// Entries (and their inodes, locked) read by that statement, for `lock_entry`.
-    pub(super) entries: HashMap<(Ino, Vec<u8>), Option<(i64, Attr)>>,
+    pub(super) entries: HashMap<Named, Option<(i64, Attr)>>,
     /// Entries looked up by that statement, for `get_edge`.
-    pub(super) edges: HashMap<(Ino, Vec<u8>), Option<(i64, Ino)>>,
+    pub(super) edges: HashMap<Named, Option<(i64, Ino)>>,
     /// Whether directories were empty, read by that statement after their lock, for
     /// `dir_is_empty`.
     pub(super) empty: HashMap<Ino, bool>,
