@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::cache::{Cache, Fact};
-use super::engine::{Engine, TxResult, Txn, corrupt, fail, unless_gone};
+use super::engine::{Engine, EntryHints, TxResult, Txn, corrupt, fail, unless_gone};
 use super::lock::{self, LockOwner};
 use super::opens::OpenCounts;
 use super::session::row_dead;
@@ -506,6 +506,27 @@ impl<E: Engine> EngineMeta<E> {
         ))
     }
 
+    /// What deleting `name` of `parent` (a directory if `dir`) into `bin` will read: the
+    /// entry, and the name it would have in the trash if it names the inode this client
+    /// knows (`trash_move` looks that name up).
+    fn entry_hints<'a>(
+        &self,
+        parent: Ino,
+        name: &'a [u8],
+        dir: bool,
+        bin: Option<trash::Bin>,
+    ) -> EntryHints<'a> {
+        let edges = match (bin, self.cache.name(parent, name)) {
+            (Some(b), Some(Some(ino))) => vec![(b.hour, trash::entry_name(parent, ino, name))],
+            _ => Vec::new(),
+        };
+        EntryHints {
+            entry: (parent, name),
+            dir,
+            edges,
+        }
+    }
+
     /// An inode number.
     pub(crate) fn alloc_ino(&self) -> Result<Ino> {
         self.alloc(&self.inos, "nextInode")
@@ -963,8 +984,9 @@ impl<E: Engine> EngineMeta<E> {
         let mut trashed: Option<(Ino, Vec<u8>)> = None;
         let e = self.epoch();
         let mut after = None;
+        let hints = self.entry_hints(parent, name, false, bin);
         self.engine
-            .write_grouped(&lock, false, |tx| {
+            .write_entry(&lock, &hints, |tx| {
                 trashed = None;
                 let mut p = Self::parent_dir(tx, parent)?;
                 let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
@@ -1044,8 +1066,9 @@ impl<E: Engine> EngineMeta<E> {
         let mut trashed: Option<(Ino, Vec<u8>, Attr)> = None;
         let e = self.epoch();
         let mut after = None;
+        let hints = self.entry_hints(parent, name, true, bin);
         self.engine
-            .write_grouped(&lock, false, |tx| {
+            .write_entry(&lock, &hints, |tx| {
                 trashed = None;
                 let mut p = Self::parent_dir(tx, parent)?;
                 let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {

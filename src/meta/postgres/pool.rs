@@ -127,6 +127,9 @@ fn drive<T>(rt: &tokio::runtime::Runtime, io: &mut Option<Io>, fut: impl Future<
     }))
 }
 
+/// An entry by its directory and name.
+pub(super) type Named = (Ino, Vec<u8>);
+
 /// One connection and the statements prepared on it. Every exchange with the server goes
 /// through its methods, which count it.
 pub(super) struct Conn {
@@ -142,6 +145,24 @@ pub(super) struct Conn {
     /// Inodes locked by that statement which have no default ACL (read with the lock, and
     /// true while it is held: every change of an inode's xattrs locks the inode first).
     pub(super) no_default_acl: HashSet<Ino>,
+    /// Entries (and their inodes, locked) read by that statement, for `lock_entry`.
+    pub(super) entries: HashMap<Named, Option<(i64, Attr)>>,
+    /// Entries looked up by that statement, for `get_edge`.
+    pub(super) edges: HashMap<Named, Option<(i64, Ino)>>,
+    /// Whether directories were empty, read by that statement after their lock, for
+    /// `dir_is_empty`.
+    pub(super) empty: HashMap<Ino, bool>,
+}
+
+impl Conn {
+    /// Forgets what the statement that began a transaction read.
+    pub(super) fn forget_prefetched(&mut self) {
+        self.prelocked.clear();
+        self.no_default_acl.clear();
+        self.entries.clear();
+        self.edges.clear();
+        self.empty.clear();
+    }
 }
 
 impl Conn {
@@ -436,6 +457,9 @@ impl Pool {
             stmts: HashMap::new(),
             prelocked: HashMap::new(),
             no_default_acl: HashSet::new(),
+            entries: HashMap::new(),
+            edges: HashMap::new(),
+            empty: HashMap::new(),
         })
     }
 
