@@ -34,29 +34,18 @@ while [ $# -gt 0 ]; do
 done
 cargo build --release --quiet --bin unkai --example delayproxy
 bin=$PWD/target/release/unkai
-proxy=$PWD/target/release/examples/delayproxy
-scripts/postgres.sh install >/dev/null
+. scripts/lib/pgbench.sh
 
 work=$(mktemp -d /tmp/unkai-benchpg.XXXXXX)
 chmod 755 "$work"
-proxy_pid=
 cleanup() {
   for mp in "$work"/mnt-*; do
     mountpoint -q "$mp" 2>/dev/null && "$bin" umount "$mp" >/dev/null 2>&1 || true
   done
-  [ -n "$proxy_pid" ] && kill "$proxy_pid" 2>/dev/null || true
-  scripts/postgres.sh stop "$work/pg" >/dev/null 2>&1 || true
+  pgbench_stop "$work"
   rm -rf "$work"
 }
 trap cleanup EXIT
-
-free_port() {
-  local p
-  while :; do
-    p=$(( 20000 + RANDOM % 20000 ))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
 
 # The trees: N source-like files (a few hundred bytes to a few KiB) in 20 x 20 directories,
 # and the first M of them.
@@ -74,20 +63,14 @@ make_tree() {
 make_tree "$files" "$work/big"
 make_tree "$far" "$work/far"
 
-PG_DURABLE=1 scripts/postgres.sh start "$work/pg" >/dev/null
-admin=$(cat "$work/pg/url")
-pgport=$(sed -E 's|.*@127\.0\.0\.1:([0-9]+)/.*|\1|' <<<"$admin")
-proxy_port=$(free_port)
-"$proxy" "127.0.0.1:$proxy_port" "127.0.0.1:$pgport" "$delay" >"$work/proxy.log" 2>&1 &
-proxy_pid=$!
-for _ in $(seq 100); do grep -q listening "$work/proxy.log" && break; sleep 0.1; done
+pgbench_start "$work" "$delay"
 
 # META-URL of each volume (the far one: the same server, through the proxy).
 declare -A url
 url[sqlite]="sqlite://$work/meta.db"
-url[pg]="${admin%/postgres*}/bench?sslmode=disable"
+url[pg]=$(pgbench_url bench)
 far_name="pg+${delay}ms"
-url[$far_name]="${url[pg]/:$pgport\//:$proxy_port/}"
+url[$far_name]=$(pgbench_far_url bench)
 
 # One figure from a scrape: the sum of the samples of NAME (or NAME2, its name in another
 # build) whose labels contain LABEL.

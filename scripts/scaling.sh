@@ -9,22 +9,84 @@
 #   M:  each client creates, stats and deletes --files empty files in its own directory
 #       (examples/metabench.rs), all clients at once. Prints the sum of the clients' ops/s.
 # --sqlite runs M on an SQLite volume too (N mounts of one SQLite file on this machine).
+#
+#   scripts/scaling.sh --meta [--delay MS] [--runs R] [--quick] [N...]
+# S2 for metadata (SUITE.md; `unkai bench --workload s2m`): N = 1, 2, 4, 8 mounts of one
+# PostgreSQL volume (file:// bucket) extract a tree of 1,000 small files each (200 with
+# --quick) and remove it, each in its own directory and then all in one shared directory;
+# aggregate files/s and p99 latency per operation, one column per N. Run twice: PostgreSQL on
+# this machine, and behind examples/delayproxy.rs adding MS (default 1) to each message of a
+# client. The server runs as a real one does (fsync on; scripts/lib/pgbench.sh). Each run's
+# figures are also saved as JSON in /tmp (or $UNKAI_SCALING_JSON): s2m-near.json, s2m-far.json.
 # Servers bind to 127.0.0.1; everything lives in a temporary directory removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=256M
 files=2000
 sqlite=0
+meta=0
+delay=1
+runs=1
+quick=
 clients=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --size) size=$2; shift 2 ;;
     --files) files=$2; shift 2 ;;
     --sqlite) sqlite=1; shift ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --meta) meta=1; shift ;;
+    --delay) delay=$2; shift 2 ;;
+    --runs) runs=$2; shift 2 ;;
+    --quick) quick=--quick; shift ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) clients+=("$1"); shift ;;
   esac
 done
+
+if [ "$meta" = 1 ]; then
+  [ ${#clients[@]} -gt 0 ] || clients=(1 2 4 8)
+  cargo build --release --quiet --bin unkai --example delayproxy
+  bin=$PWD/target/release/unkai
+  . scripts/lib/pgbench.sh
+  work=$(mktemp -d /tmp/unkai-scaling.XXXXXX)
+  chmod 755 "$work"
+  cleanup() {
+    for mp in "$work"/mnt-s2m/*; do
+      mountpoint -q "$mp" 2>/dev/null && "$bin" umount "$mp" >/dev/null 2>&1 || true
+    done
+    pgbench_stop "$work"
+    rm -rf "$work"
+  }
+  trap cleanup EXIT
+  pgbench_start "$work" "$delay"
+  most=$(printf '%s\n' "${clients[@]}" | sort -n | tail -1)
+  echo "== S2m: ${clients[*]} mounts of one PostgreSQL volume; load: $(cut -d' ' -f1-3 /proc/loadavg)"
+  for where in near far; do
+    if [ "$where" = near ]; then
+      url=$(pgbench_url s2m); label="PostgreSQL on this machine"
+    else
+      url=$(pgbench_far_url s2m); label="PostgreSQL ${delay} ms away (delayproxy)"
+    fi
+    rm -rf "$work/bucket"
+    "$bin" format --force --storage "file://$work/bucket" "$url" s2m >/dev/null 2>&1
+    # Mountpoints mnt-s2m/1 ... (short names: the table's columns are named by them).
+    for i in $(seq "$most"); do
+      mkdir -p "$work/mnt-s2m/$i"
+      "$bin" mount -d --log "$work/mount-$i.log" "$url" "$work/mnt-s2m/$i" >/dev/null 2>&1
+    done
+    groups=()
+    for n in "${clients[@]}"; do
+      groups+=("$(seq -s, 1 "$n")")
+    done
+    echo "== $label; columns: the mounts used (1,2 = two clients)"
+    (cd "$work/mnt-s2m" &&
+      "$bin" bench --workload s2m --runs "$runs" $quick --quiet --json "$work/$where.json" "${groups[@]}")
+    cp "$work/$where.json" "${UNKAI_SCALING_JSON:-/tmp}/s2m-$where.json" 2>/dev/null || true
+    for i in $(seq "$most"); do "$bin" umount "$work/mnt-s2m/$i" >/dev/null; done
+    echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
+  done
+  exit 0
+fi
 [ ${#clients[@]} -gt 0 ] || clients=(1 2 4)
 
 command -v fio >/dev/null || { echo "error: fio is needed: apt-get install fio" >&2; exit 1; }

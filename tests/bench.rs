@@ -209,3 +209,64 @@ fn a_directory_that_fails_a_workload_gets_blanks_and_a_note() {
     assert!(leftovers(&good).is_empty());
     assert!(leftovers(&full).is_empty(), "{:?}", leftovers(&full));
 }
+
+/// S2m: two mounts of one volume as one client group (`A,B`) beside one mount alone: every
+/// phase has its files/s and p99 figures for both columns, nothing is left on either mount,
+/// and the volume is consistent; mountpoints of two different volumes are refused in one line.
+#[test]
+fn s2m_runs_clients_on_mounts_of_one_volume() {
+    let vol = Volume::new();
+    let (a, b) = (vol.mount(), vol.mount());
+    let local = tempfile::tempdir().unwrap();
+    let json = local.path().join("out.json");
+    let group = format!("{},{}", a.path.display(), b.path.display());
+    let (ok, out, err) = run(&[
+        "bench",
+        "--quick",
+        "--quiet",
+        "--workload",
+        "s2m",
+        "--json",
+        json.to_str().unwrap(),
+        a.path.to_str().unwrap(),
+        &group,
+    ]);
+    assert!(ok, "bench failed:\n{out}{err}");
+    let v: serde_json::Value = serde_json::from_slice(&fs::read(&json).unwrap()).unwrap();
+    let figures = v["figures"].as_array().unwrap();
+    for phase in [
+        "own dir, extract",
+        "own dir, remove",
+        "shared dir, extract",
+        "shared dir, remove",
+    ] {
+        for what in ["files/s", "p99 create", "p99 unlink"] {
+            let want = format!("{phase}: {what}");
+            if (what == "p99 create") != phase.ends_with("extract") {
+                continue;
+            }
+            let f = figures
+                .iter()
+                .find(|f| f["workload"] == "S2m" && f["name"] == want.as_str())
+                .unwrap_or_else(|| panic!("no figure {want}: {v}"));
+            for per_dir in f["values"].as_array().unwrap() {
+                assert!(per_dir[0].as_f64().unwrap() > 0.0, "{f}");
+            }
+        }
+    }
+    assert!(leftovers(&a.path).is_empty(), "{:?}", leftovers(&a.path));
+    assert!(leftovers(&b.path).is_empty(), "{:?}", leftovers(&b.path));
+    // A mount of another volume is no client of this one.
+    let other = Volume::new();
+    let c = other.mount();
+    let group = format!("{},{}", a.path.display(), c.path.display());
+    let (ok, _, err) = run(&["bench", "--quick", "--quiet", "-w", "s2m", &group]);
+    // The workload fails (a blank and a note, as any failed workload), saying why.
+    let _ = ok;
+    assert!(err.contains("mountpoints of one volume"), "{err}");
+    c.unmount();
+    a.unmount();
+    b.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &["-q"]);
+    assert!(ok, "fsck after bench:\n{out}{err}");
+}

@@ -10,6 +10,7 @@ pub mod fileserver;
 pub mod fio;
 pub mod metadata;
 pub mod plot;
+pub mod scaling;
 pub mod stress;
 
 use std::collections::BTreeMap;
@@ -28,6 +29,10 @@ pub enum Workload {
     S0,
     S1,
     S2,
+    /// S2 for metadata: N mounts of one volume extract and remove small-file trees at once,
+    /// each in its own directory and all in one (`bench::scaling`); a DIR argument lists
+    /// the mountpoints, comma-separated. Not part of `all`.
+    S2m,
     S3,
     S4,
     M,
@@ -249,12 +254,14 @@ pub fn load(path: &Path) -> anyhow::Result<Report> {
     })
 }
 
-/// Checks that each directory exists and is writable.
+/// Checks that each directory exists and is writable (each mountpoint of a comma-separated
+/// list, for S2m).
 pub fn check_dirs(dirs: &[PathBuf]) -> anyhow::Result<()> {
     if dirs.is_empty() {
         bail!("no directory given: e.g. `unkai bench --quick /mnt/unkai /tmp`");
     }
-    for d in dirs {
+    for d in dirs.iter().flat_map(|d| scaling::mountpoints(d)) {
+        let d = &d;
         let md = std::fs::metadata(d).map_err(|e| {
             anyhow::anyhow!(
                 "directory {} cannot be used ({e}): give an existing directory, e.g. a mount",
@@ -300,7 +307,12 @@ fn run_one(
     dir: &Path,
     notes: &mut Vec<String>,
 ) -> anyhow::Result<Vec<Figure>> {
+    // A list of mountpoints (for S2m): the other workloads run on the first.
+    let first = scaling::mountpoints(dir).into_iter().next();
+    let one = first.as_deref().unwrap_or(dir);
+    let dir = if w == Workload::S2m { dir } else { one };
     match w {
+        Workload::S2m => scaling::run(ctx, dir),
         Workload::M => metadata::run(ctx, dir),
         Workload::S3 => fileserver::run(ctx, dir),
         Workload::S0 => fio::s0(ctx, dir, notes),

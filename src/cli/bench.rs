@@ -13,7 +13,10 @@ use crate::bench::{self, Options, Workload};
 /// metadata and small files (create/stat/read/delete, ls -l of a large directory, tar -x,
 /// git clone, rm -rf); s3 = the fileserver personality; s0 = fio latency of 4 KiB I/O; s1 =
 /// fio block size × queue depth sweep; s4 = fio Filestore recipes; s2 = fio large file write
-/// and read (one client per directory). The fio workloads need fio installed. Everything is
+/// and read (one client per directory); s2m = small-file trees extracted and removed by N
+/// mounts of one volume at once, each in its own directory and all in one (give the
+/// mountpoints as one DIR, comma-separated; not part of all). The fio workloads need fio
+/// installed. Everything is
 /// made in `unkai-bench-<pid>-*` inside each directory and removed afterwards, also on
 /// Ctrl-C. As root the page cache is dropped before cold phases.
 #[derive(clap::Args)]
@@ -22,6 +25,7 @@ use crate::bench::{self, Options, Workload};
 unkai bench --workload m --workload s3 /mnt/unkai /srv/ext4\n  \
 unkai bench --workload s4 --runs 5 --json out.json /mnt/unkai /mnt/other\n  \
 unkai bench --quick --plot chart.svg /mnt/unkai /tmp               # also chart-s0-latency.svg\n  \
+unkai bench --workload s2m /mnt/1 /mnt/1,/mnt/2 /mnt/1,/mnt/2,/mnt/3,/mnt/4   # 1, 2, 4 clients\n  \
 unkai bench --from-json out.json --plot chart.png                  # redraw a saved run"
 )]
 pub struct Args {
@@ -31,7 +35,7 @@ pub struct Args {
     /// Run nothing: print (and with --plot, draw) a report saved earlier with --json.
     #[arg(long, value_name = "FILE.json", conflicts_with_all = ["dirs", "quick", "runs", "json"])]
     from_json: Option<PathBuf>,
-    /// Workloads to run (repeat or comma-separate): s0, s1, s2, s3, s4, m or all.
+    /// Workloads to run (repeat or comma-separate): s0, s1, s2, s2m, s3, s4, m or all.
     #[arg(long, short, value_enum, value_delimiter = ',', default_value = "all")]
     workload: Vec<Workload>,
     /// Small sizes and short runs: the whole suite in a few minutes on 2 cores.

@@ -258,6 +258,20 @@ pub trait Engine: Send + Sync + 'static {
         self.write(lock, rename_lock, f)
     }
 
+    /// As [`Engine::write_grouped`], for a change of the entry `hints.entry` names (its inode
+    /// locked with [`Txn::lock_entry`], and if `hints.dir` its emptiness read with
+    /// [`Txn::dir_is_empty`]) that may look up `hints.edges` ([`Txn::get_edge`]): an engine may
+    /// read all of it with its locks, in its first round trip.
+    fn write_entry<T>(
+        &self,
+        lock: &[Ino],
+        hints: &EntryHints<'_>,
+        f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        let _ = hints;
+        self.write_grouped(lock, false, f)
+    }
+
     /// As [`Engine::write_grouped`], for `f` that makes one statement, atomic on its own: an
     /// engine may run it outside an explicit transaction, in one round trip (PostgreSQL).
     fn single_grouped<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
@@ -481,12 +495,27 @@ fn ino(i: Ino) -> Val<'static> {
 /// engine translates (SQLite: `?N`, tables without the prefix, `open_file`). An engine
 /// overrides a method where it can do the same in fewer round trips, or must say it
 /// differently; an engine that is not SQL would override them all.
+/// What a change of one entry will read (see [`Engine::write_entry`]).
+pub struct EntryHints<'a> {
+    /// The entry: (parent, name).
+    pub entry: (Ino, &'a [u8]),
+    /// Whether it should be a directory whose emptiness is read.
+    pub dir: bool,
+    /// Other entries looked up: (parent, name).
+    pub edges: Vec<(Ino, Vec<u8>)>,
+}
+
 /// A directory, its parent and entries, as [`Txn::read_dir`] reads them.
 pub type ReadDir = (Attr, Option<Attr>, Vec<DirEntry>);
 
 pub trait Txn {
     /// Runs a statement; returns the rows it changed.
     fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64>;
+    /// A write whose count nothing reads: an engine may send it later, with the next
+    /// statement or COMMIT (its failure then fails that).
+    fn put(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<()> {
+        self.exec(sql, p).map(|_| ())
+    }
     /// Runs a query, handing its rows to `f` one by one.
     fn scan(
         &mut self,
@@ -861,11 +890,10 @@ pub trait Txn {
         }
     }
     fn insert_edge(&mut self, parent: Ino, name: &[u8], i: Ino, kind: Kind) -> TxResult<()> {
-        self.exec(
+        self.put(
             "INSERT INTO unkai_edge (parent, name, ino, kind) VALUES ($1, $2, $3, $4)",
             &[ino(parent), Val::Bytes(name), ino(i), Val::Int(kind as i64)],
-        )?;
-        Ok(())
+        )
     }
     /// The default ACL of directory `dir` (locked), which a create in it inherits.
     fn default_acl(&mut self, dir: Ino) -> TxResult<Option<Vec<u8>>> {
@@ -895,8 +923,7 @@ pub trait Txn {
         r.map(|r| r.bytes(0)).transpose()
     }
     fn delete_edge(&mut self, id: i64) -> TxResult<()> {
-        self.exec("DELETE FROM unkai_edge WHERE id=$1", &[Val::Int(id)])?;
-        Ok(())
+        self.put("DELETE FROM unkai_edge WHERE id=$1", &[Val::Int(id)])
     }
     /// Removes entry `id` and writes its directory `dir`. Returns whether the entry's inode
     /// `ino` is recorded open anywhere, where the engine learns it in the same round trip
@@ -909,19 +936,17 @@ pub trait Txn {
     }
     /// Points entry `id` at another inode (rename's exchange).
     fn set_edge_target(&mut self, id: i64, i: Ino, kind: Kind) -> TxResult<()> {
-        self.exec(
+        self.put(
             "UPDATE unkai_edge SET ino=$2, kind=$3 WHERE id=$1",
             &[Val::Int(id), ino(i), Val::Int(kind as i64)],
-        )?;
-        Ok(())
+        )
     }
     /// Moves entry `id` to `parent`/`name`.
     fn move_edge(&mut self, id: i64, parent: Ino, name: &[u8]) -> TxResult<()> {
-        self.exec(
+        self.put(
             "UPDATE unkai_edge SET parent=$2, name=$3 WHERE id=$1",
             &[Val::Int(id), ino(parent), Val::Bytes(name)],
-        )?;
-        Ok(())
+        )
     }
     fn dir_is_empty(&mut self, dir: Ino) -> TxResult<bool> {
         let sql = "SELECT 1 FROM unkai_edge WHERE parent=$1 LIMIT 1";
@@ -1015,11 +1040,10 @@ pub trait Txn {
 
     // ---- symlinks and xattrs ----
     fn insert_symlink(&mut self, i: Ino, target: &[u8]) -> TxResult<()> {
-        self.exec(
+        self.put(
             "INSERT INTO unkai_symlink (ino, target) VALUES ($1, $2)",
             &[ino(i), Val::Bytes(target)],
-        )?;
-        Ok(())
+        )
     }
     fn symlink(&mut self, i: Ino) -> TxResult<Option<Vec<u8>>> {
         let sql = "SELECT target FROM unkai_symlink WHERE ino=$1";
@@ -1032,12 +1056,11 @@ pub trait Txn {
             .transpose()
     }
     fn put_xattr(&mut self, i: Ino, name: &[u8], value: &[u8]) -> TxResult<()> {
-        self.exec(
+        self.put(
             "INSERT INTO unkai_xattr (ino, name, value) VALUES ($1, $2, $3)
              ON CONFLICT (ino, name) DO UPDATE SET value = excluded.value",
             &[ino(i), Val::Bytes(name), Val::Bytes(value)],
-        )?;
-        Ok(())
+        )
     }
     /// Whether there was one to delete.
     fn delete_xattr(&mut self, i: Ino, name: &[u8]) -> TxResult<bool> {

@@ -606,6 +606,14 @@ pub trait Meta: Send + Sync {
         rdev: u32,
         target: Option<&[u8]>,
     ) -> Result<Attr>;
+    /// Creates a regular file and opens it (`open(O_CREAT)`), the open counted and recorded
+    /// with the create: an unlink of the new name, or a rename over it, by another client in
+    /// between keeps the inode for this open (else the create would succeed and its open
+    /// find nothing). Close it with [`Meta::close_inode`].
+    fn create_open(&self, ctx: &Ctx, parent: Ino, name: &[u8], mode: u32) -> Result<Attr> {
+        let a = self.mknod(ctx, parent, name, Kind::File, mode, 0, None)?;
+        self.open_inode(a.ino)
+    }
     fn link(&self, ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr>;
     /// Removes a name; returns the inode's attributes after (nlink may be 0).
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr>;

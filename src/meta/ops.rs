@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::cache::{Cache, Fact};
-use super::engine::{Engine, TxResult, Txn, corrupt, fail, unless_gone};
+use super::engine::{Engine, EntryHints, TxResult, Txn, corrupt, fail, unless_gone};
 use super::lock::{self, LockOwner};
 use super::opens::OpenCounts;
 use super::session::row_dead;
@@ -351,6 +351,122 @@ impl<E: Engine> EngineMeta<E> {
         self.engine.publish(|| vec![attr_changed(ino)])
     }
 
+    /// mknod, and with `open` the open of the new file (`create_open`) counted before and
+    /// recorded in the same transaction. `perm` is (mode, rdev).
+    #[allow(clippy::too_many_arguments)]
+    fn make_node(
+        &self,
+        ctx: &Ctx,
+        parent: Ino,
+        name: &[u8],
+        kind: Kind,
+        (mode, rdev): (u32, u32),
+        target: Option<&[u8]>,
+        open: bool,
+    ) -> Result<Attr> {
+        check_name(name)?;
+        if let Some(t) = target {
+            if t.is_empty() {
+                return sys(libc::ENOENT);
+            }
+            if t.len() > MAX_SYMLINK_LEN {
+                return sys(libc::ENAMETOOLONG);
+            }
+        }
+        if parent == ROOT_INO && name == trash::TRASH_NAME {
+            return sys(libc::EEXIST);
+        }
+        let ino = self.alloc(&self.inos, "nextInode")?;
+        // Counted before the create commits, and recorded with it (see `create_open`).
+        let recorded = open && self.opens.add(ino).1;
+        let sid = self.sid();
+        let e = self.epoch();
+        let mut after = None;
+        self.engine
+            .write_grouped(&[parent], false, |tx| {
+                let mut p = Self::parent_dir(tx, parent)?;
+                self.check_not_trash(&p)?;
+                check_dir_change(&p, false)?;
+                let now = now_nanos();
+                let mut mode = mode & 0o7777;
+                let mut gid = ctx.gid;
+                if p.mode & libc::S_ISGID != 0 {
+                    gid = p.gid;
+                    if kind == Kind::Dir {
+                        mode |= libc::S_ISGID;
+                    } else if mode & (libc::S_ISGID | libc::S_IXGRP)
+                        == (libc::S_ISGID | libc::S_IXGRP)
+                        && ctx.uid != 0
+                        && !ctx.in_group(gid)
+                    {
+                        mode &= !libc::S_ISGID;
+                    }
+                }
+                // The directory's default ACL decides the permission bits (masked by those
+                // asked for) instead of the umask, and is passed on (POSIX.1e).
+                let (mut inherited, mut access) = (None, None);
+                if kind != Kind::Symlink {
+                    match tx.default_acl(parent)? {
+                        Some(b) => {
+                            let (acl, perm) = Self::stored_acl(parent, &b)?.inherit(mode);
+                            mode = (mode & !0o777) | perm;
+                            access = acl;
+                            inherited = Some(b);
+                        }
+                        None => mode &= !(ctx.umask & 0o777),
+                    }
+                }
+                let a = Attr {
+                    length: target.map_or(0, |t| t.len() as u64),
+                    rdev,
+                    ..new_node(ino, kind, mode, (ctx.uid, gid), parent, now)
+                };
+                p.mtime = now;
+                p.ctime = now;
+                if kind == Kind::Dir {
+                    p.nlink += 1;
+                }
+                tx.create_in(&a, &p, name)?;
+                if let Some(t) = target {
+                    tx.insert_symlink(ino, t)?;
+                }
+                if let Some(acl) = access {
+                    tx.put_xattr(ino, acl::ACCESS, &acl.to_xattr())?;
+                }
+                if let (Kind::Dir, Some(d)) = (kind, &inherited) {
+                    tx.put_xattr(ino, acl::DEFAULT, d)?;
+                }
+                tx.charge(0, 1, 0, self.format.read().inodes)?;
+                self.quota_charge(tx, parent, (0, 1))?;
+                if recorded {
+                    tx.insert_open(ino, sid)?;
+                }
+                after = Some(p);
+                Ok(a)
+            })
+            .inspect(|a| {
+                let mut facts = vec![
+                    Fact::Attr(a.clone()),
+                    // File capabilities are never inherited.
+                    Fact::NoXattr(a.ino, CAPABILITY),
+                    Fact::Name(parent, name.to_vec(), Some(a.ino)),
+                ];
+                facts.extend(after.take().map(Fact::Attr));
+                if a.kind == Kind::Dir {
+                    facts.push(Fact::NewDir(a.ino));
+                }
+                self.cache.learn(e, &facts);
+                self.engine
+                    .publish(|| vec![entry_changed(parent, name), attr_changed(parent)])
+            })
+            .inspect_err(|_| {
+                if open {
+                    self.opens.remove(ino);
+                }
+                self.failed(&[(parent, name)])
+            })
+    }
+
     fn sid(&self) -> u64 {
         *self.session.lock()
     }
@@ -388,6 +504,27 @@ impl<E: Engine> EngineMeta<E> {
             bin,
             std::iter::once(parent).chain(bin.map(|b| b.hour)).collect(),
         ))
+    }
+
+    /// What deleting `name` of `parent` (a directory if `dir`) into `bin` will read: the
+    /// entry, and the name it would have in the trash if it names the inode this client
+    /// knows (`trash_move` looks that name up).
+    fn entry_hints<'a>(
+        &self,
+        parent: Ino,
+        name: &'a [u8],
+        dir: bool,
+        bin: Option<trash::Bin>,
+    ) -> EntryHints<'a> {
+        let edges = match (bin, self.cache.name(parent, name)) {
+            (Some(b), Some(Some(ino))) => vec![(b.hour, trash::entry_name(parent, ino, name))],
+            _ => Vec::new(),
+        };
+        EntryHints {
+            entry: (parent, name),
+            dir,
+            edges,
+        }
     }
 
     /// An inode number.
@@ -847,8 +984,9 @@ impl<E: Engine> EngineMeta<E> {
         let mut trashed: Option<(Ino, Vec<u8>)> = None;
         let e = self.epoch();
         let mut after = None;
+        let hints = self.entry_hints(parent, name, false, bin);
         self.engine
-            .write_grouped(&lock, false, |tx| {
+            .write_entry(&lock, &hints, |tx| {
                 trashed = None;
                 let mut p = Self::parent_dir(tx, parent)?;
                 let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
@@ -928,8 +1066,9 @@ impl<E: Engine> EngineMeta<E> {
         let mut trashed: Option<(Ino, Vec<u8>, Attr)> = None;
         let e = self.epoch();
         let mut after = None;
+        let hints = self.entry_hints(parent, name, true, bin);
         self.engine
-            .write_grouped(&lock, false, |tx| {
+            .write_entry(&lock, &hints, |tx| {
                 trashed = None;
                 let mut p = Self::parent_dir(tx, parent)?;
                 let Some((eid, mut a)) = tx.lock_entry(parent, name)? else {
@@ -1376,98 +1515,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
         rdev: u32,
         target: Option<&[u8]>,
     ) -> Result<Attr> {
-        check_name(name)?;
-        if let Some(t) = target {
-            if t.is_empty() {
-                return sys(libc::ENOENT);
-            }
-            if t.len() > MAX_SYMLINK_LEN {
-                return sys(libc::ENAMETOOLONG);
-            }
-        }
-        if parent == ROOT_INO && name == trash::TRASH_NAME {
-            return sys(libc::EEXIST);
-        }
-        let ino = self.alloc(&self.inos, "nextInode")?;
-        let e = self.epoch();
-        let mut after = None;
-        self.engine
-            .write_grouped(&[parent], false, |tx| {
-                let mut p = Self::parent_dir(tx, parent)?;
-                self.check_not_trash(&p)?;
-                check_dir_change(&p, false)?;
-                let now = now_nanos();
-                let mut mode = mode & 0o7777;
-                let mut gid = ctx.gid;
-                if p.mode & libc::S_ISGID != 0 {
-                    gid = p.gid;
-                    if kind == Kind::Dir {
-                        mode |= libc::S_ISGID;
-                    } else if mode & (libc::S_ISGID | libc::S_IXGRP)
-                        == (libc::S_ISGID | libc::S_IXGRP)
-                        && ctx.uid != 0
-                        && !ctx.in_group(gid)
-                    {
-                        mode &= !libc::S_ISGID;
-                    }
-                }
-                // The directory's default ACL decides the permission bits (masked by those
-                // asked for) instead of the umask, and is passed on (POSIX.1e).
-                let (mut inherited, mut access) = (None, None);
-                if kind != Kind::Symlink {
-                    match tx.default_acl(parent)? {
-                        Some(b) => {
-                            let (acl, perm) = Self::stored_acl(parent, &b)?.inherit(mode);
-                            mode = (mode & !0o777) | perm;
-                            access = acl;
-                            inherited = Some(b);
-                        }
-                        None => mode &= !(ctx.umask & 0o777),
-                    }
-                }
-                let a = Attr {
-                    length: target.map_or(0, |t| t.len() as u64),
-                    rdev,
-                    ..new_node(ino, kind, mode, (ctx.uid, gid), parent, now)
-                };
-                p.mtime = now;
-                p.ctime = now;
-                if kind == Kind::Dir {
-                    p.nlink += 1;
-                }
-                tx.create_in(&a, &p, name)?;
-                if let Some(t) = target {
-                    tx.insert_symlink(ino, t)?;
-                }
-                if let Some(acl) = access {
-                    tx.put_xattr(ino, acl::ACCESS, &acl.to_xattr())?;
-                }
-                if let (Kind::Dir, Some(d)) = (kind, &inherited) {
-                    tx.put_xattr(ino, acl::DEFAULT, d)?;
-                }
-                tx.charge(0, 1, 0, self.format.read().inodes)?;
-                self.quota_charge(tx, parent, (0, 1))?;
-                after = Some(p);
-                Ok(a)
-            })
-            .inspect(|a| {
-                let mut facts = vec![
-                    Fact::Attr(a.clone()),
-                    // File capabilities are never inherited.
-                    Fact::NoXattr(a.ino, CAPABILITY),
-                    Fact::Name(parent, name.to_vec(), Some(a.ino)),
-                ];
-                facts.extend(after.take().map(Fact::Attr));
-                if a.kind == Kind::Dir {
-                    facts.push(Fact::NewDir(a.ino));
-                }
-                self.cache.learn(e, &facts);
-                self.engine
-                    .publish(|| vec![entry_changed(parent, name), attr_changed(parent)])
-            })
-            .inspect_err(|_| self.failed(&[(parent, name)]))
+        self.make_node(ctx, parent, name, kind, (mode, rdev), target, false)
     }
 
+    fn create_open(&self, ctx: &Ctx, parent: Ino, name: &[u8], mode: u32) -> Result<Attr> {
+        self.make_node(ctx, parent, name, Kind::File, (mode, 0), None, true)
+    }
     fn link(&self, _ctx: &Ctx, ino: Ino, parent: Ino, name: &[u8]) -> Result<Attr> {
         check_name(name)?;
         if parent == ROOT_INO && name == trash::TRASH_NAME {

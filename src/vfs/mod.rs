@@ -676,6 +676,12 @@ impl Vfs {
     pub fn open(&self, ino: Ino, flags: i32) -> Result<Opened> {
         let mark = self.attr_mark();
         let a = self.meta.open_inode(ino)?;
+        self.opened(mark, a, flags)
+    }
+
+    /// The rest of an open, once the meta layer has counted it (`a` as it returned).
+    fn opened(&self, mark: u64, a: Attr, flags: i32) -> Result<Opened> {
+        let ino = a.ino;
         if let Err(e) = open_allowed(&a, flags) {
             self.meta.close_inode(ino)?;
             return Err(e);
@@ -699,22 +705,27 @@ impl Vfs {
         mode: u32,
         flags: i32,
     ) -> Result<Opened> {
-        let a = match self
-            .meta
-            .mknod(ctx, parent, name, Kind::File, mode, 0, None)
-        {
+        let mark = self.attr_mark();
+        // The new file is opened with its create: another client's unlink or rename over
+        // the name in between leaves this open an unlinked file, as POSIX has it.
+        let a = match self.meta.create_open(ctx, parent, name, mode) {
             Err(e) if e.errno() == libc::EEXIST && flags & libc::O_EXCL == 0 => {
-                match self.open_created_elsewhere(ctx, parent, name, flags) {
+                let a = match self.open_created_elsewhere(ctx, parent, name, flags) {
                     Ok(a) => a,
                     // Gone again meanwhile: the name was taken when it was asked for.
                     Err(gone) if gone.errno() == libc::ENOENT => return Err(e.into()),
                     Err(other) => return Err(other),
-                }
+                };
+                self.dir_changed()?;
+                return self.open(a.ino, flags);
             }
             res => res?,
         };
-        self.dir_changed()?;
-        self.open(a.ino, flags)
+        if let Err(e) = self.dir_changed() {
+            self.meta.close_inode(a.ino)?;
+            return Err(e);
+        }
+        self.opened(mark, a, flags)
     }
 
     /// `open(O_CREAT)` without O_EXCL of a name another client created after this kernel

@@ -40,8 +40,8 @@ use self::pool::{Answer, Conn, P, PgError, Pool, Step, connect_creating, pg_err}
 use self::url::PgUrl;
 use self::watch::Watch;
 use super::engine::{
-    Cell, Engine, ReadDir, SqlRow, TxError, TxKind, TxResult, TxStats, Txn, UPDATE_NODE, Val,
-    attr_from, corrupt, decode_chunk, fail, node_cols, node_vals,
+    Cell, Engine, EntryHints, ReadDir, SqlRow, TxError, TxKind, TxResult, TxStats, Txn,
+    UPDATE_NODE, Val, attr_from, corrupt, decode_chunk, fail, node_cols, node_vals,
 };
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
@@ -527,6 +527,7 @@ impl Postgres {
         lock: &[Ino],
         rename_lock: bool,
         lazy: bool,
+        hints: Option<&EntryHints<'_>>,
         mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
         let lazy = lazy && self.shared.lazy_ok();
@@ -554,22 +555,36 @@ impl Postgres {
                 ),
                 list.join(", ")
             ));
+            // Read after the locks above (each statement sees what committed before it).
+            if let Some(h) = hints {
+                begin.push_str(&prefetch_sql(h));
+            }
         }
         let _timed = self.pool.stats.begin(TxKind::Write);
         let mut delay = Duration::from_millis(1);
         let mut lost = 0;
         loop {
             let mut lent = self.pool.get()?;
-            lent.prelocked.clear();
-            lent.no_default_acl.clear();
+            lent.forget_prefetched();
             let attempt = (|| -> TxResult<T> {
                 let mut tx = db(&mut lent, &self.shared, false);
                 if lock.is_empty() && !rename_lock {
                     // Nothing to read first: BEGIN goes with the first statement.
                     tx.held.push(Held::Simple(begin.clone()));
                 } else {
+                    if let Some(h) = hints.filter(|_| !lock.is_empty()) {
+                        // What is not found is known absent.
+                        let (p, n) = h.entry;
+                        tx.c.entries.insert((p, n.to_vec()), None);
+                        for e in &h.edges {
+                            tx.c.edges.insert(e.clone(), None);
+                        }
+                    }
                     for m in tx.c.simple(&begin)? {
                         if let ::postgres::SimpleQueryMessage::Row(r) = m {
+                            if prefetched(tx.c, &r)? {
+                                continue;
+                            }
                             // An inode's row (the rename lock's has one column).
                             if r.len() == PRELOCK_COLUMNS {
                                 let a = text_attr(&r)?;
@@ -585,8 +600,7 @@ impl Postgres {
                 tx.commit()?;
                 Ok(v)
             })();
-            lent.prelocked.clear();
-            lent.no_default_acl.clear();
+            lent.forget_prefetched();
             if attempt.is_err() && !lent.is_closed() {
                 let _ = lent.batch("ROLLBACK");
             }
@@ -674,7 +688,7 @@ impl Engine for Postgres {
         rename_lock: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, rename_lock, false, f)
+        self.transact(lock, rename_lock, false, None, f)
     }
 
     /// A namespace or attribute change: one transaction, committed at once (others see it)
@@ -686,7 +700,18 @@ impl Engine for Postgres {
         rename_lock: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, rename_lock, true, f)
+        self.transact(lock, rename_lock, true, None, f)
+    }
+
+    /// The entry, its inode's lock (and a directory's emptiness) and the other entries looked
+    /// up, read with the first round trip's locks.
+    fn write_entry<T>(
+        &self,
+        lock: &[Ino],
+        hints: &EntryHints<'_>,
+        f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        self.transact(lock, false, true, Some(hints), f)
     }
 
     /// A lone statement is atomic on its own: no transaction to open; the statement makes
@@ -807,9 +832,87 @@ fn row_attr(r: &Row, base: usize) -> TxResult<Attr> {
     Ok(attr_from(|i| r.try_get::<_, i64>(base + i))?)
 }
 
+/// What the first statement of a transaction reads for [`EntryHints`], after its locks: the
+/// entry and its inode (locked), a directory's emptiness (a statement after that lock), the
+/// other entries. Rows are tagged by their first column. Names go as hex: no quoting.
+fn prefetch_sql(h: &EntryHints<'_>) -> String {
+    let hex = |b: &[u8]| b.iter().map(|c| format!("{c:02x}")).collect::<String>();
+    let (p, n) = (h.entry.0 as i64, hex(h.entry.1));
+    let mut sql = format!(
+        concat!(
+            "; SELECT 'entry', e.id, ",
+            node_cols!(),
+            " FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino \
+             WHERE e.parent = {p} AND e.name = decode('{n}', 'hex') FOR UPDATE OF n"
+        ),
+        p = p,
+        n = n
+    );
+    if h.dir {
+        sql.push_str(&format!(
+            "; SELECT 'empty', e.ino, NOT EXISTS (SELECT 1 FROM unkai_edge c WHERE c.parent = \
+             e.ino) FROM unkai_edge e WHERE e.parent = {p} AND e.name = decode('{n}', 'hex')"
+        ));
+    }
+    for (parent, name) in &h.edges {
+        sql.push_str(&format!(
+            "; SELECT 'edge', parent, encode(name, 'hex'), id, ino FROM unkai_edge \
+             WHERE parent = {} AND name = decode('{}', 'hex')",
+            *parent as i64,
+            hex(name)
+        ));
+    }
+    sql
+}
+
+/// Keeps a row of [`prefetch_sql`] on the connection, for the transaction to take; false
+/// for any other row.
+fn prefetched(c: &mut Conn, r: &::postgres::SimpleQueryRow) -> TxResult<bool> {
+    let int = |i: usize| -> TxResult<i64> {
+        r.get(i)
+            .and_then(|v| v.parse().ok())
+            .ok_or_else(|| corrupt(format!("unreadable prefetched row (column {i})")))
+    };
+    match r.get(0) {
+        Some("entry") => {
+            // Of the one entry asked (its key is in the map already).
+            let found = Some((int(1)?, text_attr_at(r, 2)?));
+            for v in c.entries.values_mut() {
+                *v = found.clone();
+            }
+        }
+        Some("empty") => {
+            c.empty.insert(int(1)? as Ino, r.get(2) == Some("t"));
+        }
+        Some("edge") => {
+            let name = r
+                .get(2)
+                .and_then(hex_bytes)
+                .ok_or_else(|| corrupt("unreadable prefetched entry name".into()))?;
+            c.edges
+                .insert((int(1)? as Ino, name), Some((int(3)?, int(4)? as Ino)));
+        }
+        _ => return Ok(false),
+    }
+    Ok(true)
+}
+
+fn hex_bytes(h: &str) -> Option<Vec<u8>> {
+    (0..h.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(h.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 /// An inode's attributes from a simple-query (text) row of [`node_cols!`].
 fn text_attr(r: &::postgres::SimpleQueryRow) -> TxResult<Attr> {
+    text_attr_at(r, 0)
+}
+
+/// An inode's attributes from the columns of [`node_cols!`] from `base` on of a text row.
+fn text_attr_at(r: &::postgres::SimpleQueryRow, base: usize) -> TxResult<Attr> {
     attr_from(|i| {
+        let i = base + i;
         r.get(i)
             .and_then(|v| v.parse().ok())
             .ok_or_else(|| corrupt(format!("unreadable inode row (column {i})")))
@@ -958,6 +1061,11 @@ fn arg(v: &Val<'_>) -> Arg {
 }
 
 impl Txn for Db<'_> {
+    /// Held back (a duplicate name, when sent, is EEXIST).
+    fn put(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<()> {
+        self.hold(sql, p.iter().map(arg).collect(), true)
+    }
+
     fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64> {
         let p: Vec<P<'_>> = p.iter().map(|v| v as P<'_>).collect();
         self.execute(sql, &p)
@@ -1264,8 +1372,12 @@ impl Txn for Db<'_> {
         fail(libc::ENOENT)
     }
 
-    /// The entry and its inode, locked, in one statement.
+    /// The entry and its inode, locked, in one statement (or read with the transaction's
+    /// first locks).
     fn lock_entry(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<(i64, Attr)>> {
+        if let Some(e) = self.c.entries.remove(&(parent, name.to_vec())) {
+            return Ok(e);
+        }
         let sql = concat!(
             "SELECT e.id, ",
             node_cols!(),
@@ -1276,6 +1388,29 @@ impl Txn for Db<'_> {
             Some(r) => Ok(Some((r.try_get(0)?, row_attr(&r, 1)?))),
             None => Ok(None),
         }
+    }
+
+    fn get_edge(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<(i64, Ino)>> {
+        if let Some(e) = self.c.edges.remove(&(parent, name.to_vec())) {
+            return Ok(e);
+        }
+        let r = self.query_opt(
+            "SELECT id, ino FROM unkai_edge WHERE parent=$1 AND name=$2",
+            &[&(parent as i64), &name],
+        )?;
+        r.map(|r| Ok((r.try_get(0)?, r.try_get::<_, i64>(1)? as Ino)))
+            .transpose()
+    }
+
+    fn dir_is_empty(&mut self, dir: Ino) -> TxResult<bool> {
+        if let Some(e) = self.c.empty.remove(&dir) {
+            return Ok(e);
+        }
+        let r = self.query_opt(
+            "SELECT 1 FROM unkai_edge WHERE parent=$1 LIMIT 1",
+            &[&(dir as i64)],
+        )?;
+        Ok(r.is_none())
     }
 
     fn default_acl(&mut self, dir: Ino) -> TxResult<Option<Vec<u8>>> {

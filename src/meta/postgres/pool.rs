@@ -174,6 +174,9 @@ impl Unflushed {
     }
 }
 
+/// An entry by its directory and name.
+pub(super) type Named = (Ino, Vec<u8>);
+
 /// One connection and the statements prepared on it. Every exchange with the server goes
 /// through its methods, which count it.
 pub(super) struct Conn {
@@ -202,6 +205,24 @@ pub(super) struct Conn {
     /// Since it was lent: whether a COMMIT was sent (set by the engine when it sends one).
     /// A connection lost after that leaves the transaction's outcome unknown.
     pub(super) commit_sent: bool,
+    /// Entries (and their inodes, locked) read by that statement, for `lock_entry`.
+    pub(super) entries: HashMap<Named, Option<(i64, Attr)>>,
+    /// Entries looked up by that statement, for `get_edge`.
+    pub(super) edges: HashMap<Named, Option<(i64, Ino)>>,
+    /// Whether directories were empty, read by that statement after their lock, for
+    /// `dir_is_empty`.
+    pub(super) empty: HashMap<Ino, bool>,
+}
+
+impl Conn {
+    /// Forgets what the statement that began a transaction read.
+    pub(super) fn forget_prefetched(&mut self) {
+        self.prelocked.clear();
+        self.no_default_acl.clear();
+        self.entries.clear();
+        self.edges.clear();
+        self.empty.clear();
+    }
 }
 
 impl Conn {
@@ -633,6 +654,9 @@ impl Pool {
             lost: false,
             sent: false,
             commit_sent: false,
+            entries: HashMap::new(),
+            edges: HashMap::new(),
+            empty: HashMap::new(),
         })
     }
 
