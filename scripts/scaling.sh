@@ -18,6 +18,8 @@
 # this machine, and behind examples/delayproxy.rs adding MS (default 1) to each message of a
 # client. The server runs as a real one does (fsync on; scripts/lib/pgbench.sh). Each run's
 # figures are also saved as JSON in /tmp (or $UNKAI_SCALING_JSON): s2m-near.json, s2m-far.json.
+# The volume keeps a trash as `format` does by default (1 day): every deletion moves into one
+# trash directory; UNKAI_TRASH_DAYS=0 formats it without.
 # Servers bind to 127.0.0.1; everything lives in a temporary directory removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,6 +60,8 @@ if [ "$meta" = 1 ]; then
     rm -rf "$work"
   }
   trap cleanup EXIT
+  trap 'exit 130' INT
+  trap 'exit 143' TERM
   pgbench_start "$work" "$delay"
   most=$(printf '%s\n' "${clients[@]}" | sort -n | tail -1)
   echo "== S2m: ${clients[*]} mounts of one PostgreSQL volume; load: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -1253,11 +1253,10 @@ pub trait Txn {
     }
     /// Records that `session` has `ino` open.
     fn insert_open(&mut self, i: Ino, session: u64) -> TxResult<()> {
-        self.exec(
+        self.put(
             "INSERT INTO unkai_open (ino, session) VALUES ($1, $2) ON CONFLICT DO NOTHING",
             &[ino(i), Val::Int(session as i64)],
-        )?;
-        Ok(())
+        )
     }
     /// Forgets that `session` has `ino` open (every session if `None`).
     fn delete_open(&mut self, i: Ino, session: Option<u64>) -> TxResult<()> {
