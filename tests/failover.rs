@@ -86,6 +86,7 @@ fn writer(mount_root: &Path, dir: &str, seed: u64, log: &Log, stop: &AtomicBool)
 /// Checks every file the writers wrote, as seen through `m`; the problems found.
 fn check_files(m: &Mount, logs: &[Arc<Log>], problems: &mut Vec<String>) -> usize {
     let read = |name: &str| fs::read(m.p(name));
+    let problems_before = problems.len();
     let mut acked = 0;
     for log in logs {
         for (fate, data) in log.files.lock().unwrap().iter() {
@@ -125,6 +126,9 @@ fn check_files(m: &Mount, logs: &[Arc<Log>], problems: &mut Vec<String>) -> usiz
             }
         }
     }
+    for p in &mut problems[problems_before..] {
+        *p = format!("through {}: {p}", m.path.display());
+    }
     acked
 }
 
@@ -147,9 +151,6 @@ fn now_nanos() -> i64 {
 }
 
 #[test]
-#[ignore = "about 1 run in 12 finds a real bug: a file whose write was in flight at the \
-            failover has its slice committed but its object missing (fsck ERROR, reads EIO); \
-            run with --ignored"]
 fn mounts_go_on_after_a_failover_and_lose_nothing_fsynced() {
     let Some((primary, standby)) = postgres::primary_and_standby() else {
         return;
@@ -286,16 +287,30 @@ fn mounts_go_on_after_a_failover_and_lose_nothing_fsynced() {
     let log = a.log_text();
     let (_, password) = postgres::split_password(&vol.meta_url);
     assert!(!log.contains(&password), "the password is in the mount log");
-    for l in log
-        .lines()
-        .filter(|l| l.contains("lost") || l.contains("listening") || l.contains("heartbeat"))
-    {
+    for l in log.lines().filter(|l| {
+        l.contains("lost")
+            || l.contains("listening")
+            || l.contains("heartbeat")
+            || l.contains("kept")
+    }) {
         eprintln!("mount log: {l}");
     }
 
-    // Every file, through both mounts (each reads the other's too).
-    let acked = check_files(&a, &logs, &mut problems);
-    check_files(&b, &logs, &mut problems);
+    // Every file, through both mounts (each reads the other's too). A change acknowledged
+    // but lost with the old primary (a rename no fsyncdir covered) may still show on the
+    // mount that made it for its kernel cache TTL (5 s; the durability contract says so):
+    // the live mounts get that long to agree with the database.
+    let start = Instant::now();
+    let acked = loop {
+        let mut live = Vec::new();
+        let acked = check_files(&a, &logs, &mut live);
+        check_files(&b, &logs, &mut live);
+        if live.is_empty() || start.elapsed() > Duration::from_secs(30) {
+            problems.extend(live);
+            break acked;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
     assert!(acked >= 60, "{acked} files acknowledged");
     // A file made on one mount now is read whole on the other.
     let data = pattern(5000, 99);

@@ -206,6 +206,11 @@ pub struct FileWriter {
     /// A close (FUSE flush) told the application these writes failed, and no flush has
     /// succeeded since: they are dropped at the last release, never committed later.
     close_failed: bool,
+    /// A commit of the pending slices failed without a POSIX answer (the engine's error: a
+    /// connection lost after its COMMIT was sent, in a database failover): it may have
+    /// committed, so their blocks may be referenced and are never deleted here (gc deletes
+    /// them if nothing does).
+    maybe_committed: bool,
     /// What writes through this writer already dropped ([`Privs`]): checked once, not per
     /// write, until a chmod or setxattr through this mount makes it worth checking again.
     pub privs_dropped: Privs,
@@ -234,6 +239,7 @@ impl FileWriter {
             committed: None,
             packs: Vec::new(),
             close_failed: false,
+            maybe_committed: false,
             privs_dropped: Privs::default(),
             room_to: 0,
         }
@@ -518,7 +524,11 @@ impl FileWriter {
                 ));
             }
         }
-        self.committed = Some(meta.write_slices(self.ino, &recs, self.mtime)?);
+        let committed = meta.write_slices(self.ino, &recs, self.mtime);
+        if let Err(e) = &committed {
+            self.maybe_committed |= !matches!(e, crate::meta::Error::Sys(_));
+        }
+        self.committed = Some(committed?);
         if store.syncs_keys() {
             for slices in self.chunks.values() {
                 for s in slices {
@@ -539,6 +549,7 @@ impl FileWriter {
         self.end = 0;
         self.bytes = 0;
         self.close_failed = false;
+        self.maybe_committed = false;
         Ok(())
     }
 
@@ -560,6 +571,16 @@ impl FileWriter {
             }
         }
         self.packs.clear();
+        if self.maybe_committed {
+            // Perhaps referenced: left to gc, which deletes what nothing references.
+            tracing::warn!(
+                "inode {}: {} blocks of a write whose commit may have gone through are kept \
+                 (gc deletes them if it did not)",
+                self.ino,
+                keys.len()
+            );
+            keys.clear();
+        }
         for k in &keys {
             if let Err(e) = store.delete_block(k) {
                 tracing::warn!("deleting {k} of a discarded write: {e}");
