@@ -18,7 +18,7 @@ fn rate(n: usize, t: Instant) -> f64 {
 }
 
 /// A deterministic source-like file: lines of text, a few hundred bytes to a few KiB.
-fn source_file(i: usize) -> Vec<u8> {
+pub(super) fn source_file(i: usize) -> Vec<u8> {
     let lines = 10 + (i * 7919) % 120;
     let mut s = String::with_capacity(lines * 40);
     for l in 0..lines {

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
+use super::metadata::source_file;
 use super::{Ctx, Figure, Scratch};
 
 const W: &str = "S2m";
@@ -57,19 +58,6 @@ impl Lat {
         let k = (v.len() * 99).div_ceil(100).max(1) - 1;
         Some(v[k] as f64 / 1000.0)
     }
-}
-
-/// A deterministic source-like file: lines of text, a few hundred bytes to a few KiB.
-fn source_file(i: usize) -> Vec<u8> {
-    let lines = 10 + (i * 7919) % 120;
-    let mut s = String::with_capacity(lines * 40);
-    for l in 0..lines {
-        s.push_str(&format!(
-            "    let value_{l} = compute({i}, {l}) + {}; // line {l}\n",
-            (i * 31 + l * 17) % 1000
-        ));
-    }
-    s.into_bytes()
 }
 
 /// The directory of file `i` in a tree (20 × 20 directories, as S2's source tree).
