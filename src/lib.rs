@@ -6,7 +6,8 @@
 //! [`volume`] opens, formats and serves volumes for the CLI ([`webdav`] is a network front end
 //! beside [`fuse`], over [`vfs`] too); [`metrics`] is the vocabulary of
 //! the figures every layer keeps (served by [`volume`]); [`bench`] runs the benchmark
-//! suite against any directories.
+//! suite against any directories; [`sync`] (beside [`cli`]) copies trees between directories
+//! and buckets through [`object`].
 
 #![deny(clippy::undocumented_unsafe_blocks)]
 
@@ -21,6 +22,7 @@ pub mod meta;
 pub mod metrics;
 pub mod nfs;
 pub mod object;
+pub mod sync;
 pub mod vfs;
 pub mod volume;
 pub mod webdav;

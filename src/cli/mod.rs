@@ -27,6 +27,7 @@ mod restore;
 mod scan;
 mod stats;
 mod status;
+mod sync;
 mod umount;
 mod warmup;
 mod webdav;
@@ -79,6 +80,7 @@ enum Command {
     Objbench(objbench::Args),
     Bench(bench::Args),
     Warmup(warmup::Args),
+    Sync(sync::Args),
     Webdav(webdav::Args),
     Completion(completion::Args),
     Manpage(completion::ManArgs),
@@ -138,6 +140,13 @@ where
             write!(writer, "{tag} ")?;
         }
         self.0.format_event(ctx, writer, event)
+    }
+}
+
+impl Cli {
+    /// The whole command line's definition, for `unkai sync` to read its rules' order.
+    fn command_for_sync() -> clap::Command {
+        Cli::command()
     }
 }
 
@@ -274,6 +283,7 @@ pub fn main() -> i32 {
         Command::Objbench(a) => objbench::run(a),
         Command::Bench(a) => bench::run(a),
         Command::Warmup(a) => warmup::run(a),
+        Command::Sync(a) => sync::run(a),
         Command::Webdav(a) => webdav::run(a),
         Command::Completion(a) => completion::run(a, Cli::command()),
         Command::Manpage(a) => completion::manpage(a, Cli::command()),
