@@ -12,6 +12,7 @@
 mod ahead;
 pub mod block;
 mod budget;
+pub mod buffers;
 pub mod cache;
 pub mod codec;
 pub mod keys;
