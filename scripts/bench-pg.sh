@@ -36,15 +36,8 @@ cargo build --release --quiet --bin unkai --example delayproxy
 bin=$PWD/target/release/unkai
 . scripts/lib/pgbench.sh
 
-work=$(mktemp -d /tmp/unkai-benchpg.XXXXXX)
-chmod 755 "$work"
-cleanup() {
-  for mp in "$work"/mnt-*; do
-    mountpoint -q "$mp" 2>/dev/null && "$bin" umount "$mp" >/dev/null 2>&1 || true
-  done
-  pgbench_stop "$work"
-  rm -rf "$work"
-}
+work=$(pgbench_workdir benchpg)
+cleanup() { pgbench_cleanup "$work" "$work"/mnt-*; }
 trap cleanup EXIT
 
 # The trees: N source-like files (a few hundred bytes to a few KiB) in 20 x 20 directories,

@@ -27,13 +27,8 @@ cargo build --release --quiet --bin unkai --example delayproxy
 bin=$PWD/target/release/unkai
 . scripts/lib/pgbench.sh
 
-work=$(mktemp -d /tmp/unkai-pgcap.XXXXXX)
-chmod 755 "$work"
-cleanup() {
-  mountpoint -q "$work/mnt" 2>/dev/null && "$bin" umount "$work/mnt" >/dev/null 2>&1 || true
-  pgbench_stop "$work"
-  rm -rf "$work"
-}
+work=$(pgbench_workdir pgcap)
+cleanup() { pgbench_cleanup "$work" "$work/mnt"; }
 trap cleanup EXIT
 pgbench_start "$work" 0
 url=$(pgbench_url cap)

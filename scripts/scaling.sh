@@ -23,6 +23,7 @@
 # Servers bind to 127.0.0.1; everything lives in a temporary directory removed at exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/pgbench.sh
 size=256M
 files=2000
 sqlite=0
@@ -49,16 +50,8 @@ if [ "$meta" = 1 ]; then
   [ ${#clients[@]} -gt 0 ] || clients=(1 2 4 8)
   cargo build --release --quiet --bin unkai --example delayproxy
   bin=$PWD/target/release/unkai
-  . scripts/lib/pgbench.sh
-  work=$(mktemp -d /tmp/unkai-scaling.XXXXXX)
-  chmod 755 "$work"
-  cleanup() {
-    for mp in "$work"/mnt-s2m/*; do
-      mountpoint -q "$mp" 2>/dev/null && "$bin" umount "$mp" >/dev/null 2>&1 || true
-    done
-    pgbench_stop "$work"
-    rm -rf "$work"
-  }
+  work=$(pgbench_workdir scaling)
+  cleanup() { pgbench_cleanup "$work" "$work"/mnt-s2m/*; }
   trap cleanup EXIT
   trap 'exit 130' INT
   trap 'exit 143' TERM
@@ -101,26 +94,14 @@ bin=$PWD/target/release/unkai
 metabench=$PWD/target/release/examples/metabench
 tools="${UNKAI_TOOLS:-$HOME/.cache/unkai-tools}"
 
-work=$(mktemp -d /tmp/unkai-scaling.XXXXXX)
-chmod 755 "$work"
+work=$(pgbench_workdir scaling)
 gw_pid=
 cleanup() {
-  for mp in "$work"/mnt-*; do
-    mountpoint -q "$mp" 2>/dev/null && "$bin" umount "$mp" >/dev/null 2>&1 || true
-  done
+  pgbench_unmount "$work"/mnt-*
   [ -n "$gw_pid" ] && kill "$gw_pid" 2>/dev/null || true
-  scripts/postgres.sh stop "$work/pg" >/dev/null 2>&1 || true
-  rm -rf "$work"
+  pgbench_cleanup "$work"
 }
 trap cleanup EXIT
-
-free_port() {
-  local p
-  while :; do
-    p=$(( 20000 + RANDOM % 20000 ))
-    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
-  done
-}
 
 # S3: versitygw, posix backend.
 port=$(free_port)
@@ -132,8 +113,8 @@ export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_REGION=us-e
 export AWS_ENDPOINT_URL="http://127.0.0.1:$port"
 for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
 
-admin=$(scripts/postgres.sh start "$work/pg")
-pgbase="${admin%/postgres*}"
+# scripts/postgres.sh with its defaults (pgbench_start would make it durable, with a proxy).
+PG_ADMIN=$(scripts/postgres.sh start "$work/pg")
 
 mount_all() { # URL N
   local url=$1 n=$2 i
@@ -172,7 +153,7 @@ meta_ops() { # N -> "create stat delete" summed ops/s
 
 printf '%-8s %-9s %10s %10s %14s %10s %10s %10s\n' engine clients "write MB/s" "read MB/s" "read/client" create/s stat/s delete/s
 for n in "${clients[@]}"; do
-  url="$pgbase/s2_$n?sslmode=disable"
+  url=$(pgbench_url "s2_$n")
   "$bin" format --storage "s3://bench/v$n" "$url" "v$n" >/dev/null
   mount_all "$url" "$n"
   for i in $(seq "$n"); do mkdir -p "$work/mnt-$i/s2"; done

@@ -261,6 +261,40 @@ fn shows(seen: &BTreeMap<String, (String, u64, u64)>, names: &Names) -> bool {
     true
 }
 
+/// Runs `x` and `y` at once, each on its own thread, released together; returns their
+/// answers.
+fn at_once<A: Send, B: Send>(x: impl FnOnce() -> A + Send, y: impl FnOnce() -> B + Send) -> (A, B) {
+    let barrier = Barrier::new(2);
+    std::thread::scope(|s| {
+        let tx = s.spawn(|| {
+            barrier.wait();
+            x()
+        });
+        let ty = s.spawn(|| {
+            barrier.wait();
+            y()
+        });
+        (tx.join().unwrap(), ty.join().unwrap())
+    })
+}
+
+/// Runs `race(t, mount, barrier)` on PER_MOUNT threads on each mount at once (`t` numbers the
+/// threads); `barrier` holds each thread until all have reached it.
+fn race_on_every_mount<'m>(mounts: &[&'m Mount], race: impl Fn(usize, &'m Mount, &Barrier) + Sync) {
+    let racers: Vec<(usize, &Mount)> = mounts
+        .iter()
+        .flat_map(|m| std::iter::repeat_n(*m, PER_MOUNT))
+        .enumerate()
+        .collect();
+    let barrier = Barrier::new(racers.len());
+    std::thread::scope(|s| {
+        for &(t, m) in &racers {
+            let (barrier, race) = (&barrier, &race);
+            s.spawn(move || race(t, m, barrier));
+        }
+    });
+}
+
 /// Two clients race one call each on a few names (a, b, c) of a fresh directory, many rounds,
 /// with random calls and starting states: each round's answers and the names left must be
 /// those of one serial order, on both mounts.
@@ -305,18 +339,7 @@ fn two_call_races(a: &Mount, b: &Mount, rng: &mut SplitMix) {
         let x = ops[rng.below(ops.len() as u64) as usize].clone();
         let y = ops[rng.below(ops.len() as u64) as usize].clone();
         let (mx, my) = if rng.below(2) == 0 { (a, b) } else { (b, a) };
-        let barrier = Barrier::new(2);
-        let (rx, ry) = std::thread::scope(|s| {
-            let tx = s.spawn(|| {
-                barrier.wait();
-                x.call(&mx.p(&dir))
-            });
-            let ty = s.spawn(|| {
-                barrier.wait();
-                y.call(&my.p(&dir))
-            });
-            (tx.join().unwrap(), ty.join().unwrap())
-        });
+        let (rx, ry) = at_once(|| x.call(&mx.p(&dir)), || y.call(&my.p(&dir)));
         let allowed: Vec<Names> = serial_outcomes(&start, &x, &y)
             .into_iter()
             .filter(|(r, _)| *r == (rx, ry))
@@ -356,32 +379,21 @@ fn exclusive_creates(mounts: &[&Mount]) {
         |m| fs::metadata(m.p("excl")).ok().map(|md| md.ino()),
         |_| true,
     );
-    let racers: Vec<(usize, &Mount)> = mounts
-        .iter()
-        .flat_map(|m| std::iter::repeat_n(*m, PER_MOUNT))
-        .enumerate()
-        .collect();
     let rounds = 120;
-    let barrier = Barrier::new(racers.len());
     let answers = Mutex::new(vec![Vec::new(); rounds]);
-    std::thread::scope(|s| {
-        for &(t, m) in &racers {
-            let (barrier, answers) = (&barrier, &answers);
-            s.spawn(move || {
-                for round in 0..rounds {
-                    let p = m.p(&format!("excl/n{round}"));
-                    let dir = round % 3 == 2 && t % 2 == 0;
-                    barrier.wait();
-                    let r = if dir {
-                        code(fs::create_dir(&p))
-                    } else {
-                        code(fs::File::create_new(&p).and_then(|mut f| {
-                            std::io::Write::write_all(&mut f, format!("t{t}").as_bytes())
-                        }))
-                    };
-                    answers.lock().unwrap()[round].push((t, dir, r));
-                }
-            });
+    race_on_every_mount(mounts, |t, m, barrier| {
+        for round in 0..rounds {
+            let p = m.p(&format!("excl/n{round}"));
+            let dir = round % 3 == 2 && t % 2 == 0;
+            barrier.wait();
+            let r = if dir {
+                code(fs::create_dir(&p))
+            } else {
+                code(fs::File::create_new(&p).and_then(|mut f| {
+                    std::io::Write::write_all(&mut f, format!("t{t}").as_bytes())
+                }))
+            };
+            answers.lock().unwrap()[round].push((t, dir, r));
         }
     });
     for (round, answers) in answers.into_inner().unwrap().into_iter().enumerate() {
@@ -447,23 +459,15 @@ fn rmdir_against_creates(a: &Mount, b: &Mount, rng: &mut SplitMix) {
             },
             |x| *x == (true, true),
         );
-        let barrier = Barrier::new(2);
-        let (rr, rc) = std::thread::scope(|s| {
-            let t = s.spawn(|| {
-                barrier.wait();
-                code(fs::remove_dir(mr.p(&d)))
-            });
-            let c = s.spawn(|| {
-                let inner = mc.p(&format!("{d}/f"));
-                barrier.wait();
-                match kind {
-                    0 => code(fs::File::create_new(&inner)),
-                    1 => code(fs::create_dir(&inner)),
-                    _ => code(fs::rename(mc.p(&src), &inner)),
-                }
-            });
-            (t.join().unwrap(), c.join().unwrap())
-        });
+        let inner = mc.p(&format!("{d}/f"));
+        let (rr, rc) = at_once(
+            || code(fs::remove_dir(mr.p(&d))),
+            || match kind {
+                0 => code(fs::File::create_new(&inner)),
+                1 => code(fs::create_dir(&inner)),
+                _ => code(fs::rename(mc.p(&src), &inner)),
+            },
+        );
         let what = ["create", "mkdir", "rename into"][kind];
         let outcome = format!("{d}: rmdir → {}, {what} {d}/f → {}", ename(rr), ename(rc));
         match (rr, rc) {
@@ -518,18 +522,10 @@ fn crossed_directory_renames(a: &Mount, b: &Mount) {
             |m| listing(&m.p(&format!("cross/{round}"))),
             |n| n.len() == 2,
         );
-        let barrier = Barrier::new(2);
-        let (ra, rb) = std::thread::scope(|s| {
-            let ta = s.spawn(|| {
-                barrier.wait();
-                code(fs::rename(a.p(&p), a.p(&format!("{q}/x"))))
-            });
-            let tb = s.spawn(|| {
-                barrier.wait();
-                code(fs::rename(b.p(&q), b.p(&format!("{p}/y"))))
-            });
-            (ta.join().unwrap(), tb.join().unwrap())
-        });
+        let (ra, rb) = at_once(
+            || code(fs::rename(a.p(&p), a.p(&format!("{q}/x")))),
+            || code(fs::rename(b.p(&q), b.p(&format!("{p}/y")))),
+        );
         let outcome = format!(
             "cross/{round}: rename p → q/x: {}, rename q → p/y: {}",
             ename(ra),
@@ -565,38 +561,27 @@ fn links_of_one_inode(mounts: &[&Mount]) {
         |m| fs::metadata(m.p("links/f")).ok().map(|md| md.ino()),
         |_| true,
     );
-    let racers: Vec<(usize, &Mount)> = mounts
-        .iter()
-        .flat_map(|m| std::iter::repeat_n(*m, PER_MOUNT))
-        .enumerate()
-        .collect();
     let steps = 40;
-    let barrier = Barrier::new(racers.len());
     let left = Mutex::new(Vec::new());
     let errors = Mutex::new(Vec::new());
-    std::thread::scope(|s| {
-        for &(t, m) in &racers {
-            let (barrier, left, errors) = (&barrier, &left, &errors);
-            s.spawn(move || {
-                let mut mine = Vec::new();
-                barrier.wait();
-                for i in 0..steps {
-                    let name = format!("links/l{t}-{i}");
-                    match fs::hard_link(m.p("links/f"), m.p(&name)) {
-                        Ok(()) => mine.push(name),
-                        Err(e) => errors.lock().unwrap().push(format!("link {name}: {e}")),
-                    }
-                    // Remove every other link soon after making it.
-                    if i % 2 == 1 && mine.len() >= 2 {
-                        let name = mine.remove(mine.len() - 2);
-                        if let Err(e) = fs::remove_file(m.p(&name)) {
-                            errors.lock().unwrap().push(format!("unlink {name}: {e}"));
-                        }
-                    }
+    race_on_every_mount(mounts, |t, m, barrier| {
+        let mut mine = Vec::new();
+        barrier.wait();
+        for i in 0..steps {
+            let name = format!("links/l{t}-{i}");
+            match fs::hard_link(m.p("links/f"), m.p(&name)) {
+                Ok(()) => mine.push(name),
+                Err(e) => errors.lock().unwrap().push(format!("link {name}: {e}")),
+            }
+            // Remove every other link soon after making it.
+            if i % 2 == 1 && mine.len() >= 2 {
+                let name = mine.remove(mine.len() - 2);
+                if let Err(e) = fs::remove_file(m.p(&name)) {
+                    errors.lock().unwrap().push(format!("unlink {name}: {e}"));
                 }
-                left.lock().unwrap().extend(mine);
-            });
+            }
         }
+        left.lock().unwrap().extend(mine);
     });
     let errors = errors.into_inner().unwrap();
     assert!(errors.is_empty(), "{errors:?}");

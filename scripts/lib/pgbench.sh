@@ -1,14 +1,22 @@
-# Shared by the PostgreSQL benchmarks (scripts/bench-pg.sh, scripts/scaling.sh --meta): a
-# private PostgreSQL server on this machine as a real one runs (PG_DURABLE=1: fsync and
-# synchronous_commit on) and examples/delayproxy.rs in front of it, which holds every message
-# of a client for DELAY ms (a database in another zone). Source it from the repository root
-# after building the delayproxy example (cargo build --release --example delayproxy).
+# Shared by the PostgreSQL benchmarks (scripts/bench-pg.sh, scripts/pg-capacity.sh,
+# scripts/scaling.sh): a private PostgreSQL server on this machine as a real one runs
+# (PG_DURABLE=1: fsync and synchronous_commit on) and examples/delayproxy.rs in front of it,
+# which holds every message of a client for DELAY ms (a database in another zone). Source it
+# from the repository root after building the delayproxy example (cargo build --release
+# --example delayproxy).
 #   free_port                  a free TCP port of 127.0.0.1
+#   pgbench_workdir NAME       makes and prints a fresh work directory /tmp/unkai-NAME.XXXXXX
+#                              (mode 755: the mount's other users may enter it)
 #   pgbench_start WORK DELAY   starts both (the server's files in WORK/pg); sets PG_ADMIN (its
 #                              admin URL), PG_PORT, PG_PROXY_PORT and PG_PROXY_PID
-#   pgbench_url DB             the META-URL of database DB on the server
+#   pgbench_url DB             the META-URL of database DB on the server (PG_ADMIN's)
 #   pgbench_far_url DB         the same, through the proxy
 #   pgbench_stop WORK          stops both (call it from the script's exit trap)
+#   pgbench_unmount MOUNTPOINT...
+#                              unmounts (with $bin) those of the MOUNTPOINTs that are mounted
+#   pgbench_cleanup WORK MOUNTPOINT...
+#                              the exit trap's work: pgbench_unmount, pgbench_stop, and WORK
+#                              removed
 
 free_port() {
   local p
@@ -16,6 +24,13 @@ free_port() {
     p=$(( 20000 + RANDOM % 20000 ))
     (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
   done
+}
+
+pgbench_workdir() {
+  local work
+  work=$(mktemp -d "/tmp/unkai-$1.XXXXXX")
+  chmod 755 "$work"
+  echo "$work"
 }
 
 pgbench_start() {
@@ -44,4 +59,19 @@ pgbench_far_url() {
 pgbench_stop() {
   [ -n "${PG_PROXY_PID:-}" ] && kill "$PG_PROXY_PID" 2>/dev/null || true
   scripts/postgres.sh stop "$1/pg" >/dev/null 2>&1 || true
+}
+
+pgbench_unmount() {
+  local mp
+  for mp in "$@"; do
+    mountpoint -q "$mp" 2>/dev/null && "$bin" umount "$mp" >/dev/null 2>&1 || true
+  done
+}
+
+pgbench_cleanup() {
+  local work=$1
+  shift
+  pgbench_unmount "$@"
+  pgbench_stop "$work"
+  rm -rf "$work"
 }

@@ -10,7 +10,7 @@
 //! Servers with TLS ([`tls_server`]) are started only with `local`: `scripts/postgres.sh
 //! certs` makes them a CA of their own (the openssl CLI) and a certificate it signs.
 //!
-//! Also compiled into the crate's unit tests (src/meta/tests.rs includes this file).
+//! Also compiled into the crate's unit tests (src/meta/tests/mod.rs includes this file).
 #![allow(dead_code)]
 
 use std::path::PathBuf;

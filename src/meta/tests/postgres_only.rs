@@ -1,0 +1,111 @@
+//! Tests of PostgreSQL alone: a volume sharing its database, password sources, many
+//! clients on one directory.
+
+use super::*;
+
+/// A volume shares its database with other applications' tables: format (even --force)
+/// touches only its own `unkai_*` tables.
+#[test]
+fn keeps_other_tables() {
+    if pg_server::skip() {
+        return;
+    }
+    let db = pg_server::database().unwrap();
+    let mut c = ::postgres::Client::connect(&db.url, ::postgres::NoTls).unwrap();
+    c.batch_execute(
+        "CREATE TABLE session (x TEXT); INSERT INTO session VALUES ('theirs');
+         CREATE TABLE node (y BIGINT); INSERT INTO node VALUES (42);",
+    )
+    .unwrap();
+    let u = pg_url(&db.url);
+    PgMeta::create(&u, &test_format("a"), false).unwrap();
+    {
+        let m = PgMeta::open(&u).unwrap();
+        mkfile(&m, ROOT_INO, "f");
+    }
+    PgMeta::create(&u, &test_format("b"), true).unwrap();
+    let m = PgMeta::open(&u).unwrap();
+    assert_eq!(m.format().name, "b");
+    assert_errno(lookup(&m, ROOT_INO, "f"), libc::ENOENT);
+    let x: String = c.query_one("SELECT x FROM session", &[]).unwrap().get(0);
+    let y: i64 = c.query_one("SELECT y FROM node", &[]).unwrap().get(0);
+    assert_eq!((x.as_str(), y), ("theirs", 42));
+}
+
+/// The password comes from the URL or a password file; a wrong one is refused with a
+/// message that does not show it; URLs print without it.
+#[test]
+fn password_sources() {
+    if pg_server::skip() {
+        return;
+    }
+    let db = pg_server::database().unwrap();
+    let u = pg_url(&db.url);
+    PgMeta::create(&u, &test_format("pw"), false).unwrap();
+    let (bare, pw) = pg_server::split_password(&db.url);
+    assert!(!u.to_string().contains(&pw), "{u}");
+    assert!(!format!("{u:?}").contains(&pw));
+    // From a password file (libpq's format, with wildcards).
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pgpass");
+    std::fs::write(
+        &file,
+        format!("# comment\nother:1:x:y:nope\n*:*:{}:*:{pw}\n", db.name),
+    )
+    .unwrap();
+    let with_file = format!("{bare}&passfile={}", file.display());
+    let m = PgMeta::open(&pg_url(&with_file)).unwrap();
+    assert_eq!(m.format().name, "pw");
+    // A wrong password: refused, and the message does not carry it.
+    let (scheme, rest) = bare.split_once("://").unwrap();
+    let (user, host) = rest.split_once('@').unwrap();
+    let wrong = format!("{scheme}://{user}:Wr0ngSecret@{host}");
+    match PgMeta::open(&pg_url(&wrong)) {
+        Err(Error::Engine(msg)) => {
+            assert!(msg.contains("password"), "{msg}");
+            assert!(!msg.contains("Wr0ngSecret"), "{msg}");
+        }
+        Err(e) => panic!("expected an engine error, got {e:?}"),
+        Ok(_) => panic!("a wrong password was accepted"),
+    }
+    // No password at all (none in the environment either): refused.
+    if std::env::var_os("PGPASSWORD").is_none() && std::env::var_os("PGPASSFILE").is_none() {
+        let none = format!("{bare}&passfile={}", dir.path().join("missing").display());
+        assert!(PgMeta::open(&pg_url(&none)).is_err());
+    }
+}
+
+/// Many clients (pools of their own) creating in one directory at once: all succeed,
+/// none waits forever, counters agree.
+#[test]
+fn many_clients_one_directory() {
+    if pg_server::skip() {
+        return;
+    }
+    let db = pg_server::database().unwrap();
+    let u = pg_url(&db.url);
+    PgMeta::create(&u, &test_format("many"), false).unwrap();
+    let clients: Vec<PgMeta> = (0..4).map(|_| PgMeta::open(&u).unwrap()).collect();
+    let d = mkdir(&clients[0], ROOT_INO, "d");
+    std::thread::scope(|sc| {
+        for (ci, m) in clients.iter().enumerate() {
+            for t in 0..4 {
+                sc.spawn(move || {
+                    for i in 0..50 {
+                        let n = format!("c{ci}-t{t}-{i}");
+                        mkfile(m, d.ino, &n);
+                        // Cross-directory renames take the volume's rename lock.
+                        if i % 5 == 0 {
+                            rename(m, d.ino, &n, ROOT_INO, &n).unwrap();
+                        }
+                    }
+                });
+            }
+        }
+    });
+    let m = &clients[3];
+    assert_eq!(listing(m, d.ino).len(), 2 + 16 * 40);
+    assert_eq!(listing(m, ROOT_INO).len(), 2 + 1 + 16 * 10);
+    assert_eq!(m.usage().unwrap().inodes, 2 + 16 * 50);
+    assert_eq!(m.getattr(d.ino).unwrap().nlink, 2);
+}
