@@ -40,11 +40,17 @@ const COOL: Duration = Duration::from_secs(1);
 /// default ACL.
 type State = (Attr, bool);
 
+/// An entry by its directory and name.
+type Name = (Ino, Vec<u8>);
+
+/// An entry's id and inode.
+type Edge = (i64, Ino);
+
 /// The inodes known, and those found changed by other clients lately.
 pub(super) struct Known {
     map: Mutex<LruCache<Ino, State>>,
     /// Entries: (directory, name) → (entry id, inode).
-    edges: Mutex<LruCache<(Ino, Vec<u8>), (i64, Ino)>>,
+    edges: Mutex<LruCache<Name, Edge>>,
     cold: Mutex<LruCache<Ino, Instant>>,
     /// Off with `UNKAI_PG_OPTIMISTIC=0` (to measure what it saves).
     on: bool,
@@ -152,7 +158,7 @@ pub(super) struct Learned {
     /// Inodes it deleted.
     gone: Vec<Ino>,
     /// Entries it found or made (Some) or removed (None).
-    edges: Vec<((Ino, Vec<u8>), Option<(i64, Ino)>)>,
+    edges: Vec<(Name, Option<Edge>)>,
     /// It ran a statement on inodes whose effect is not recorded here.
     unsure: bool,
 }
