@@ -358,6 +358,54 @@ fn two_mounts_see_each_other() {
     assert!(ok && out.contains("volume is consistent"), "{out}{err}");
 }
 
+/// A client takes an inode its own commit changed last as that commit left it, and checks so
+/// in the same message as its next change (a create in a directory it knows, a chmod of a
+/// file it wrote: one round trip each). A change by another client in between fails that
+/// check, and the change runs again reading under its lock: nothing the other client did is
+/// overwritten with what the first one knew.
+#[test]
+fn a_change_by_another_client_between_two_of_mine_is_kept() {
+    if postgres::skip() {
+        return;
+    }
+    let vol = Volume::postgres(&[], |u| u.to_string(), Vec::new()).unwrap();
+    let a = vol.mount();
+    let b = vol.mount();
+    // A knows d (two links and one from x) and f.
+    fs::create_dir(a.p("d")).unwrap();
+    fs::create_dir(a.p("d/x")).unwrap();
+    fs::write(a.p("d/f"), b"mine").unwrap();
+    assert!(
+        eventually(SETTLE, || b.p("d/f").exists()),
+        "B never saw A's d/f"
+    );
+    // B changes both: one more subdirectory in d, another owner for f.
+    fs::create_dir(b.p("d/y")).unwrap();
+    std::os::unix::fs::chown(b.p("d/f"), Some(4321), None).unwrap();
+    // A changes both again, from what it knew.
+    fs::create_dir(a.p("d/z")).unwrap();
+    fs::set_permissions(a.p("d/f"), fs::Permissions::from_mode(0o640)).unwrap();
+    for (m, who) in [(&a, "A"), (&b, "B")] {
+        assert!(
+            eventually(SETTLE, || fs::metadata(m.p("d")).unwrap().nlink() == 5),
+            "{who}: d has {} links, not 5 (2 and x, y, z)",
+            fs::metadata(m.p("d")).unwrap().nlink()
+        );
+        assert!(
+            eventually(SETTLE, || {
+                let md = fs::metadata(m.p("d/f")).unwrap();
+                md.uid() == 4321 && md.mode() & 0o7777 == 0o640
+            }),
+            "{who}: f is {:?}, not owner 4321 and mode 640",
+            fs::metadata(m.p("d/f")).map(|md| (md.uid(), md.mode() & 0o7777))
+        );
+    }
+    a.unmount();
+    b.unmount();
+    let (ok, out, err) = vol.cmd("fsck", &[]);
+    assert!(ok && out.contains("volume is consistent"), "{out}{err}");
+}
+
 /// A short session timeout for the mounts of a test (heartbeats and dead-session checks then
 /// run every background tick).
 fn short_timeout() -> Vec<(String, String)> {

@@ -333,6 +333,7 @@ pub fn objbench(url: &str, opts: &Options, cancel: Arc<AtomicBool>) -> anyhow::R
     let max_parallel = opts.parallel.iter().copied().max().unwrap_or(1);
     let policy = Policy {
         max_inflight: Policy::default().max_inflight.max(max_parallel),
+        max_uploads: Policy::default().max_uploads.max(max_parallel),
         ..Policy::default()
     };
     // The sample first: a bad directory is refused before the bucket is touched.

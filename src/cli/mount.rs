@@ -166,6 +166,33 @@ pub struct StoreArgs {
     /// for as long as it hangs).
     #[arg(long, default_value_t = 60.0, env = "UNKAI_IO_DEADLINE")]
     io_deadline: f64,
+    /// Uploads to the object store at most at once (puts of blocks, written through or from
+    /// the staging area), as JuiceFS's flag of the same name.
+    #[arg(
+        long,
+        default_value = "20",
+        value_name = "N",
+        env = "UNKAI_MAX_UPLOADS"
+    )]
+    max_uploads: String,
+    /// Bandwidth of uploads to the object store at most, in Mbps (megabits per second, as
+    /// JuiceFS's flag of the same name; 0: no limit), e.g. 100.
+    #[arg(
+        long,
+        default_value = "0",
+        value_name = "MBPS",
+        env = "UNKAI_UPLOAD_LIMIT"
+    )]
+    upload_limit: String,
+    /// Bandwidth of downloads from the object store at most, in Mbps (megabits per second;
+    /// 0: no limit), e.g. 100.
+    #[arg(
+        long,
+        default_value = "0",
+        value_name = "MBPS",
+        env = "UNKAI_DOWNLOAD_LIMIT"
+    )]
+    download_limit: String,
     /// The key file of a volume encrypted with one (`format --encrypt-key-file`), or the PEM
     /// file of an RSA key recorded nowhere (`format --allow-unencrypted-rsa-key`). A volume
     /// whose RSA key is recorded needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
@@ -212,7 +239,18 @@ impl StoreArgs {
                 a.io_deadline
             );
         }
+        let max_uploads = match a.max_uploads.trim().parse::<usize>() {
+            Ok(n) if (1..=1024).contains(&n) => n,
+            _ => bail!(
+                "invalid --max-uploads '{}': give how many uploads may run at once, a whole \
+                 number from 1 to 1024, e.g. 20",
+                a.max_uploads
+            ),
+        };
         Ok(StoreConfig {
+            max_uploads,
+            upload_limit: bandwidth("--upload-limit", &a.upload_limit)?,
+            download_limit: bandwidth("--download-limit", &a.download_limit)?,
             writeback: a.writeback.into(),
             cache_dirs,
             stage_bytes,
@@ -225,6 +263,20 @@ impl StoreArgs {
             io_deadline,
             data_key: volume::data_key(fmt, a.encrypt_key_file.as_deref())?,
         })
+    }
+}
+
+/// A bandwidth flag in Mbps (megabits per second, as JuiceFS takes it; fractions allowed) as
+/// bytes per second; 0: None, no limit.
+fn bandwidth(flag: &str, given: &str) -> anyhow::Result<Option<u64>> {
+    match given.trim().parse::<f64>() {
+        Ok(0.0) => Ok(None),
+        // At least 8 Kbps (one KiB/s), at most 1 Tbps.
+        Ok(m) if (0.008..=1e6).contains(&m) => Ok(Some((m * 1e6 / 8.0) as u64)),
+        _ => bail!(
+            "invalid {flag} '{given}': give the bandwidth in Mbps (megabits per second), from \
+             0.008 to 1000000, e.g. 100; 0 for no limit"
+        ),
     }
 }
 

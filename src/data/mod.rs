@@ -12,6 +12,7 @@
 mod ahead;
 pub mod block;
 mod budget;
+pub mod buffers;
 pub mod cache;
 pub mod codec;
 pub mod keys;
@@ -368,6 +369,7 @@ impl DataStore {
             .as_ref()
             .and_then(|d| cache::DiskCache::open(d, &format.uuid));
         let room = room::Room::new(obj.local_root(), cfg.free_ratio, format.block_size);
+        let at_once = obj.max_uploads();
         let shared = Arc::new_cyclic(|weak| Shared {
             room,
             obj,
@@ -379,7 +381,7 @@ impl DataStore {
             in_flight: Default::default(),
             uploader: stage
                 .as_ref()
-                .map(|_| writeback::Uploader::start(&rt, weak.clone())),
+                .map(|_| writeback::Uploader::start(&rt, weak.clone(), at_once)),
             packer: stage.as_ref().map(|_| pack::Packer::default()),
             ahead: Default::default(),
             budget: budget::Budget::new(cfg.in_flight_bytes),

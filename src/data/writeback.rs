@@ -17,9 +17,6 @@ use tokio::sync::{Semaphore, mpsc};
 
 use super::Shared;
 
-/// Uploads running at once.
-const UPLOADS_AT_ONCE: usize = 16;
-
 /// The queue of staged keys and the state of their uploads.
 pub(crate) struct Uploader {
     queue: mpsc::UnboundedSender<String>,
@@ -39,12 +36,17 @@ impl Uploader {
     /// Starts the upload loop on `rt`; it runs until the runtime stops. `shared` is reached
     /// through a weak reference, so the loop does not keep the data store alive (it is
     /// made inside `Arc::new_cyclic`: the loop upgrades only once a key comes).
-    pub(crate) fn start(rt: &tokio::runtime::Runtime, shared: std::sync::Weak<Shared>) -> Uploader {
+    /// `at_once` uploads run at a time (the store's `--max-uploads`).
+    pub(crate) fn start(
+        rt: &tokio::runtime::Runtime,
+        shared: std::sync::Weak<Shared>,
+        at_once: usize,
+    ) -> Uploader {
         let (tx, mut rx) = mpsc::unbounded_channel::<String>();
         let busy = Arc::new(AtomicU64::new(0));
         let done = busy.clone();
         rt.spawn(async move {
-            let permits = Arc::new(Semaphore::new(UPLOADS_AT_ONCE));
+            let permits = Arc::new(Semaphore::new(at_once.max(1)));
             while let Some(key) = rx.recv().await {
                 let Ok(permit) = permits.clone().acquire_owned().await else {
                     return;

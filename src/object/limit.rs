@@ -1,5 +1,6 @@
-//! [`Limited`]: a bound on the requests in flight, as object_store's `LimitStore`. It is the
-//! outermost wrapper: a request holds its permit through all its attempts and backoffs.
+//! [`Limited`]: a bound on the requests in flight, as object_store's `LimitStore`, and a
+//! tighter one on puts (`--max-uploads`). It is the outermost wrapper: a request holds its
+//! permits through all its attempts and backoffs.
 //!
 //! Not for: rates or timeouts (retries and timeouts are `retry`).
 
@@ -11,17 +12,20 @@ use tokio::sync::Semaphore;
 use super::bucket::{Bucket, StoreResult};
 use super::{ObjectInfo, Payload};
 
-/// At most `max` requests of `inner` at a time; the others wait for a permit.
+/// At most `max` requests of `inner` at a time, and `puts` puts among them; the others wait
+/// for a permit.
 pub struct Limited<B> {
     inner: B,
     permits: Semaphore,
+    puts: Semaphore,
 }
 
 impl<B: Bucket> Limited<B> {
-    pub fn new(inner: B, max: usize) -> Self {
+    pub fn new(inner: B, max: usize, puts: usize) -> Self {
         Limited {
             inner,
             permits: Semaphore::new(max.max(1)),
+            puts: Semaphore::new(puts.max(1)),
         }
     }
 
@@ -36,6 +40,12 @@ impl<B: Bucket> Limited<B> {
 #[async_trait::async_trait]
 impl<B: Bucket> Bucket for Limited<B> {
     async fn put(&self, key: &str, data: Payload) -> StoreResult<()> {
+        // The put's own permit first: puts waiting for one leave the others to reads.
+        let _put = self
+            .puts
+            .acquire()
+            .await
+            .expect("semaphore is never closed");
         let _permit = self.permit().await;
         self.inner.put(key, data).await
     }
@@ -77,7 +87,7 @@ mod tests {
     #[async_trait::async_trait]
     impl Bucket for Slow {
         async fn put(&self, _: &str, _: Payload) -> StoreResult<()> {
-            unimplemented!()
+            self.get("").await.map(|_| ())
         }
         async fn get(&self, _: &str) -> StoreResult<Bytes> {
             let n = self.now.fetch_add(1, Ordering::SeqCst) + 1;
@@ -99,11 +109,22 @@ mod tests {
 
     #[tokio::test]
     async fn at_most_max_requests_in_flight() {
-        let l = Limited::new(Slow::default(), 3);
+        let l = Limited::new(Slow::default(), 3, 2);
         let gets = (0..12).map(|_| l.get("k"));
         for r in futures::future::join_all(gets).await {
             r.unwrap();
         }
         assert_eq!(l.inner.most.load(Ordering::SeqCst), 3);
+    }
+
+    /// Puts are held to their own, tighter bound (`--max-uploads`).
+    #[tokio::test]
+    async fn at_most_max_uploads_puts_in_flight() {
+        let l = Limited::new(Slow::default(), 3, 2);
+        let puts = (0..12).map(|_| l.put("k", Bytes::new().into()));
+        for r in futures::future::join_all(puts).await {
+            r.unwrap();
+        }
+        assert_eq!(l.inner.most.load(Ordering::SeqCst), 2);
     }
 }

@@ -17,6 +17,7 @@ pub mod limit;
 pub mod local;
 pub mod retry;
 pub mod s3;
+pub mod throttle;
 pub mod traffic;
 pub mod url;
 
@@ -32,6 +33,7 @@ use bucket::Bucket;
 use faulty::{Faults, Faulty};
 use limit::Limited;
 use retry::Retried;
+use throttle::{Rates, Throttled};
 use traffic::Counted;
 
 /// What a put sends: one buffer or several, stored as one object (object_store's type).
@@ -124,28 +126,34 @@ pub struct ObjectStorage {
     faults: Option<Arc<Faults>>,
     /// What the stack counted.
     traffic: Arc<Traffic>,
+    /// Puts in flight at most (`Policy::max_uploads`).
+    max_uploads: usize,
 }
 
 /// The wrappers around every request of `store`, from the outside in: [`Limited`] (one
-/// permit per request, held through its retries), [`Retried`] (a timeout per attempt, the
-/// retries), [`Faulty`] (per attempt, only with faults), [`Counted`] (what the store moved).
+/// permit per request, held through its retries; puts' own bound), [`Retried`] (a timeout
+/// per attempt, the retries), [`Faulty`] (per attempt, only with faults), [`Throttled`]
+/// (the bandwidth limits, per attempt), [`Counted`] (what the store moved).
 fn stack(
     store: Arc<dyn ObjectStore>,
     policy: &Policy,
     faults: Option<Arc<Faults>>,
     traffic: Arc<Traffic>,
     stall: Arc<retry::Stall>,
+    rates: Arc<Rates>,
 ) -> Box<dyn Bucket> {
-    let counted = Counted::new(bucket::Native(store), traffic);
-    let max = policy.max_inflight;
+    let inner = Throttled::new(Counted::new(bucket::Native(store), traffic), rates);
+    let (max, puts) = (policy.max_inflight, policy.max_uploads);
     match faults {
         None => Box::new(Limited::new(
-            Retried::sharing(counted, policy.clone(), stall),
+            Retried::sharing(inner, policy.clone(), stall),
             max,
+            puts,
         )),
         Some(f) => Box::new(Limited::new(
-            Retried::sharing(Faulty::new(counted, f), policy.clone(), stall),
+            Retried::sharing(Faulty::new(inner, f), policy.clone(), stall),
             max,
+            puts,
         )),
     }
 }
@@ -236,6 +244,7 @@ impl ObjectStorage {
         };
         let traffic = Arc::<Traffic>::default();
         let stall = Arc::<retry::Stall>::default();
+        let rates = Arc::new(Rates::new(policy.upload_limit, policy.download_limit));
         Ok(ObjectStorage {
             probe: stack(
                 store.clone(),
@@ -243,8 +252,17 @@ impl ObjectStorage {
                 faults.clone(),
                 Arc::default(),
                 stall.clone(),
+                rates.clone(),
             ),
-            bucket: stack(store, &policy, faults.clone(), traffic.clone(), stall),
+            bucket: stack(
+                store,
+                &policy,
+                faults.clone(),
+                traffic.clone(),
+                stall,
+                rates,
+            ),
+            max_uploads: policy.max_uploads,
             url: url.into(),
             kind,
             native,
@@ -256,6 +274,11 @@ impl ObjectStorage {
 
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// Puts in flight at most (`--max-uploads`).
+    pub fn max_uploads(&self) -> usize {
+        self.max_uploads
     }
 
     /// Whether objects live on a remote service.
@@ -597,6 +620,7 @@ mod tests {
                 Some(faults.clone()),
                 traffic.clone(),
                 Arc::default(),
+                Arc::default(),
             );
             assert!(
                 b.put("k", Bytes::from_static(b"abcdef").into())
@@ -614,6 +638,7 @@ mod tests {
                 &policy,
                 Some(faults),
                 traffic.clone(),
+                Arc::default(),
                 Arc::default(),
             );
             b.put("k", Bytes::from_static(b"abcdef").into())

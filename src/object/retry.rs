@@ -35,7 +35,16 @@ pub struct Policy {
     pub deadline: Duration,
     /// Requests in flight at most.
     pub max_inflight: usize,
+    /// Puts in flight at most (`--max-uploads`), within `max_inflight`.
+    pub max_uploads: usize,
+    /// Bytes per second sent to the store (`--upload-limit`) and read from it
+    /// (`--download-limit`) at most; None: unlimited.
+    pub upload_limit: Option<u64>,
+    pub download_limit: Option<u64>,
 }
+
+/// Puts in flight by default, as JuiceFS's `--max-uploads`.
+pub const MAX_UPLOADS: usize = 20;
 
 impl Default for Policy {
     fn default() -> Self {
@@ -46,6 +55,9 @@ impl Default for Policy {
             timeout: Duration::from_secs(20),
             deadline: Duration::from_secs(60),
             max_inflight: 64,
+            max_uploads: MAX_UPLOADS,
+            upload_limit: None,
+            download_limit: None,
         }
     }
 }
@@ -286,6 +298,7 @@ mod tests {
             timeout: Duration::from_millis(200),
             deadline: Duration::from_secs(30),
             max_inflight: 4,
+            ..Policy::default()
         }
     }
 

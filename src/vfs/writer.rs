@@ -137,15 +137,20 @@ impl SliceBytes {
             let more = n - over;
             if more > 0 {
                 if v.capacity() < off + n {
-                    // Large writes get the whole block at once (no reallocation copies);
-                    // small ones grow it by doublings.
+                    // Large writes get the whole block at once (no reallocation copies), a
+                    // buffer used before if one is idle (`data::buffers`: no fresh pages to
+                    // map and zero); small ones grow it by doublings.
                     let want = off + n;
-                    let cap = if want >= bs / 8 {
-                        bs
+                    if want >= bs / 8 && v.capacity() == 0 {
+                        *v = crate::data::buffers::take(bs);
                     } else {
-                        want.next_power_of_two().min(bs)
-                    };
-                    v.reserve_exact(cap - v.len());
+                        let cap = if want >= bs / 8 {
+                            bs
+                        } else {
+                            want.next_power_of_two().min(bs)
+                        };
+                        v.reserve_exact(cap - v.len());
+                    }
                 }
                 v.extend_from_slice(&part[over..]);
             }
@@ -158,7 +163,7 @@ impl SliceBytes {
     fn send(&mut self, index: usize) -> Bytes {
         let part = &mut self.blocks[index];
         if let Part::Open(v) = part {
-            *part = Part::Sent(Bytes::from(std::mem::take(v)));
+            *part = Part::Sent(crate::data::buffers::freeze(std::mem::take(v), self.bs));
         }
         match part {
             Part::Sent(b) => b.clone(),

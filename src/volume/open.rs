@@ -47,6 +47,12 @@ pub struct StoreConfig {
     /// Time limit of one request to the object store, and of a request with its retries.
     pub io_timeout: Duration,
     pub io_deadline: Duration,
+    /// Puts to the object store in flight at most (`--max-uploads`).
+    pub max_uploads: usize,
+    /// Bytes per second sent to the store and read from it at most (`--upload-limit`,
+    /// `--download-limit`); None: unlimited.
+    pub upload_limit: Option<u64>,
+    pub download_limit: Option<u64>,
     /// The data key of an encrypted volume, unwrapped (`volume::data_key`).
     pub data_key: Option<Arc<crate::data::keys::DataKey>>,
 }
@@ -120,6 +126,9 @@ pub fn open_store(
             Policy {
                 timeout: cfg.io_timeout,
                 deadline: cfg.io_deadline,
+                max_uploads: cfg.max_uploads,
+                upload_limit: cfg.upload_limit,
+                download_limit: cfg.download_limit,
                 ..Policy::default()
             },
         )

@@ -97,9 +97,11 @@ pub(super) fn ends_connection(e: &PgError) -> bool {
 impl From<PgError> for TxError {
     fn from(e: PgError) -> Self {
         match e.code() {
+            // (A division by zero is the check of inodes guessed (`known`) failing.)
             Some(c)
                 if *c == SqlState::T_R_SERIALIZATION_FAILURE
-                    || *c == SqlState::T_R_DEADLOCK_DETECTED =>
+                    || *c == SqlState::T_R_DEADLOCK_DETECTED
+                    || *c == SqlState::DIVISION_BY_ZERO =>
             {
                 TxError::Conflict(pg_msg(&e))
             }
@@ -212,6 +214,9 @@ pub(super) struct Conn {
     /// Whether directories were empty, read by that statement after their lock, for
     /// `dir_is_empty`.
     pub(super) empty: HashMap<Ino, bool>,
+    /// Inodes the current transaction took as this client last knew them (see `known`),
+    /// besides those of its first statement.
+    pub(super) guessed: Vec<Ino>,
 }
 
 impl Conn {
@@ -222,6 +227,7 @@ impl Conn {
         self.entries.clear();
         self.edges.clear();
         self.empty.clear();
+        self.guessed.clear();
     }
 }
 
@@ -657,6 +663,7 @@ impl Pool {
             entries: HashMap::new(),
             edges: HashMap::new(),
             empty: HashMap::new(),
+            guessed: Vec::new(),
         })
     }
 
