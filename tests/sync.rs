@@ -275,8 +275,10 @@ fn killed_half_way_then_rerun_completes() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, pattern(20_000 + i, i as u64)).unwrap();
     }
+    // Each request waits 20 ms: the run takes seconds, and is killed well inside it.
     let mut child = unkai()
         .args(["sync", "--quiet", "--threads", "1", &s(&src), &s(&dst)])
+        .env("UNKAI_FAULTS", "latency_ms=20")
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
@@ -287,6 +289,7 @@ fn killed_half_way_then_rerun_completes() {
     let _ = child.kill();
     let _ = child.wait();
     let done_before = files_under(&dst).len() as u64;
+    assert!(done_before < 300, "the run finished before it was killed");
     let (copied, skipped, deleted, failed) = sync_ok(&[&s(&src), &s(&dst)], &[]);
     assert_eq!((deleted, failed), (0, 0));
     assert_eq!(copied + skipped, 300);
@@ -339,4 +342,26 @@ fn dir_to_s3_and_back() {
     assert_eq!(errors.len(), 1, "{err}");
     assert!(errors[0].contains("check its name"), "{err}");
     assert!(!t.path().join("x").exists());
+}
+
+#[test]
+fn a_failed_file_is_counted_named_and_the_exit_code_says_so() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+    make_source(&src);
+    // A file where the destination needs the directory `a`: the three files under it fail.
+    std::fs::create_dir_all(&dst).unwrap();
+    std::fs::write(dst.join("a"), b"in the way").unwrap();
+    let (ok, out, err) = run(&["sync", "--quiet", &s(&src), &s(&dst)]);
+    assert!(!ok, "a sync with failed files exited 0: {out}");
+    assert_eq!(counts(&out), (5, 0, 0, 3), "{out}");
+    assert!(
+        err.contains("3 files failed") && err.contains("a/"),
+        "{err}"
+    );
+    // The others were copied whole.
+    assert_eq!(
+        std::fs::read(dst.join("top.txt")).unwrap(),
+        std::fs::read(src.join("top.txt")).unwrap()
+    );
 }
