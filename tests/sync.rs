@@ -266,8 +266,27 @@ fn bad_input_is_one_line_naming_the_fix_and_changes_nothing() {
     assert_eq!(tree(&src), before);
 }
 
+/// A sync killed with SIGKILL once `done` is true, run with every store request 20 ms late.
+fn kill_mid_run(args: &[&str], env: &[(String, String)], done: impl FnMut() -> bool) {
+    let mut child = unkai()
+        .arg("sync")
+        .arg("--quiet")
+        .args(args)
+        .envs(env.iter().cloned())
+        .env("UNKAI_FAULTS", "latency_ms=20")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    eventually(Duration::from_secs(60), done);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
 #[test]
 fn killed_half_way_then_rerun_completes() {
+    let server = servers::s3("killbucket");
+    let env = &server.env;
     let t = tempfile::tempdir().unwrap();
     let (src, dst) = (t.path().join("src"), t.path().join("dst"));
     for i in 0..300 {
@@ -275,28 +294,28 @@ fn killed_half_way_then_rerun_completes() {
         std::fs::create_dir_all(p.parent().unwrap()).unwrap();
         std::fs::write(&p, pattern(20_000 + i, i as u64)).unwrap();
     }
-    // Each request waits 20 ms: the run takes seconds, and is killed well inside it.
-    let mut child = unkai()
-        .args(["sync", "--quiet", "--threads", "1", &s(&src), &s(&dst)])
-        .env("UNKAI_FAULTS", "latency_ms=20")
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    // Killed once it has copied something (or finished: the rerun must then copy nothing).
-    eventually(Duration::from_secs(60), || {
-        dst.exists() && !files_under(&dst).is_empty()
+    let url = "s3://killbucket/tree".to_string();
+    let objects = server.dir.path().join("root/killbucket/tree");
+    // Directory to bucket, killed once some objects are there.
+    kill_mid_run(&["--threads", "1", &s(&src), &url], env, || {
+        files_under(&objects).len() >= 5
     });
-    let _ = child.kill();
-    let _ = child.wait();
-    let done_before = files_under(&dst).len() as u64;
-    assert!(done_before < 300, "the run finished before it was killed");
-    let (copied, skipped, deleted, failed) = sync_ok(&[&s(&src), &s(&dst)], &[]);
-    assert_eq!((deleted, failed), (0, 0));
-    assert_eq!(copied + skipped, 300);
+    let before = files_under(&objects).len() as u64;
+    assert!(before < 300, "the run finished before it was killed");
+    let (copied, skipped, _, failed) = sync_ok(&[&s(&src), &url], env);
+    assert_eq!((copied + skipped, failed), (300, 0));
     assert!(
-        skipped >= done_before.saturating_sub(1),
-        "{skipped} < {done_before}"
+        skipped + 1 >= before,
+        "{skipped} skipped, {before} were there"
     );
+    // Bucket to directory, killed likewise: no partial file is taken as done.
+    kill_mid_run(&["--threads", "1", &url, &s(&dst)], env, || {
+        dst.exists() && files_under(&dst).len() >= 5
+    });
+    let before = files_under(&dst).len() as u64;
+    assert!(before < 300, "the run finished before it was killed");
+    let (copied, skipped, _, failed) = sync_ok(&[&url, &s(&dst)], env);
+    assert_eq!((copied + skipped, failed), (300, 0));
     assert_eq!(
         tree(&dst),
         tree(&src),
@@ -364,4 +383,21 @@ fn a_failed_file_is_counted_named_and_the_exit_code_says_so() {
         std::fs::read(dst.join("top.txt")).unwrap(),
         std::fs::read(src.join("top.txt")).unwrap()
     );
+}
+
+#[test]
+fn names_with_percent_hash_backslash_and_unicode_survive_the_round_trip() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, back) = (t.path().join("src"), t.path().join("back"));
+    let names = ["50% off.txt", "x#1", "a\\b", "é ü [x] {y}.txt", "d/%41"];
+    for (i, n) in names.iter().enumerate() {
+        let p = src.join(n);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, pattern(10 + i, i as u64)).unwrap();
+    }
+    let bucket = format!("file://{}/bucket", s(t.path()));
+    assert_eq!(sync_ok(&[&s(&src), &bucket], &[]), (5, 0, 0, 0));
+    assert_eq!(sync_ok(&[&bucket, &s(&back)], &[]), (5, 0, 0, 0));
+    assert_eq!(tree(&back), tree(&src));
+    assert_eq!(sync_ok(&[&bucket, &s(&back)], &[]), (0, 5, 0, 0));
 }

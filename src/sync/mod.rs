@@ -2,10 +2,12 @@
 //! (`file://`, `s3://`, `gs://`, `az://`), incrementally, in parallel, with a closing summary.
 //!
 //! What it is for: bringing existing data in and out, like `juicefs sync` or `rclone copy`.
-//! Every endpoint is an [`ObjectStorage`] (a local directory is opened as `file://`), so an
-//! object is always written whole under its final name (the local store writes a staging
-//! file and renames it; S3 PUTs are atomic): a run killed half-way leaves no partial file
-//! that a rerun would take as done, and the rerun copies only what is missing or differs.
+//! A bucket is an [`ObjectStorage`]; a local directory (a path or `file://`) is walked, read
+//! and written here with `std::fs` (object_store's paths would re-encode names holding `%`,
+//! `#` or a backslash, and it keeps no mtimes). Every file is written whole under its final name (a
+//! temporary name, then a rename; S3 PUTs are atomic): a run killed half-way leaves no
+//! partial file that a rerun would take as done, and the rerun copies only what is missing
+//! or differs.
 //!
 //! Not for: volumes as an endpoint yet (META-URL[:/path] through `vfs` is issue 38's next
 //! step: until then, mount the volume and give a path in the mount), empty directories,
@@ -183,6 +185,23 @@ fn decoded(mut o: ObjectInfo) -> ObjectInfo {
 
 async fn listing(e: &Endpoint, is_src: bool, dry_run: bool) -> anyhow::Result<Vec<ObjectInfo>> {
     let role = if is_src { "source" } else { "destination" };
+    if let Some(root) = &e.local {
+        let root = root.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            let mut out = Vec::new();
+            walk_local(&root, &root, &mut out).map(|()| out)
+        })
+        .await?
+        .map_err(|err| anyhow::anyhow!("{role} '{}': cannot list it: {err}", e.given))?;
+        let (partial, whole): (Vec<_>, Vec<_>) =
+            found.into_iter().partition(|o| is_partial(&o.key));
+        if let Some(root) = e.local.as_ref().filter(|_| !is_src && !dry_run) {
+            for p in partial {
+                let _ = std::fs::remove_file(root.join(&p.key));
+            }
+        }
+        return Ok(whole);
+    }
     match e.store.list("").await {
         Ok(v) => {
             let (partial, whole): (Vec<_>, Vec<_>) =
@@ -341,13 +360,13 @@ async fn sync(
                     match job {
                         Job::Delete(_) => {
                             if !o.dry_run {
-                                dst.store.delete(&key).await?;
+                                dst.delete(&key).await?;
                             }
                             deleted.fetch_add(1, Ordering::Relaxed);
                         }
                         Job::Check(s) => {
-                            let a = src.store.get(&key).await?;
-                            let b = dst.store.get(&key).await?;
+                            let a = src.get(&key).await?;
+                            let b = dst.get(&key).await?;
                             if sha256(&a) == sha256(&b) {
                                 same.fetch_add(1, Ordering::Relaxed);
                             } else {
@@ -360,7 +379,7 @@ async fn sync(
                         }
                         Job::Copy(s) => {
                             if !o.dry_run {
-                                let data = src.store.get(&key).await?;
+                                let data = src.get(&key).await?;
                                 copy(o, dst, s, data).await?;
                             }
                             pb.inc(s.size);
@@ -426,7 +445,7 @@ async fn copy(
         None => dst.store.put(&s.key, data).await?,
     }
     if let Some(want) = want {
-        let got = dst.store.get(&s.key).await?;
+        let got = dst.get(&s.key).await?;
         if sha256(&got) != want {
             anyhow::bail!("the copy read back differs from the source (SHA-256)");
         }
@@ -462,6 +481,63 @@ fn write_local(path: &Path, data: &[u8], at: SystemTime) -> std::io::Result<()> 
         let _ = std::fs::remove_file(&tmp);
     }
     r
+}
+
+/// The regular files under `dir` (symbolic links and special files are not synced yet),
+/// keyed by their path from `root`.
+fn walk_local(root: &Path, dir: &Path, out: &mut Vec<ObjectInfo>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let t = entry.file_type()?;
+        let path = entry.path();
+        if t.is_dir() {
+            walk_local(root, &path, out)?;
+        } else if t.is_file() {
+            let m = entry.metadata()?;
+            let modified = m
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_nanos() as i64);
+            let Some(key) = path.strip_prefix(root).ok().and_then(|k| k.to_str()) else {
+                tracing::warn!("{}: not UTF-8, skipped", path.display());
+                continue;
+            };
+            out.push(ObjectInfo {
+                key: key.to_string(),
+                size: m.len(),
+                modified,
+            });
+        }
+    }
+    Ok(())
+}
+
+impl Endpoint {
+    async fn get(&self, key: &str) -> anyhow::Result<bytes::Bytes> {
+        match &self.local {
+            Some(root) => {
+                let path = root.join(key);
+                Ok(tokio::task::spawn_blocking(move || std::fs::read(path))
+                    .await??
+                    .into())
+            }
+            None => Ok(self.store.get(key).await?),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> anyhow::Result<()> {
+        match &self.local {
+            Some(root) => {
+                let path = root.join(key);
+                match tokio::task::spawn_blocking(move || std::fs::remove_file(path)).await? {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+                    _ => Ok(()),
+                }
+            }
+            None => Ok(self.store.delete(key).await?),
+        }
+    }
 }
 
 /// The closing line.
