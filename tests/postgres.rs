@@ -91,11 +91,12 @@ fn changes_survive_a_remount() {
         return;
     }
     let split = |url: &str| postgres::split_password(url);
+    // Kept to the end: it holds the shared test server, whose password this is (dropped, the
+    // server could stop and the volume's start another with another password).
     let Some(probe) = postgres::name_only() else {
         return;
     };
     let (_, pw) = split(&probe.url);
-    drop(probe);
     let env = vec![("PGPASSWORD".to_string(), pw)];
     let vol = Volume::postgres(&["--block-size", "64K"], |u| split(u).0, env).unwrap();
     assert!(vol.meta_url.starts_with("postgres://"));
