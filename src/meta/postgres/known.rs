@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use crate::meta::engine::{Val, node_vals};
+use crate::meta::engine::{Val, node_cols, node_vals};
 use crate::meta::{Attr, Ino};
 
 /// Inodes known at most (an inode's row is about 150 bytes here).
@@ -38,7 +38,17 @@ const COOL: Duration = Duration::from_secs(1);
 
 /// An inode as this client's last commit that locked it left it, and whether it has no
 /// default ACL.
-type State = (Attr, bool);
+pub(super) type State = (Attr, bool);
+
+/// Whether inode `n.ino` has a default ACL (what a create in it reads): a column of the
+/// statement that locks inodes, and of the one that checks a guess of them.
+macro_rules! has_default_acl {
+    () => {
+        "EXISTS (SELECT 1 FROM unkai_xattr x WHERE x.ino = n.ino AND x.name = \
+         'system.posix_acl_default'::bytea)"
+    };
+}
+pub(super) use has_default_acl;
 
 /// An entry by its directory and name.
 type Name = (Ino, Vec<u8>);
@@ -92,7 +102,7 @@ impl Known {
     }
 
     /// The entry `name` of `parent` (its id and inode), if known.
-    pub(super) fn entry(&self, parent: Ino, name: &[u8]) -> Option<(i64, Ino)> {
+    pub(super) fn entry(&self, parent: Ino, name: &[u8]) -> Option<Edge> {
         if !self.on {
             return None;
         }
@@ -121,15 +131,8 @@ impl Known {
             return;
         }
         for (ino, (a, no_acl)) in l.nodes {
-            match no_acl {
-                Some(n) => {
-                    map.put(ino, (a, n));
-                }
-                // Whether it has a default ACL is not known: guessed none (the check says).
-                None => {
-                    map.put(ino, (a, true));
-                }
-            }
+            // Whether it has a default ACL, where not read: guessed none (the check says).
+            map.put(ino, (a, no_acl.unwrap_or(true)));
         }
     }
 
@@ -176,7 +179,7 @@ impl Learned {
     }
 
     /// The entry `name` of `parent` is `id`, of inode `ino` (None: it is gone).
-    pub(super) fn entry(&mut self, parent: Ino, name: &[u8], e: Option<(i64, Ino)>) {
+    pub(super) fn entry(&mut self, parent: Ino, name: &[u8], e: Option<Edge>) {
         self.edges.push(((parent, name.to_vec()), e));
     }
 
@@ -228,14 +231,26 @@ pub(super) fn guard_sql(states: &[State]) -> String {
         .map(|(a, _)| (a.ino as i64).to_string())
         .collect();
     format!(
-        "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT (n.ino, n.kind, \
-         n.mode, n.uid, n.gid, n.nlink, n.length, n.rdev, n.atime, n.mtime, n.ctime, n.parent, \
-         n.flags, n.stored, EXISTS (SELECT 1 FROM unkai_xattr x WHERE x.ino = n.ino AND x.name \
-         = 'system.posix_acl_default'::bytea)) IN ({rows}) AS ok FROM unkai_node n WHERE n.ino \
-         IN ({inos}) ORDER BY n.ino FOR UPDATE) s",
+        concat!(
+            "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT (",
+            node_cols!(),
+            ", ",
+            has_default_acl!(),
+            ") IN ({rows}) AS ok FROM unkai_node n WHERE n.ino IN ({inos}) ORDER BY n.ino \
+             FOR UPDATE) s"
+        ),
         n = states.len(),
         rows = rows.join(", "),
         inos = inos.join(", ")
+    )
+}
+
+/// Fails (a division by zero) if inode `ino` has an access ACL.
+pub(super) fn no_access_acl_sql(ino: Ino) -> String {
+    format!(
+        "; SELECT 1 / (NOT EXISTS (SELECT 1 FROM unkai_xattr WHERE ino = {} AND name = \
+         'system.posix_acl_access'::bytea))::int",
+        ino as i64
     )
 }
 

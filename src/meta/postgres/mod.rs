@@ -38,7 +38,8 @@ use ::postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use bytes::BytesMut;
 
 use self::known::{
-    Known, Learned, absent_guard_sql, empty_guard_sql, entry_guard_sql, guard_sql, hex,
+    Known, Learned, State, absent_guard_sql, empty_guard_sql, entry_guard_sql, guard_sql,
+    has_default_acl, hex, no_access_acl_sql,
 };
 use self::pool::{Answer, Conn, P, PgError, Pool, Step, connect_creating, pg_err};
 use self::url::PgUrl;
@@ -144,7 +145,7 @@ impl Shared {
 /// (see `known`): the inodes to lock, the entry to change (its id and inode), and the
 /// statements that check all of it with the locks.
 struct Guess {
-    states: Vec<(Attr, bool)>,
+    states: Vec<State>,
     entry: Option<(i64, Attr)>,
     checks: String,
 }
@@ -646,8 +647,8 @@ impl Postgres {
                 concat!(
                     "; SELECT ",
                     node_cols!(),
-                    ", EXISTS (SELECT 1 FROM unkai_xattr x WHERE x.ino = n.ino AND x.name = \
-                     'system.posix_acl_default'::bytea)",
+                    ", ",
+                    has_default_acl!(),
                     " FROM unkai_node n WHERE n.ino IN ({}) ORDER BY n.ino FOR UPDATE"
                 ),
                 list.join(", ")
@@ -1472,13 +1473,9 @@ impl Txn for Db<'_> {
             if known.flags & set.blocked_by() == 0 {
                 let mut a = known.clone();
                 set.apply(&mut a, now);
-                let guard = guard_sql(&[(known.clone(), no_dacl)]);
-                self.held.push(Held::Simple(format!(
-                    "{}; SELECT 1 / (NOT EXISTS (SELECT 1 FROM unkai_xattr WHERE ino = {} AND \
-                     name = 'system.posix_acl_access'::bytea))::int",
-                    guard.trim_start_matches("; "),
-                    ino as i64
-                )));
+                let guard = guard_sql(&[(known.clone(), no_dacl)]) + &no_access_acl_sql(ino);
+                self.held
+                    .push(Held::Simple(guard.trim_start_matches("; ").to_string()));
                 self.c.guessed.push(ino);
                 self.learned.read(&known, no_dacl);
                 self.update_node(&a)?;
