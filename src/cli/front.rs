@@ -1,6 +1,7 @@
 //! The flags every network server takes (`unkai nfs`, `gateway`, `webdav`): the volume, its
 //! data side as `mount` has it, the directory served, read-only, metrics and backups; and
 //! [`run`], which checks them and serves the volume through a server (`volume::front`).
+//! The Python package takes the same flags as its options ([`prepare`]).
 //!
 //! Not for: a server's own flags (listen address, credentials, export options: each in its
 //! own command), or any protocol.
@@ -52,6 +53,17 @@ where
     F: FnOnce(Arc<Export>) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
+    let (meta, cfg) = prepare(args, what)?;
+    volume::front::run(meta, &cfg, serve)
+}
+
+/// Checks `args` (one line for a bad one) and opens the volume's metadata: what
+/// `volume::front` needs to serve it; `what` names the front end. For the servers above and
+/// the in-process Python client, whose options are these flags.
+pub fn prepare(
+    args: &VolumeArgs,
+    what: &'static str,
+) -> anyhow::Result<(Arc<dyn crate::meta::Meta>, FrontConfig)> {
     let meta_url = match &args.meta_url {
         Some(u) if !u.contains("://") => bail!(
             "invalid META-URL '{u}': give a URL such as sqlite:///var/lib/unkai/vol.db or \
@@ -97,5 +109,5 @@ where
         scan,
         access_log: args.access_log.clone(),
     };
-    volume::front::run(meta, &cfg, serve)
+    Ok((meta, cfg))
 }

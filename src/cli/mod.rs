@@ -10,7 +10,7 @@ mod config;
 mod destroy;
 mod dump;
 mod format;
-mod front;
+pub mod front;
 mod fsck;
 mod gateway;
 mod gc;

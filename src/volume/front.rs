@@ -47,26 +47,7 @@ where
     F: FnOnce(Arc<Export>) -> Fut,
     Fut: Future<Output = anyhow::Result<()>> + Send + 'static,
 {
-    let client = ClientConfig {
-        session: format!("({} server)", cfg.what),
-        store: cfg.store.clone(),
-        root: cfg.subdir.as_ref().map_or(ROOT_INO, |s| s.0),
-        read_only: cfg.read_only,
-        metrics: cfg.metrics,
-        stats_socket: None,
-        access_log: cfg.access_log.clone(),
-        scan: cfg.scan.clone(),
-        backup_meta: cfg.backup_meta.clone(),
-        hangup: Hangup::Reopen,
-    };
-    let mut client = Client::open(meta, &client, |meta| {
-        if meta.engine().one_machine() {
-            if let Ok(n) = super::client::other_sessions(&**meta) {
-                meta.set_alone(n == 0);
-            }
-        }
-        Ok(Setup::default())
-    })?;
+    let mut client = client(meta, cfg, format!("({} server)", cfg.what))?;
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name(format!("unkai-{}", cfg.what))
@@ -109,4 +90,31 @@ where
     res.context("flushing at shutdown")?;
     tracing::info!("{what} server stopped; everything written is flushed");
     Ok(())
+}
+
+/// Opens a client of the volume `meta` as `cfg` says, its session shown as `session`: a
+/// network server's, or the in-process Python client's (which serves no protocol). SIGINT,
+/// SIGTERM and SIGHUP are blocked in the calling thread and the threads it starts (for
+/// [`Client::on_signals`]).
+pub fn client(meta: Arc<dyn Meta>, cfg: &FrontConfig, session: String) -> anyhow::Result<Client> {
+    let client = ClientConfig {
+        session,
+        store: cfg.store.clone(),
+        root: cfg.subdir.as_ref().map_or(ROOT_INO, |s| s.0),
+        read_only: cfg.read_only,
+        metrics: cfg.metrics,
+        stats_socket: None,
+        access_log: cfg.access_log.clone(),
+        scan: cfg.scan.clone(),
+        backup_meta: cfg.backup_meta.clone(),
+        hangup: Hangup::Reopen,
+    };
+    Client::open(meta, &client, |meta| {
+        if meta.engine().one_machine() {
+            if let Ok(n) = super::client::other_sessions(&**meta) {
+                meta.set_alone(n == 0);
+            }
+        }
+        Ok(Setup::default())
+    })
 }
