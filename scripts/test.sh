@@ -41,6 +41,9 @@ export UNKAI_REQUIRE_CLIENTS=1
 echo "==> unit and integration tests"
 cargo test --release --locked -- --test-threads="${TEST_THREADS:-4}"
 
+echo "==> the Python package (wheel, fsspec's abstract suite, FUSE and PostgreSQL interop)"
+scripts/python.sh
+
 echo "==> conformance suite on a PostgreSQL volume"
 UNKAI_TEST_ENGINE=postgres cargo test --release --locked --test conformance -- \
   --test-threads="${TEST_THREADS:-4}"

@@ -1,10 +1,11 @@
-//! The export API: what every front end (the FUSE mount; the NFS, S3 and WebDAV servers)
-//! serves of a volume, and the parts of serving it that are the same whatever the protocol:
-//! the directory served as the root, read-only or not, who a request comes from
-//! ([`Caller`]), the kernel's permission rules for the servers ([`rules`]: the kernel applies
-//! them itself in front of a FUSE mount), and each request counted ([`requests`]) and logged
-//! ([`log`]) with its protocol, as [`Export::request`] (or [`Export::begin`], for a front end
-//! that learns a request's kind only once it has answered it) says.
+//! The export API: what every front end (the FUSE mount; the NFS, S3 and WebDAV servers;
+//! the in-process Python client) serves of a volume, and the parts of serving it that are
+//! the same whatever the protocol: the directory served as the root, read-only or not, who
+//! a request comes from ([`Caller`]), the kernel's permission rules for the servers
+//! ([`rules`]: the kernel applies them itself in front of a FUSE mount), and each request
+//! counted ([`requests`]) and logged ([`log`]) with its protocol, as [`Export::request`] (or
+//! [`Export::begin`], for a front end that learns a request's kind only once it has answered
+//! it) says.
 //!
 //! Not for: any protocol (each front end translates its own requests), opening the volume or
 //! the life of a client (`volume::client`).
@@ -32,10 +33,18 @@ pub enum Proto {
     Nfs,
     S3,
     Webdav,
+    /// The in-process Python client (the `unkai` package: its fsspec file system).
+    Python,
 }
 
 impl Proto {
-    pub const ALL: [Proto; 4] = [Proto::Fuse, Proto::Nfs, Proto::S3, Proto::Webdav];
+    pub const ALL: [Proto; 5] = [
+        Proto::Fuse,
+        Proto::Nfs,
+        Proto::S3,
+        Proto::Webdav,
+        Proto::Python,
+    ];
 
     /// As the access log and the metrics name it.
     pub fn name(self) -> &'static str {
@@ -44,6 +53,7 @@ impl Proto {
             Proto::Nfs => "nfs",
             Proto::S3 => "s3",
             Proto::Webdav => "webdav",
+            Proto::Python => "python",
         }
     }
 
@@ -54,6 +64,7 @@ impl Proto {
             Proto::Nfs => "NFS",
             Proto::S3 => "S3",
             Proto::Webdav => "WebDAV",
+            Proto::Python => "Python",
         }
     }
 }
