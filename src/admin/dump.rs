@@ -444,7 +444,11 @@ fn dump_rows(tx: &mut dyn Txn, out: &mut Out<'_>, engine: &str) -> TxResult<()> 
         .map_err(|e| damaged(format!("the volume's settings are unreadable ({e})")))?;
     out.put(&Record::Format(format))?;
     tx.each_setting(&mut |name, value| {
-        if name == "format" || name == CLAIM_SETTING || name == crate::meta::trash::PURGER {
+        if name == "format"
+            || name == CLAIM_SETTING
+            || name == crate::meta::trash::PURGER
+            || name == crate::meta::PEER_KEY
+        {
             return Ok(());
         }
         out.put(&Record::Setting(Setting { name, value }))

@@ -29,7 +29,7 @@ use crate::volume::{
     override_usage = "unkai mount [OPTIONS] [META-URL] <MOUNTPOINT>",
     // A flag given twice, or as a flag and again in -o, takes the last (as mount(8) does).
     args_override_self = true,
-    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --subdir /projects/a sqlite:///var/lib/unkai/vol.db /mnt/a   # one directory of the volume\n  unkai mount -d --metrics 127.0.0.1:9567 sqlite:///var/lib/unkai/vol.db /mnt/vol    # Prometheus scrapes /metrics\n  unkai mount -d -o nosuid,cache_size=50G,writeback=on sqlite:///var/lib/unkai/vol.db /mnt/vol"
+    after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --subdir /projects/a sqlite:///var/lib/unkai/vol.db /mnt/a   # one directory of the volume\n  unkai mount -d --metrics 127.0.0.1:9567 sqlite:///var/lib/unkai/vol.db /mnt/vol    # Prometheus scrapes /metrics\n  unkai mount -d -o nosuid,cache_size=50G,writeback=on sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --peer-cache 10.0.0.5:7600 --cache-group training postgres://db/vol /mnt/vol   # machines share their cached blocks"
 )]
 pub struct Args {
     /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
@@ -198,6 +198,33 @@ pub struct StoreArgs {
     /// whose RSA key is recorded needs its passphrase in UNKAI_RSA_PASSPHRASE instead.
     #[arg(long, value_name = "FILE", env = "UNKAI_ENCRYPT_KEY_FILE")]
     encrypt_key_file: Option<PathBuf>,
+    /// Join the volume's peer cache group: serve the blocks this client holds (cached,
+    /// staged) to the group's other members on LISTEN-ADDR, an address and port they reach
+    /// this machine at (e.g. 10.0.0.5:7600; port 0 picks a free one), and ask a block's owner
+    /// among them before the bucket. Members find each other through the volume's sessions;
+    /// they authenticate with a key kept in the volume's metadata. Listens nowhere else.
+    #[arg(long, value_name = "LISTEN-ADDR", env = "UNKAI_PEER_CACHE")]
+    peer_cache: Option<String>,
+    /// The peer cache group's name: members of one group share blocks, other groups of the
+    /// volume are not asked (as JuiceFS's flag of the same name).
+    #[arg(
+        long,
+        value_name = "NAME",
+        default_value = "default",
+        env = "UNKAI_CACHE_GROUP"
+    )]
+    cache_group: String,
+    /// Ask the peer cache group's members for blocks but serve none (no LISTEN-ADDR needed;
+    /// as JuiceFS's flag of the same name).
+    #[arg(long)]
+    no_sharing: bool,
+    /// Bandwidth of the blocks served to the peer cache group at most, in Mbps (0: no limit).
+    #[arg(long, default_value = "0", value_name = "MBPS")]
+    peer_serve_limit: String,
+    /// Seconds a request to a member of the peer cache group may take before the block is
+    /// read from the bucket instead (the member is then bypassed for a while).
+    #[arg(long, default_value_t = 5.0, value_name = "SECONDS")]
+    peer_timeout: f64,
 }
 
 impl StoreArgs {
@@ -262,7 +289,55 @@ impl StoreArgs {
             io_timeout,
             io_deadline,
             data_key: volume::data_key(fmt, a.encrypt_key_file.as_deref())?,
+            peer: self.peer()?,
         })
+    }
+
+    /// The peer cache flags: None without `--peer-cache` or `--no-sharing`.
+    fn peer(&self) -> anyhow::Result<Option<crate::data::peers::Config>> {
+        let listen = match (&self.peer_cache, self.no_sharing) {
+            (None, false) => return Ok(None),
+            (_, true) => None,
+            (Some(s), false) => {
+                let bad = || {
+                    anyhow::anyhow!(
+                        "invalid --peer-cache '{s}': give the IP address and port the other                          members reach this machine at, e.g. 10.0.0.5:7600 (port 0: any free one)"
+                    )
+                };
+                let a: std::net::SocketAddr = s.trim().parse().map_err(|_| bad())?;
+                if a.ip().is_unspecified() {
+                    bail!(
+                        "invalid --peer-cache '{s}': the other members need an address they                          can reach, not {}; give this machine's, e.g. 10.0.0.5:{}",
+                        a.ip(),
+                        a.port()
+                    );
+                }
+                Some(a)
+            }
+        };
+        let g = &self.cache_group;
+        if g.is_empty()
+            || g.len() > 64
+            || !g
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        {
+            bail!(
+                "invalid --cache-group '{g}': give a name of 1 to 64 letters, digits, '.', '_'                  or '-', e.g. training"
+            );
+        }
+        if !(self.peer_timeout > 0.0 && self.peer_timeout <= 600.0) {
+            bail!(
+                "invalid --peer-timeout {}: give the seconds a member may take, above 0 and at                  most 600, e.g. 5",
+                self.peer_timeout
+            );
+        }
+        Ok(Some(crate::data::peers::Config {
+            listen,
+            group: g.clone(),
+            serve_limit: bandwidth("--peer-serve-limit", &self.peer_serve_limit)?,
+            timeout: std::time::Duration::from_secs_f64(self.peer_timeout),
+        }))
     }
 }
 

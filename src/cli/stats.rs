@@ -235,6 +235,59 @@ const COLUMNS: &[Column] = &[
             None,
         ))
     }),
+    ("peer", "hit", |a, b, dt| {
+        short(rate(
+            a,
+            b,
+            dt,
+            "unkai_peer_requests_total",
+            "value",
+            Some(("result", "hit")),
+        ))
+    }),
+    ("peer", "in", |a, b, dt| {
+        short(rate(
+            a,
+            b,
+            dt,
+            "unkai_peer_received_bytes_total",
+            "value",
+            None,
+        ))
+    }),
+    ("peer", "lat", |a, b, _| {
+        mean_ms(a, b, "unkai_peer_request_duration_seconds", None)
+    }),
+    ("peer", "err", |a, b, dt| {
+        let e = rate(
+            a,
+            b,
+            dt,
+            "unkai_peer_requests_total",
+            "value",
+            Some(("result", "error")),
+        );
+        short(
+            e + rate(
+                a,
+                b,
+                dt,
+                "unkai_peer_requests_total",
+                "value",
+                Some(("result", "wrong")),
+            ),
+        )
+    }),
+    ("peer", "out", |a, b, dt| {
+        short(rate(
+            a,
+            b,
+            dt,
+            "unkai_peer_served_bytes_total",
+            "value",
+            None,
+        ))
+    }),
     ("write-back", "staged", |_, b, _| {
         short(b.sum("unkai_staged_bytes", "value", None))
     }),

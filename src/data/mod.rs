@@ -15,9 +15,11 @@ mod budget;
 pub mod buffers;
 pub mod cache;
 pub mod codec;
+mod grouped;
 pub mod keys;
 pub mod layout;
 pub mod pack;
+pub mod peers;
 pub mod room;
 pub mod stage;
 pub mod upload;
@@ -239,6 +241,8 @@ pub(crate) struct Shared {
     pub(crate) budget: budget::Budget,
     /// Room on the disk under a local bucket.
     pub(crate) room: room::Room,
+    /// The peer cache group this store is a member of, once it joins one.
+    pub(crate) peers: std::sync::OnceLock<Arc<peers::Group>>,
 }
 
 impl Shared {
@@ -388,6 +392,7 @@ impl DataStore {
             stage,
             stage_wait,
             stages_blocks,
+            peers: Default::default(),
         });
         if shared.packer.is_some() {
             // Seals a pack that has gone quiet; ends with the data store.
@@ -416,6 +421,24 @@ impl DataStore {
             shared,
             rt: Arc::new(rt),
         })
+    }
+
+    /// Joins a peer cache group (`peers`) with the volume's peer `key`: serves this store's
+    /// blocks on `cfg.listen` (bound now) and asks the group's members before the bucket.
+    pub fn join_group(&self, cfg: &peers::Config, key: &str) -> std::io::Result<Arc<peers::Group>> {
+        let held = grouped::Held(Arc::downgrade(&self.shared));
+        let g = peers::Group::start(cfg, key, Box::new(held), &self.rt)?;
+        if self.shared.peers.set(g.clone()).is_err() {
+            return Err(std::io::Error::other(
+                "this store is in a peer cache group already",
+            ));
+        }
+        Ok(g)
+    }
+
+    /// The peer cache group this store is a member of.
+    pub fn peer_group(&self) -> Option<&Arc<peers::Group>> {
+        self.shared.peers.get()
     }
 
     /// Whether blocks are staged on local disk and uploaded behind the application.
@@ -548,6 +571,9 @@ impl DataStore {
             self.in_flight_bytes() as u64,
         );
         self.traffic().figures(out);
+        if let Some(g) = s.peers.get() {
+            g.figures(out);
+        }
     }
 
     /// Waits until everything staged is uploaded, and every upload has ended (one whose block
@@ -827,6 +853,14 @@ async fn fetch_uncached(
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if whole || range.len() * 2 >= blen {
+            // A member of a peer cache group asks the block's owner first (once: a block
+            // that fails verification is fetched again from the bucket).
+            if attempt == 0 {
+                if let Some(d) = grouped::from_group(shared, key, &decoder).await {
+                    shared.cache.put(key, d.clone());
+                    return Ok((d.slice(range), true));
+                }
+            }
             let obj = match shared.obj.get(key).await {
                 // Staged by another mount, or uploaded by it since (its file then gone).
                 Err(object::Error::NotFound(_)) => {

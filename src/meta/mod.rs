@@ -392,6 +392,25 @@ pub struct SessionInfo {
     pub staged_blocks: u64,
     #[serde(default)]
     pub staged_bytes: u64,
+    /// The peer cache group this client belongs to, and where it serves blocks to the
+    /// others (`data::peers`); None: it is in no group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<PeerInfo>,
+}
+
+/// The setting holding the peer cache groups' key (see [`Meta::peer_key`]); left out of
+/// dumps and backups (a loaded volume makes a key of its own on first use).
+pub const PEER_KEY: &str = "peerKey";
+
+/// What a client of a peer cache group publishes in its session (`data::peers`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PeerInfo {
+    /// The group's name (`--cache-group`).
+    pub group: String,
+    /// Where it serves its blocks (None: it asks the others and serves nothing,
+    /// `--no-sharing`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<String>,
 }
 
 /// A directory's quota (`unkai quota`): its limits (0: none) and what its tree holds now,
@@ -581,6 +600,10 @@ pub trait Meta: Send + Sync {
     /// Records in this client's session what it has staged for upload (for `unkai status`).
     fn report_staged(&self, blocks: u64, bytes: u64) -> Result<()>;
     fn sessions(&self) -> Result<Vec<SessionInfo>>;
+    /// The key the volume's peer cache groups authenticate each other with (32 random
+    /// bytes, hex), created on first use and kept in the volume's settings (see
+    /// `data::peers`). Never logged.
+    fn peer_key(&self) -> Result<String>;
 
     // ---- namespace ----
     fn usage(&self) -> Result<Usage>;

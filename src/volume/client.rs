@@ -19,7 +19,8 @@ use nix::sys::signal::{SigSet, Signal};
 use super::open::{self, ScanConfig, StoreConfig};
 use crate::admin::backup::{Backups, Schedule};
 use crate::data::DataStore;
-use crate::meta::{Ino, Meta, SessionInfo};
+use crate::data::peers::Group;
+use crate::meta::{Ino, Meta, PeerInfo, SessionInfo};
 use crate::vfs::export::{AccessLog, Export, Proto};
 use crate::vfs::{self, Vfs};
 
@@ -84,6 +85,8 @@ pub struct Client {
     exporter: Option<super::metrics::Exporter>,
     backups: Option<Backups>,
     follower: Option<Ticker>,
+    /// Learns the peer cache group's members from the sessions (with `--peer-cache`).
+    peers: Option<Ticker>,
 }
 
 impl Client {
@@ -108,7 +111,19 @@ impl Client {
         })?;
         let (store, backup_obj) =
             open::open_store(&fmt, meta.engine(), &cfg.store, cfg.backup_meta.is_some())?;
-        register_session(&*meta, &cfg.session)?;
+        let peer = match &cfg.store.peer {
+            Some(pc) => {
+                let key = meta.peer_key()?;
+                Some(store.join_group(pc, &key)?)
+            }
+            None => None,
+        };
+        let published = peer.as_ref().map(|g| PeerInfo {
+            group: g.name().to_string(),
+            addr: g.addr().map(|a| a.to_string()),
+        });
+        register_session(&*meta, &cfg.session, published)?;
+        let peers = peer.map(|g| follow_peers(meta.clone(), g));
         let setup = setup(&meta)?;
         let vfs = Arc::new(Vfs::new(
             meta.clone(),
@@ -173,6 +188,7 @@ impl Client {
             exporter,
             backups,
             follower,
+            peers,
         })
     }
 
@@ -232,6 +248,7 @@ impl Client {
             }
         }
         drop(self.follower.take());
+        drop(self.peers.take());
         drop(self.backups.take());
         let progress = progress.map(|p| {
             (
@@ -336,8 +353,35 @@ fn block_signals() -> anyhow::Result<SigSet> {
     Ok(sigs)
 }
 
-/// Registers this client's session in the volume; `what` is what the session list shows.
-fn register_session(meta: &dyn Meta, what: &str) -> anyhow::Result<()> {
+/// How often the members of a peer cache group are read from the sessions.
+const PEERS_CHECK: Duration = Duration::from_secs(2);
+
+/// Keeps `group` told its members: the live sessions of the volume that publish an address
+/// in the same group (a session that ends, or whose client is found dead, drops out).
+fn follow_peers(meta: Arc<dyn Meta>, group: Arc<Group>) -> Ticker {
+    let check = move || match peer_members(&*meta, group.name()) {
+        Ok(m) => group.set_members(m),
+        Err(e) => tracing::debug!("reading the peer cache group's members: {e}"),
+    };
+    check();
+    Ticker::start("unkai-peers", PEERS_CHECK, check)
+}
+
+/// The addresses the live sessions of group `name` serve blocks on.
+fn peer_members(meta: &dyn Meta, name: &str) -> anyhow::Result<Vec<SocketAddr>> {
+    let now = crate::meta::now_nanos();
+    Ok(meta
+        .sessions()?
+        .into_iter()
+        .filter(|s| !crate::meta::session::session_dead(s, s.heartbeat, now))
+        .filter_map(|s| s.peer.filter(|p| p.group == name)?.addr)
+        .filter_map(|a| a.parse().ok())
+        .collect())
+}
+
+/// Registers this client's session in the volume; `what` is what the session list shows,
+/// `peer` the peer cache group it serves in.
+fn register_session(meta: &dyn Meta, what: &str, peer: Option<PeerInfo>) -> anyhow::Result<()> {
     let host = nix::unistd::gethostname()
         .map(|h| h.to_string_lossy().into_owned())
         .unwrap_or_default();
@@ -349,6 +393,7 @@ fn register_session(meta: &dyn Meta, what: &str) -> anyhow::Result<()> {
         started: 0,
         heartbeat: 0,
         id: 0,
+        peer,
         ..Default::default()
     })?;
     Ok(())

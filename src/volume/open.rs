@@ -55,6 +55,8 @@ pub struct StoreConfig {
     pub download_limit: Option<u64>,
     /// The data key of an encrypted volume, unwrapped (`volume::data_key`).
     pub data_key: Option<Arc<crate::data::keys::DataKey>>,
+    /// The peer cache group to join (`--peer-cache`; None: none).
+    pub peer: Option<crate::data::peers::Config>,
 }
 
 impl StoreConfig {

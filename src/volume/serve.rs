@@ -380,6 +380,7 @@ mod tests {
                 upload_limit: None,
                 download_limit: None,
                 data_key: None,
+                peer: None,
             },
             keep_cache: true,
             foreground: true,

@@ -236,6 +236,18 @@ impl Volume {
         )
     }
 
+    /// Mounts with extra `mount` flags and extra environment (after the volume's), logging
+    /// to `log` in the volume's directory (so that each mount of several has its own log).
+    pub fn mount_as(&self, extra: &[&str], env: &[(&str, &str)], log: &str) -> Mount {
+        let mp = tempfile::Builder::new()
+            .prefix("unkai-mnt-")
+            .tempdir()
+            .expect("tempdir");
+        let mut all = self.env.clone();
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        Mount::start(&self.meta_url, mp, extra, &self.dir.path().join(log), &all)
+    }
+
     /// `unkai <cmd> META-URL [args]`.
     pub fn cmd(&self, cmd: &str, extra: &[&str]) -> (bool, String, String) {
         let mut args = vec![cmd];

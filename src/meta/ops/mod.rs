@@ -409,6 +409,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::sessions(self)
     }
 
+    fn peer_key(&self) -> Result<String> {
+        EngineMeta::peer_key(self)
+    }
+
     fn getlk(
         &self,
         ino: Ino,

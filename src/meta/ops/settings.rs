@@ -6,6 +6,7 @@
 //! (`meta::quota`), or SQL (the engines).
 
 use super::*;
+use crate::meta::PEER_KEY;
 
 /// The root directory of a new volume.
 pub(crate) fn root_node(now: Nanos) -> Attr {
@@ -115,6 +116,25 @@ pub(crate) fn parse_format(json: &str, url: &str) -> Result<Format> {
 }
 
 impl<E: Engine> EngineMeta<E> {
+    /// The peer cache groups' key: read, or created by the first client that asks (of two
+    /// racing, one creates it and both read it).
+    pub(super) fn peer_key(&self) -> Result<String> {
+        if let Some(k) = self.engine.read(|tx| tx.setting(PEER_KEY))? {
+            return Ok(k);
+        }
+        let mut fresh = [0u8; 32];
+        ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut fresh)
+            .map_err(|_| Error::Engine("the system's random numbers failed".into()))?;
+        let fresh = hex::encode(fresh);
+        self.engine.write(&[], false, |tx| {
+            tx.swap_setting(PEER_KEY, None, &fresh)?;
+            Ok(())
+        })?;
+        self.engine
+            .read(|tx| tx.setting(PEER_KEY))?
+            .ok_or_else(|| Error::Engine("the peer key was not recorded".into()))
+    }
+
     /// Reads the volume's settings again (a `config` elsewhere may have changed them).
     pub(super) fn reload_format(&self) -> Result<()> {
         let Some(json) = self.engine.read(|tx| tx.setting("format"))? else {

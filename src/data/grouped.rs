@@ -1,0 +1,104 @@
+//! The data store as a member of a peer cache group (`peers`): what it serves to the others
+//! (its staged blocks, its disk cache, the blocks in its memory cache), how it fetches and
+//! keeps the blocks it owns, and how a read asks the group before the bucket.
+//!
+//! Not for: the group's protocol, placement or trust (`peers`), or reads without a group
+//! (`data::fetch_uncached`).
+
+use std::sync::{Arc, Weak};
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+
+use super::peers::{Group, Holder, Source};
+use super::{Decoder, Shared};
+use crate::object;
+
+/// The data store under its group (weak: the store holds the group).
+pub(crate) struct Held(pub(crate) Weak<Shared>);
+
+fn closed() -> object::Error {
+    object::Error::Io(std::io::Error::other("the data store is closing"))
+}
+
+impl Holder for Held {
+    fn held(&self, key: &str) -> BoxFuture<'static, Option<Bytes>> {
+        let (shared, key) = (self.0.upgrade(), key.to_string());
+        Box::pin(async move {
+            let s = shared?;
+            // A pack still open is not served: bytes are appended to it.
+            if let Some(st) = s.stage.as_ref().filter(|st| !st.is_raw(&key)) {
+                if let Ok(Some(obj)) = st.read(&key) {
+                    return Some(obj);
+                }
+            }
+            if let Some(d) = s.disk.clone().filter(|d| d.may_have(&key)) {
+                let k = key.clone();
+                if let Ok(Some(obj)) =
+                    tokio::task::spawn_blocking(move || d.get_object(&k, Ok)).await
+                {
+                    return Some(obj);
+                }
+            }
+            // Encoding again an encrypted or compressed block costs more than the bucket's.
+            if s.codec.is_none() {
+                if let Some(data) = s.cache.get(&key) {
+                    return Some(s.encode(&key, data).concat().into());
+                }
+            }
+            None
+        })
+    }
+
+    fn fetch(&self, key: &str) -> BoxFuture<'static, object::Result<Bytes>> {
+        let (shared, key) = (self.0.upgrade(), key.to_string());
+        Box::pin(async move { shared.ok_or_else(closed)?.obj.get(&key).await })
+    }
+
+    fn keep(&self, key: &str, obj: Bytes) -> BoxFuture<'static, ()> {
+        let (shared, key) = (self.0.upgrade(), key.to_string());
+        Box::pin(async move {
+            let Some(s) = shared else {
+                return;
+            };
+            let Some(disk) = &s.disk else {
+                return;
+            };
+            // The disk cache keeps objects with their checksums: a volume without them
+            // stores the bare data.
+            let obj = match s.format.checksums || s.codec.is_some() {
+                true => obj,
+                false => s.layout.sums(&key).encode(&obj),
+            };
+            disk.put_behind(key, obj).await;
+        })
+    }
+
+    fn is_block(&self, key: &str) -> bool {
+        let Some(s) = self.0.upgrade() else {
+            return false;
+        };
+        !key.contains("..")
+            && s.layout
+                .chunks_prefixes()
+                .iter()
+                .any(|p| key.starts_with(p.as_str()))
+    }
+}
+
+/// The data of block `key` through the group: from its owner (checked as any stored object;
+/// a wrong answer is reported and the bucket read instead), or from the bucket once for the
+/// group. None: read it as without a group (no group, or the bucket failed or was wrong).
+pub(crate) async fn from_group(shared: &Shared, key: &str, decoder: &Decoder) -> Option<Bytes> {
+    let g: Arc<Group> = shared.peers.get()?.clone();
+    let (obj, src) = g.object(key).await.ok()?;
+    match decoder.clone().decode_async(obj).await {
+        Ok(d) => return Some(d),
+        Err(problem) => match src {
+            Source::Peer(member) => g.wrong(member, key, &problem),
+            Source::Bucket => return None,
+        },
+    }
+    let obj = g.own(key).await.ok()?;
+    decoder.clone().decode_async(obj).await.ok()
+}

@@ -1,0 +1,104 @@
+//! Serving the group: an HTTP/1.1 server (hyper, as `/metrics`) on the address the member
+//! was told to listen on, answering `GET /v1/blocks/KEY` with the block's object as the
+//! bucket stores it (an encrypted volume's stays encrypted) to requests signed with the
+//! group's key, within the serving bandwidth limit. Anything else is refused.
+//!
+//! Not for: where the object comes from (`Group::serve_object`), or the key (`auth`).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Weak;
+use std::sync::atomic::Ordering::Relaxed;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{Method, Request, Response, StatusCode};
+
+use super::Group;
+use super::ask::PREFIX;
+use super::auth::{self, Refusal};
+
+/// Accepts connections until the group is gone.
+pub async fn run(listener: tokio::net::TcpListener, group: Weak<Group>) {
+    loop {
+        let (stream, from) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::debug!("peer cache listener: {e}");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        if group.strong_count() == 0 {
+            return;
+        }
+        let group = group.clone();
+        tokio::spawn(async move {
+            let answer = hyper::service::service_fn(move |req| {
+                let group = group.clone();
+                async move { Ok::<_, Infallible>(answer(group, req, from).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), answer)
+                .await;
+        });
+    }
+}
+
+fn reply(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(status)
+        .header(hyper::header::CONTENT_TYPE, "application/octet-stream")
+        .body(Full::new(body))
+        .expect("a response of fixed parts")
+}
+
+async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Response<Full<Bytes>> {
+    let Some(group) = group.upgrade() else {
+        return reply(StatusCode::SERVICE_UNAVAILABLE, Bytes::new());
+    };
+    let path = req.uri().path().to_string();
+    let given = req
+        .headers()
+        .get(auth::HEADER)
+        .and_then(|v| v.to_str().ok());
+    if let Err(r) = group.auth.check(req.method().as_str(), &path, given) {
+        group.stats.refused.fetch_add(1, Relaxed);
+        let (status, why) = match r {
+            Refusal::Missing => (StatusCode::UNAUTHORIZED, "no credentials"),
+            Refusal::Wrong(why) => (StatusCode::FORBIDDEN, why),
+        };
+        tracing::warn!("peer cache: refused a request from {from} ({why})");
+        return reply(status, Bytes::from(format!("refused: {why}\n")));
+    }
+    let key = match path.strip_prefix(PREFIX) {
+        Some(k) if req.method() == Method::GET && group.holder.is_block(k) => k,
+        _ => {
+            return reply(
+                StatusCode::NOT_FOUND,
+                Bytes::from_static(b"no such block\n"),
+            );
+        }
+    };
+    match group.serve_object(key).await {
+        Some(obj) => {
+            if let Some(rate) = &group.rate {
+                rate.take(obj.len() as u64).await;
+            }
+            group.stats.served.fetch_add(1, Relaxed);
+            group
+                .stats
+                .served_bytes
+                .fetch_add(obj.len() as u64, Relaxed);
+            let obj = match group.corrupt {
+                true => super::corrupt(obj),
+                false => obj,
+            };
+            reply(StatusCode::OK, obj)
+        }
+        None => reply(
+            StatusCode::BAD_GATEWAY,
+            Bytes::from_static(b"unavailable\n"),
+        ),
+    }
+}

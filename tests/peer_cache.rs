@@ -1,0 +1,361 @@
+//! The peer cache (`mount --peer-cache`): mounts of one volume on 127.0.0.1, each with its
+//! own cache directory, over a real S3 server (versitygw), serve each other's blocks. What
+//! the bucket is asked is counted by the mounts' own figures (`/metrics`); a member that
+//! answers wrong, one killed during a read, and requests without the group's key.
+
+mod common;
+
+use std::path::PathBuf;
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+
+const BUCKET: &str = "unkai-peers";
+const MIB: usize = 1 << 20;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A volume of 1 MiB blocks on `server`; `env` goes with every command and mount.
+fn s3_volume(server: &servers::Server, env: &[(&str, &str)]) -> Volume {
+    let dir = tempfile::Builder::new()
+        .prefix("unkai-test-")
+        .tempdir()
+        .expect("tempdir");
+    let meta_url = format!("sqlite://{}/meta.db", dir.path().display());
+    let mut all = server.env.clone();
+    all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    let all = with_cache_dir(all, dir.path());
+    let args = [
+        "format",
+        "--storage",
+        &server.storage,
+        "--block-size",
+        "1M",
+        &meta_url,
+        "testvol",
+    ];
+    let (ok, out, err) = run_env(&args, &all);
+    assert!(ok, "format failed: {out}{err}\n{}", server.log());
+    Volume {
+        dir,
+        meta_url,
+        name: "testvol".into(),
+        env: all,
+        db: None,
+    }
+}
+
+/// Writes `data` as `name` through a mount of its own (no group), unmounted after.
+fn write_file(vol: &Volume, name: &str, data: &[u8]) {
+    let m = vol.mount_as(&["--writeback", "off"], &[], "writer.log");
+    std::fs::write(m.p(name), data).unwrap();
+    m.unmount();
+}
+
+/// GET `url` (reqwest, as unkai's own clients): status and body.
+fn http_get(url: &str, header: Option<(&str, String)>) -> (u16, Vec<u8>) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .no_proxy()
+            .build()
+            .unwrap();
+        let mut req = client.get(url);
+        if let Some((k, v)) = header {
+            req = req.header(k, v);
+        }
+        let res = req.send().await.expect("GET");
+        let status = res.status().as_u16();
+        (status, res.bytes().await.unwrap().to_vec())
+    })
+}
+
+/// A member of the group: a mount with its own cache directory, figures and log.
+struct Member {
+    m: Mount,
+    name: String,
+    metrics: u16,
+    peer: u16,
+}
+
+impl Member {
+    fn join(vol: &Volume, name: &str, env: &[(&str, &str)]) -> Member {
+        let (metrics, peer) = (free_port(), free_port());
+        let cache: PathBuf = vol.dir.path().join(format!("cache-{name}"));
+        let m = vol.mount_as(
+            &[
+                "--writeback",
+                "off",
+                "--cache-dir",
+                cache.to_str().unwrap(),
+                "--metrics",
+                &format!("127.0.0.1:{metrics}"),
+                "--peer-cache",
+                &format!("127.0.0.1:{peer}"),
+            ],
+            env,
+            &format!("{name}.log"),
+        );
+        Member {
+            m,
+            name: name.into(),
+            metrics,
+            peer,
+        }
+    }
+
+    /// The sum of the samples of `name` whose labels hold `label` (e.g. `op="get"`).
+    fn figure(&self, name: &str, label: &str) -> f64 {
+        let (status, body) = http_get(&format!("http://127.0.0.1:{}/metrics", self.metrics), None);
+        assert_eq!(status, 200);
+        String::from_utf8(body)
+            .unwrap()
+            .lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    }
+
+    /// Requests to the bucket for objects (whole or ranges) so far.
+    fn gets(&self) -> f64 {
+        let h = "unkai_object_request_duration_seconds_count";
+        self.figure(h, "op=\"get\"") + self.figure(h, "op=\"get_range\"")
+    }
+
+    fn log(&self) -> String {
+        self.m.log_text()
+    }
+}
+
+/// Waits until every member knows `n` members.
+fn wait_for_group(members: &[&Member], n: usize) {
+    for m in members {
+        assert!(
+            eventually(Duration::from_secs(60), || {
+                m.figure("unkai_peer_members", "") as usize == n
+            }),
+            "{} never saw {n} members; log:\n{}",
+            m.name,
+            tail(&m.log(), 30)
+        );
+    }
+}
+
+/// Four mounts reading one file at the same moment, cold, each from its own cache directory:
+/// the bucket is asked for about each block once (the owner's fetch shared by every asker),
+/// not four times; everyone reads the right bytes.
+#[test]
+fn four_mounts_read_the_bucket_about_once() {
+    let server = servers::s3(BUCKET);
+    let vol = s3_volume(&server, &[("UNKAI_FAULTS", "latency_ms=20")]);
+    let blocks = 32;
+    let data = pattern(blocks * MIB, 37);
+    write_file(&vol, "data.bin", &data);
+    let members: Vec<Member> = (0..4)
+        .map(|i| Member::join(&vol, &format!("m{i}"), &[]))
+        .collect();
+    let all: Vec<&Member> = members.iter().collect();
+    wait_for_group(&all, 4);
+    let before: f64 = members.iter().map(Member::gets).sum();
+    std::thread::scope(|s| {
+        let readers: Vec<_> = members
+            .iter()
+            .map(|m| s.spawn(|| std::fs::read(m.m.p("data.bin")).unwrap()))
+            .collect();
+        for r in readers {
+            assert!(r.join().unwrap() == data, "a reader got wrong bytes");
+        }
+    });
+    let gets: f64 = members.iter().map(Member::gets).sum::<f64>() - before;
+    let hits: f64 = members
+        .iter()
+        .map(|m| m.figure("unkai_peer_requests_total", "result=\"hit\""))
+        .sum();
+    let errors: f64 = members
+        .iter()
+        .map(|m| m.figure("unkai_peer_requests_total", "result=\"error\""))
+        .sum();
+    eprintln!(
+        "{blocks} blocks: {gets} GETs by the four mounts, {hits} blocks from peers, {errors} errors"
+    );
+    assert!(
+        gets <= blocks as f64 * 1.1,
+        "{gets} GETs for {blocks} blocks read by four mounts (at most 1.1x); logs:\n{}",
+        members
+            .iter()
+            .map(|m| tail(&m.log(), 15))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Three of four readers got each block from a peer (or their own memory): most came
+    // through the group.
+    assert!(hits >= blocks as f64 * 2.0, "{hits} blocks from peers");
+    for m in members {
+        m.m.unmount();
+    }
+}
+
+/// A member that answers damaged blocks: the reader finds out by the checksums, says which
+/// member it was, reads the bucket instead, and gets the right bytes.
+#[test]
+fn a_member_answering_wrong_blocks_is_caught_named_and_bypassed() {
+    let server = servers::s3(BUCKET);
+    let vol = s3_volume(&server, &[]);
+    let data = pattern(16 * MIB, 41);
+    write_file(&vol, "data.bin", &data);
+    let bad = Member::join(&vol, "bad", &[("UNKAI_PEER_FAULTS", "corrupt")]);
+    let reader = Member::join(&vol, "reader", &[]);
+    wait_for_group(&[&bad, &reader], 2);
+    let got = std::fs::read(reader.m.p("data.bin")).expect("the read succeeds");
+    assert!(got == data, "the reader got wrong bytes");
+    let wrong = reader.figure("unkai_peer_requests_total", "result=\"wrong\"");
+    assert!(wrong >= 1.0, "no wrong answer was counted");
+    let log = reader.log();
+    let named = format!("member 127.0.0.1:{} answered block", bad.peer);
+    assert!(
+        log.contains(&named) && log.contains("reading it from the bucket"),
+        "the reader's log does not name the member: {}",
+        tail(&log, 20)
+    );
+    assert!(bad.figure("unkai_peer_served_total", "") >= 1.0);
+    reader.m.unmount();
+    bad.m.unmount();
+}
+
+/// A member killed (SIGKILL) while two others read through it: they go on from the bucket
+/// with no error and read the right bytes.
+#[test]
+fn readers_go_on_when_a_member_is_killed_mid_read() {
+    let server = servers::s3(BUCKET);
+    let vol = s3_volume(&server, &[("UNKAI_FAULTS", "latency_ms=20")]);
+    let data = pattern(24 * MIB, 43);
+    write_file(&vol, "data.bin", &data);
+    let victim = Member::join(&vol, "victim", &[]);
+    let readers = [Member::join(&vol, "r1", &[]), Member::join(&vol, "r2", &[])];
+    wait_for_group(&[&victim, &readers[0], &readers[1]], 3);
+    let mut victim_slot = Some(victim);
+    let (reached, quarter) = mpsc::channel::<()>();
+    let mut gos = Vec::new();
+    let data = &data;
+    std::thread::scope(|s| {
+        let mut threads = Vec::new();
+        for r in &readers {
+            let (go_tx, go) = mpsc::channel::<()>();
+            gos.push(go_tx);
+            let reached = reached.clone();
+            threads.push(s.spawn(move || {
+                use std::io::Read;
+                let mut f = std::fs::File::open(r.m.p("data.bin")).unwrap();
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; MIB];
+                loop {
+                    let n = f.read(&mut buf).expect("no read fails");
+                    if n == 0 {
+                        break;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    if got.len() == 6 * MIB {
+                        // A quarter read: the member is killed before the rest.
+                        reached.send(()).unwrap();
+                        go.recv().unwrap();
+                    }
+                }
+                got
+            }));
+        }
+        for _ in 0..2 {
+            quarter.recv().unwrap();
+        }
+        let victim = victim_slot.take().unwrap();
+        let served = victim.figure("unkai_peer_served_total", "");
+        assert!(
+            served >= 1.0,
+            "the victim served nothing before it was killed"
+        );
+        victim.m.kill9();
+        for g in &gos {
+            g.send(()).unwrap();
+        }
+        for t in threads {
+            assert!(t.join().unwrap() == *data, "a reader got wrong bytes");
+        }
+    });
+    for r in readers {
+        r.m.unmount();
+    }
+}
+
+/// The member's listener answers only requests signed with the group's key, kept in the
+/// volume's metadata: none, or another key, are refused; it listens only where told.
+#[test]
+fn requests_without_the_groups_key_are_refused() {
+    let server = servers::s3(BUCKET);
+    let vol = s3_volume(&server, &[]);
+    write_file(&vol, "data.bin", &pattern(2 * MIB, 47));
+    let member = Member::join(&vol, "member", &[]);
+    wait_for_group(&[&member], 1);
+    // A block's key, as the bucket stores it under the storage URL's prefix (vols/).
+    let root = server.dir.path().join("root").join(BUCKET).join("vols");
+    let block = files_under(&root)
+        .into_iter()
+        .find(|p| p.to_string_lossy().contains("/chunks/"))
+        .expect("a block in the bucket");
+    let key = block
+        .strip_prefix(&root)
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let path = format!("/v1/blocks/{key}");
+    let url = format!("http://127.0.0.1:{}{path}", member.peer);
+    let sign = |key: &[u8]| {
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
+        let msg = format!("unkai-peer-v1\nGET\n{path}\n{time}");
+        let tag = ring::hmac::sign(&k, msg.as_bytes());
+        (
+            "x-unkai-peer-auth",
+            format!("{time}.{}", hex::encode(tag.as_ref())),
+        )
+    };
+    // No credentials.
+    let (status, _) = http_get(&url, None);
+    assert_eq!(status, 401);
+    // Another key.
+    let (status, body) = http_get(&url, Some(sign(&[9u8; 32])));
+    assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
+    // The group's key, as the volume keeps it: the object as stored.
+    let db = rusqlite::Connection::open(vol.dir.path().join("meta.db")).unwrap();
+    let stored_key: String = db
+        .query_row("SELECT value FROM setting WHERE name='peerKey'", [], |r| {
+            r.get(0)
+        })
+        .expect("the key is in the volume's settings");
+    let (status, body) = http_get(&url, Some(sign(&hex::decode(&stored_key).unwrap())));
+    assert_eq!(status, 200);
+    assert!(
+        body == std::fs::read(&block).unwrap(),
+        "not the stored object"
+    );
+    assert_eq!(member.figure("unkai_peer_refused_total", ""), 2.0);
+    // Nowhere but the address given: not on another address of this machine.
+    assert!(std::net::TcpStream::connect(("127.0.0.2", member.peer)).is_err());
+    // The key is never logged.
+    assert!(!member.log().contains(&stored_key));
+    member.m.unmount();
+}
