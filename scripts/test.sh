@@ -7,6 +7,29 @@ cd "$(dirname "$0")/.."
 . scripts/lib/deps.sh
 ensure_build_deps
 
+# `unkai csi` (tests/csi.rs): csi-sanity, the CSI spec's own conformance suite, built from the
+# kubernetes-csi/csi-test Go module. Installing it first also puts the CSI spec's module (its
+# csi.proto, which build.rs compiles) in Go's module cache before cargo builds.
+TOOLS="${UNKAI_TOOLS:-$HOME/.cache/unkai-tools}"
+command -v go >/dev/null || apt_install golang-go
+if [ ! -x "$TOOLS/bin/csi-sanity" ]; then
+  echo "==> building csi-sanity (go install)"
+  mkdir -p "$TOOLS/bin"
+  GOBIN="$TOOLS/bin" go install github.com/kubernetes-csi/csi-test/v5/cmd/csi-sanity@v5.6.0
+fi
+go mod download github.com/container-storage-interface/spec@v1.13.0
+
+# The Kubernetes manifests (contrib/kubernetes) against Kubernetes' schemas, offline: the
+# kubernetes-validate package bundles them (no cluster here).
+apt_install python3 python3-venv
+if [ ! -x "$TOOLS/venv/bin/kubernetes-validate" ]; then
+  echo "==> installing kubernetes-validate (pip)"
+  /usr/bin/python3 -m venv "$TOOLS/venv"
+  "$TOOLS/venv/bin/pip" install -q "kubernetes-validate==1.37.0"
+fi
+echo "==> validating contrib/kubernetes against Kubernetes' schemas"
+"$TOOLS/venv/bin/kubernetes-validate" --strict contrib/kubernetes/*.yaml
+
 start=$(date +%s)
 echo "==> lint (rustfmt, clippy: warnings are errors)"
 if ! cargo clippy --version >/dev/null 2>&1 || ! cargo fmt --version >/dev/null 2>&1; then

@@ -14,6 +14,8 @@
 pub mod admin;
 pub mod bench;
 pub mod cli;
+#[cfg(unkai_csi)]
+pub mod csi;
 pub mod data;
 pub mod fuse;
 pub mod garbage;

@@ -7,6 +7,7 @@ mod bench;
 mod clone;
 mod completion;
 mod config;
+mod csi;
 mod destroy;
 mod dump;
 mod format;
@@ -31,6 +32,8 @@ mod sync;
 mod umount;
 mod warmup;
 mod webdav;
+
+pub(crate) use mount::META_URL_ENV;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
@@ -82,6 +85,7 @@ enum Command {
     Warmup(warmup::Args),
     Sync(sync::Args),
     Webdav(webdav::Args),
+    Csi(csi::Args),
     Completion(completion::Args),
     Manpage(completion::ManArgs),
 }
@@ -285,6 +289,7 @@ pub fn main() -> i32 {
         Command::Warmup(a) => warmup::run(a),
         Command::Sync(a) => sync::run(a),
         Command::Webdav(a) => webdav::run(a),
+        Command::Csi(a) => csi::run(a),
         Command::Completion(a) => completion::run(a, Cli::command()),
         Command::Manpage(a) => completion::manpage(a, Cli::command()),
     };

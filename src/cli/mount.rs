@@ -32,8 +32,9 @@ use crate::volume::{
     after_help = "Examples:\n  unkai mount -d /mnt/unkai                                  # the default volume, in the background\n  unkai mount sqlite:///var/lib/unkai/vol.db /mnt/vol          # in the foreground; Ctrl-C unmounts\n  unkai mount -d --threads 16 --cache-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --cache-dir /ssd1/unkai:/ssd2/unkai --stage-size 50G sqlite:///var/lib/unkai/vol.db /mnt/vol\n  UNKAI_RSA_PASSPHRASE=... unkai mount -d sqlite:///var/lib/unkai/vol.db /mnt/vol     # encrypted with --encrypt-rsa-key\n  unkai mount -d --encrypt-key-file /etc/unkai/vol.key sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --subdir /projects/a sqlite:///var/lib/unkai/vol.db /mnt/a   # one directory of the volume\n  unkai mount -d --metrics 127.0.0.1:9567 sqlite:///var/lib/unkai/vol.db /mnt/vol    # Prometheus scrapes /metrics\n  unkai mount -d -o nosuid,cache_size=50G,writeback=on sqlite:///var/lib/unkai/vol.db /mnt/vol\n  unkai mount -d --peer-cache 10.0.0.5:7600 --cache-group training postgres://db/vol /mnt/vol   # machines share their cached blocks"
 )]
 pub struct Args {
-    /// [META-URL] MOUNTPOINT: the volume (default: the embedded default volume) and where to
-    /// mount it.
+    /// [META-URL] MOUNTPOINT: the volume (default: the META-URL in the environment variable
+    /// UNKAI_META_URL, which keeps a password out of the process list; else the embedded
+    /// default volume) and where to mount it.
     #[arg(num_args = 1..=2, required = true, value_names = ["META-URL", "MOUNTPOINT"])]
     targets: Vec<String>,
     /// Run in the background, logging to a file; returns once the mount is ready.
@@ -438,6 +439,10 @@ pub fn run(a: Args) -> anyhow::Result<()> {
     res
 }
 
+/// The environment variable that may hold the META-URL instead of the command line (which
+/// every user of the machine can read in /proc): `unkai csi` mounts so.
+pub(crate) const META_URL_ENV: &str = "UNKAI_META_URL";
+
 /// Checks the flags, the mountpoint and the volume, then daemonizes or serves.
 fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
     let (meta_url, mountpoint) = match a.targets.as_slice() {
@@ -445,7 +450,10 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
             "no MOUNTPOINT given after the META-URL: `unkai mount {url} /mnt/unkai` \
              (with a MOUNTPOINT alone, the embedded default volume is mounted)"
         ),
-        [mp] => (None, PathBuf::from(mp)),
+        [mp] => (
+            std::env::var(META_URL_ENV).ok().filter(|u| !u.is_empty()),
+            PathBuf::from(mp),
+        ),
         [url, mp] => (Some(url.clone()), PathBuf::from(mp)),
         _ => bail!("expected [META-URL] MOUNTPOINT"),
     };

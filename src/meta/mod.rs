@@ -641,6 +641,10 @@ pub trait Meta: Send + Sync {
     /// Removes a name; returns the inode's attributes after (nlink may be 0).
     fn unlink(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr>;
     fn rmdir(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<()>;
+    /// Deletes `name` of `parent` and everything below it for good, bypassing the trash (as
+    /// its expiry does); returns what went. For `unkai csi`'s DeleteVolume with
+    /// `onDelete: remove`. A name already gone is ENOENT.
+    fn purge(&self, parent: Ino, name: &[u8]) -> Result<Purged>;
     /// Renames; returns the inode that was replaced (and is now unlinked), if any.
     fn rename(
         &self,

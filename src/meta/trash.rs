@@ -440,7 +440,7 @@ impl<E: Engine> EngineMeta<E> {
     /// Deletes `name` (inode `ino`) of `parent` and all below it, bypassing the trash; returns
     /// the entries that went and the bytes of the files whose last link went. What another
     /// client purged first (ENOENT) counts for nothing.
-    fn purge_tree(&self, parent: Ino, name: &[u8], ino: Ino) -> Result<Purged> {
+    pub(crate) fn purge_tree(&self, parent: Ino, name: &[u8], ino: Ino) -> Result<Purged> {
         let ctx = Ctx::ROOT;
         let a = match self.getattr(ino) {
             Ok(a) => a,

@@ -257,6 +257,11 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::rmdir(self, ctx, parent, name)
     }
 
+    fn purge(&self, parent: Ino, name: &[u8]) -> Result<Purged> {
+        let a = EngineMeta::lookup(self, &Ctx::ROOT, parent, name)?;
+        self.purge_tree(parent, name, a.ino)
+    }
+
     fn rename(
         &self,
         ctx: &Ctx,
