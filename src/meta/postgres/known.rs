@@ -167,6 +167,22 @@ pub(super) struct Learned {
 }
 
 impl Learned {
+    /// Inodes as the transaction leaves them, and whether they have no default ACL where
+    /// read.
+    pub(super) fn nodes(&self) -> impl Iterator<Item = (&Attr, Option<bool>)> {
+        self.nodes.values().map(|(a, n)| (a, *n))
+    }
+
+    /// Inodes it deleted.
+    pub(super) fn gone(&self) -> &[Ino] {
+        &self.gone
+    }
+
+    /// Whether it ran a statement on inodes whose effect is not recorded.
+    pub(super) fn unsure(&self) -> bool {
+        self.unsure
+    }
+
     /// `a` read under the transaction's lock, with whether it has no default ACL.
     pub(super) fn read(&mut self, a: &Attr, no_acl: bool) {
         self.nodes.insert(a.ino, (a.clone(), Some(no_acl)));

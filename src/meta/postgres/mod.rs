@@ -21,6 +21,7 @@
 //! Not for: what operations mean (`ops`), connections (`pool`), TLS (`tls`), change
 //! notification (`watch`), URL parsing (`url`).
 
+mod group;
 mod known;
 mod pool;
 mod tls;
@@ -37,6 +38,7 @@ use ::postgres::error::SqlState;
 use ::postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use bytes::BytesMut;
 
+use self::group::{Group, Grouper, Track};
 use self::known::{
     Known, Learned, State, absent_guard_sql, empty_guard_sql, entry_guard_sql, guard_sql,
     has_default_acl, hex, no_access_acl_sql,
@@ -150,16 +152,45 @@ struct Guess {
     checks: String,
 }
 
+/// What a change that opens a group leaves it: the inodes and entries it made, whether it
+/// wrote xattrs, its counter changes.
+type Opened = (Vec<(Ino, Vec<u8>, Ino, Kind)>, bool, i64, i64);
+
+/// Commits the transaction on `c` now, with its counter changes (lazily).
+fn end_now(c: &mut Conn, used: i64, inodes: i64) -> Result<()> {
+    let mut end = String::new();
+    for (name, delta) in [("usedSpace", used), ("totalInodes", inodes)] {
+        if delta != 0 {
+            end.push_str(&format!(
+                "UPDATE unkai_counter SET value = value + ({delta}) WHERE name = '{name}'; "
+            ));
+        }
+    }
+    end.push_str("COMMIT");
+    c.commit_sent = true;
+    c.batch(&end).map_err(|e| TxError::from(e).into_meta())?;
+    c.committed_lazily();
+    Ok(())
+}
+
 /// A volume in a PostgreSQL database: the [`Meta`] of the shared engine.
 pub type PgMeta = EngineMeta<Postgres>;
 
 /// The PostgreSQL engine: its connections and its change notification.
 pub struct Postgres {
     url: String,
-    pool: Pool,
+    pool: Arc<Pool>,
     /// Change notification to and from the other clients (started by `watch`).
-    watch: Watch,
+    watch: Arc<Watch>,
     shared: Arc<Shared>,
+    /// This client's open group of changes (see `group`).
+    group: Arc<Grouper>,
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        self.group.stop();
+    }
 }
 
 /// Runs `f` in a transaction holding the database's format lock (one format or schema upgrade
@@ -288,11 +319,16 @@ impl EngineMeta<Postgres> {
             st.idle.push((c, std::time::Instant::now()));
             st.total = 1;
         }
+        let pool = Arc::new(pool);
+        let shared: Arc<Shared> = Arc::default();
+        let watch = Arc::new(Watch::default());
+        let group = Grouper::new(pool.clone(), shared.clone(), watch.clone());
         let engine = Postgres {
             url,
             pool,
-            watch: Watch::default(),
-            shared: Arc::default(),
+            watch,
+            shared,
+            group,
         };
         Ok(EngineMeta::new(engine, format))
     }
@@ -385,6 +421,35 @@ struct Db<'a> {
     held: Vec<Held>,
     /// What the transaction teaches of inodes, once committed (see `known`).
     learned: Learned,
+    /// In an open group: what it holds (answers that need no server; see `group`).
+    track: Option<&'a Track>,
+    /// Joining a group without waiting: a statement whose answer is needed, or one on rows
+    /// the group does not hold, fails with [`would_wait`] instead.
+    nowait: bool,
+    /// Inodes and entries made: (parent, name, inode, kind).
+    made: Vec<(Ino, Vec<u8>, Ino, Kind)>,
+    /// How many of the first statements held are an open group's (their failure loses the
+    /// group, not this transaction).
+    prefix: usize,
+    /// Whether the group's statements failed when sent.
+    group_failed: bool,
+    /// A statement on extended attributes was held.
+    xattrs: bool,
+    /// Something was sent (in `send_all`).
+    sent: bool,
+    /// A joined change wants the group committed before it returns.
+    commit_after: bool,
+}
+
+/// What a change that tried to join a group without waiting fails with, when it cannot.
+const WOULD_WAIT: &str = "(would wait for the server)";
+
+fn would_wait() -> TxError {
+    TxError::Conflict(WOULD_WAIT.into())
+}
+
+fn is_would_wait(e: &TxError) -> bool {
+    matches!(e, TxError::Conflict(w) if w == WOULD_WAIT)
 }
 
 fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
@@ -397,6 +462,14 @@ fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
         inodes: 0,
         held: Vec::new(),
         learned: Learned::default(),
+        track: None,
+        nowait: false,
+        made: Vec::new(),
+        prefix: 0,
+        group_failed: false,
+        xattrs: false,
+        sent: false,
+        commit_after: false,
     }
 }
 
@@ -417,6 +490,7 @@ impl Db<'_> {
     /// transaction when it is sent).
     fn hold(&mut self, sql: &'static str, args: Vec<Arg>, name: bool) -> TxResult<()> {
         self.learned.note(sql, RECORDED);
+        self.xattrs |= sql.contains("unkai_xattr");
         let stmt = self.c.stmt(sql)?;
         self.held.push(Held::Stmt {
             stmt,
@@ -437,7 +511,12 @@ impl Db<'_> {
         if self.held.is_empty() && last.is_empty() {
             return Ok(Vec::new());
         }
+        if self.nowait {
+            return Err(would_wait());
+        }
         let held = std::mem::take(&mut self.held);
+        let prefix = std::mem::take(&mut self.prefix);
+        self.sent = true;
         let params: Vec<Vec<P<'_>>> = held
             .iter()
             .map(|h| match h {
@@ -456,9 +535,15 @@ impl Db<'_> {
         let wants = last.len();
         steps.extend(last);
         let mut answers = self.c.pipeline(&steps).into_iter();
-        for h in &held {
+        for (k, h) in held.iter().enumerate() {
             let name = matches!(h, Held::Stmt { name: true, .. });
             match answers.next().expect("a step not sent ends the answers") {
+                // An open group's statement: the group is lost (said when it commits), not
+                // this transaction's answer.
+                Err(e) if k < prefix => {
+                    tracing::debug!("a statement of the open group failed: {}", pool::pg_msg(&e));
+                    self.group_failed = true;
+                }
                 Err(e) => return Err(step_err(e, name)),
                 // An entry made: its id, for `known`.
                 Ok(Answer::Rows(rows)) => {
@@ -488,6 +573,9 @@ impl Db<'_> {
     }
 
     fn query(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Vec<Row>> {
+        if self.nowait {
+            return Err(would_wait());
+        }
         self.learned.note(sql, RECORDED);
         if self.held.is_empty() {
             return self.c.query(sql, p);
@@ -516,6 +604,9 @@ impl Db<'_> {
     }
 
     fn execute(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<u64> {
+        if self.nowait {
+            return Err(would_wait());
+        }
         self.learned.note(sql, RECORDED);
         if self.held.is_empty() {
             return self.c.execute(sql, p);
@@ -553,6 +644,9 @@ impl Db<'_> {
     /// A statement that writes and whose commit need not wait for the WAL (records of open
     /// files): run alone, it goes in a transaction of its own that says so, one round trip.
     fn lazily(&mut self, sql: &'static str, p: &[P<'_>]) -> TxResult<Vec<Row>> {
+        if self.nowait {
+            return Err(would_wait());
+        }
         self.learned.note(sql, RECORDED);
         if !self.lone || !self.shared.lazy_ok() || !self.held.is_empty() {
             return self.query(sql, p);
@@ -625,6 +719,31 @@ impl Postgres {
         mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
         let lazy = lazy && self.shared.lazy_ok();
+        // An open group: join it, commit with it, or commit it first.
+        let grouping = lazy && self.group.active() && hints.is_none() && !rename_lock;
+        if self.group.active() {
+            let mut slot = self.group.slot.lock();
+            if let Some(g) = slot.as_ref() {
+                let mut inos = lock.to_vec();
+                inos.sort_unstable();
+                inos.dedup();
+                let held = inos.iter().all(|i| g.track.owned.contains_key(i));
+                let touched = inos.iter().any(|i| g.track.owned.contains_key(i));
+                if grouping && held {
+                    if let Some(r) = self.join(&mut slot, &inos, &mut f) {
+                        return r;
+                    }
+                }
+                if !lazy && !rename_lock && hints.is_none() && held && !inos.is_empty() {
+                    if let Some(r) = self.durably_in_group(&mut slot, &inos, &mut f) {
+                        return r;
+                    }
+                }
+                // What the change locks must not be held by the group meanwhile.
+                let again = !touched && hints.is_none();
+                let _ = self.group.commit(&mut slot, again, false);
+            }
+        }
         let mut head = String::from("BEGIN");
         if lazy {
             head.push_str("; SET LOCAL synchronous_commit = off");
@@ -664,7 +783,7 @@ impl Postgres {
         loop {
             let mut lent = self.pool.get()?;
             lent.forget_prefetched();
-            let attempt = (|| -> TxResult<(T, Learned)> {
+            let attempt = (|| -> TxResult<(T, Learned, Option<Opened>)> {
                 let mut tx = db(&mut lent, &self.shared, false);
                 if let Some(g) = guess.as_ref().filter(|_| optimistic) {
                     // BEGIN, the locks and their checks go with the first statement.
@@ -724,12 +843,21 @@ impl Postgres {
                     }
                 }
                 let v = f(&mut tx)?;
-                tx.commit()?;
+                // A change that made inodes opens a group with what it holds (see `group`):
+                // its statements are sent (their errors are its answer), not committed.
+                let keep = grouping && !tx.made.is_empty() && !tx.learned.unsure();
+                let opened = if keep {
+                    tx.finish()?;
+                    Some((std::mem::take(&mut tx.made), tx.xattrs, tx.used, tx.inodes))
+                } else {
+                    tx.commit()?;
+                    None
+                };
                 if let Some(h) = hints {
                     // The entry was removed (unlink, rmdir).
                     tx.learned.entry(h.entry.0, h.entry.1, None);
                 }
-                Ok((v, std::mem::take(&mut tx.learned)))
+                Ok((v, std::mem::take(&mut tx.learned), opened))
             })();
             let guessed = std::mem::take(&mut lent.guessed);
             lent.forget_prefetched();
@@ -737,7 +865,27 @@ impl Postgres {
                 let _ = lent.batch("ROLLBACK");
             }
             match attempt {
-                Ok((v, learned)) => {
+                Ok((v, learned, Some((made, xattrs, used, inodes)))) => {
+                    let mut track = Track::default();
+                    track.apply(&learned, &made, xattrs);
+                    self.shared.known.learn(learned);
+                    let mut slot = self.group.slot.lock();
+                    if slot.is_some() || !self.group.active() {
+                        // Another thread opened one meanwhile: this one commits now.
+                        drop(slot);
+                        end_now(&mut lent, used, inodes)?;
+                        return Ok(v);
+                    }
+                    let mut g = Group::new(lent.detach(), track);
+                    g.used = used;
+                    g.inodes = inodes;
+                    g.ops = 1;
+                    *slot = Some(g);
+                    drop(slot);
+                    self.group.opened();
+                    return Ok(v);
+                }
+                Ok((v, learned, None)) => {
                     if lazy {
                         lent.committed_lazily();
                     }
@@ -788,6 +936,155 @@ impl Postgres {
                 }
             }
         }
+    }
+
+    /// Runs `f` in the open group without waiting for the server, if it can be answered from
+    /// what the group holds (`sorted`: the inodes it locks, all held); None if it cannot.
+    fn join<T>(
+        &self,
+        slot: &mut Option<Group>,
+        sorted: &[Ino],
+        f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Option<Result<T>> {
+        let g = slot.as_mut()?;
+        let Group { conn, track, .. } = &mut *g;
+        conn.forget_prefetched();
+        for i in sorted {
+            let o = track.owned.get(i)?;
+            conn.prelocked.insert(*i, o.attr.clone());
+            if o.no_dacl {
+                conn.no_default_acl.insert(*i);
+            }
+        }
+        let mut tx = db(conn, &self.shared, false);
+        tx.track = Some(track);
+        tx.nowait = true;
+        let r = f(&mut tx);
+        let held = std::mem::take(&mut tx.held);
+        let learned = std::mem::take(&mut tx.learned);
+        let made = std::mem::take(&mut tx.made);
+        let (used, inodes, xattrs, now) = (tx.used, tx.inodes, tx.xattrs, tx.commit_after);
+        drop(tx);
+        g.conn.forget_prefetched();
+        match r {
+            Err(e) if is_would_wait(&e) => None,
+            Err(e) => Some(Err(e.into_meta())),
+            Ok(v) => {
+                g.held.extend(held);
+                g.used += used;
+                g.inodes += inodes;
+                g.ops += 1;
+                g.track.apply(&learned, &made, xattrs);
+                self.shared.known.learn(learned);
+                if now || g.ops >= group::MAX_OPS {
+                    let _ = self.group.commit(slot, true, false);
+                }
+                Some(Ok(v))
+            }
+        }
+    }
+
+    /// Runs `f`, a change that must be durable when it returns (file data) and locks only
+    /// inodes the group holds, inside the group (it may wait: nobody else can hold what it
+    /// locks), then commits the group with it, waiting for the WAL flush. A failure of `f`
+    /// undoes only `f` (a savepoint). None if the group was lost meanwhile (run it alone).
+    fn durably_in_group<T>(
+        &self,
+        slot: &mut Option<Group>,
+        sorted: &[Ino],
+        f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Option<Result<T>> {
+        let g = slot.as_mut()?;
+        let Group {
+            conn, track, held, ..
+        } = &mut *g;
+        conn.forget_prefetched();
+        for i in sorted {
+            let o = track.owned.get(i)?;
+            conn.prelocked.insert(*i, o.attr.clone());
+            if o.no_dacl {
+                conn.no_default_acl.insert(*i);
+            }
+        }
+        let mut tx = db(conn, &self.shared, false);
+        tx.track = Some(track);
+        tx.held = std::mem::take(held);
+        tx.prefix = tx.held.len();
+        let prefix = tx.prefix;
+        tx.held.push(Held::Simple("SAVEPOINT unkai_w".into()));
+        let r = f(&mut tx).and_then(|v| tx.finish().map(|()| v));
+        let sent = tx.sent;
+        let unsent = std::mem::take(&mut tx.held);
+        let learned = std::mem::take(&mut tx.learned);
+        let (used, inodes, xattrs, failed) = (tx.used, tx.inodes, tx.xattrs, tx.group_failed);
+        drop(tx);
+        g.conn.forget_prefetched();
+        if failed || g.conn.is_closed() {
+            // The group's own statements failed: it is lost (said by the commit's failure),
+            // and `f` runs again alone.
+            let _ = self.group.commit(slot, false, false);
+            return None;
+        }
+        match r {
+            Ok(v) => {
+                g.used += used;
+                g.inodes += inodes;
+                g.track.apply(&learned, &[], xattrs);
+                self.shared.known.learn(learned);
+                Some(self.group.commit(slot, true, true).map(|()| v))
+            }
+            Err(e) => {
+                if !sent {
+                    // Nothing was sent: the group's statements wait as they were.
+                    g.held = unsent.into_iter().take(prefix).collect();
+                } else if g.conn.batch("ROLLBACK TO SAVEPOINT unkai_w").is_err() {
+                    let _ = self.group.commit(slot, false, false);
+                }
+                if is_would_wait(&e) {
+                    return None;
+                }
+                Some(Err(e.into_meta()))
+            }
+        }
+    }
+
+    /// Runs `f`, which only reads, inside the open group (it sees the group's changes, and
+    /// what the group holds needs no server); None if no group is open.
+    fn read_in_group<T>(
+        &self,
+        f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Option<Result<T>> {
+        if !self.group.active() {
+            return None;
+        }
+        let mut slot = self.group.slot.lock();
+        let g = slot.as_mut()?;
+        let Group {
+            conn, track, held, ..
+        } = &mut *g;
+        let mut tx = db(conn, &self.shared, false);
+        tx.track = Some(track);
+        tx.held = std::mem::take(held);
+        tx.prefix = tx.held.len();
+        let r = f(&mut tx);
+        let unsent = std::mem::take(&mut tx.held);
+        let failed = tx.group_failed;
+        drop(tx);
+        if failed || g.conn.is_closed() {
+            let _ = self.group.commit(&mut slot, false, false);
+            return None;
+        }
+        g.held = unsent;
+        Some(r.map_err(TxError::into_meta))
+    }
+
+    /// Commits the open group, if any (keeping what it holds, with `relock`).
+    fn commit_open(&self, relock: bool) -> Result<()> {
+        if !self.group.active() {
+            return Ok(());
+        }
+        let mut slot = self.group.slot.lock();
+        self.group.commit(&mut slot, relock, false)
     }
 
     /// What the first statement of a transaction locking `sorted` (and reading `hints`) would
@@ -912,6 +1209,15 @@ impl Engine for Postgres {
     fn single<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         // It may write: timed as a write.
         let _timed = self.pool.stats.begin(TxKind::Write);
+        if self.group.active() {
+            let mut slot = self.group.slot.lock();
+            if slot.is_some() {
+                if let Some(r) = self.join(&mut slot, &[], &mut f) {
+                    return r;
+                }
+                let _ = self.group.commit(&mut slot, true, false);
+            }
+        }
         self.on_conn(false, |c| {
             let mut tx = db(c, &self.shared, true);
             let v = f(&mut tx)?;
@@ -923,6 +1229,9 @@ impl Engine for Postgres {
 
     fn read<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         let _timed = self.pool.stats.begin(TxKind::Read);
+        if let Some(r) = self.read_in_group(&mut f) {
+            return r;
+        }
         self.on_conn(true, |c| {
             let mut tx = db(c, &self.shared, true);
             let v = f(&mut tx)?;
@@ -934,6 +1243,8 @@ impl Engine for Postgres {
     /// BEGIN goes with the first statement.
     fn snapshot<T>(&self, mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T> {
         let _timed = self.pool.stats.begin(TxKind::Read);
+        // One snapshot, of committed state: the open group commits first.
+        let _ = self.commit_open(true);
         self.on_conn(true, |c| {
             let mut tx = db(c, &self.shared, true);
             tx.held.push(Held::Simple(SNAPSHOT.into()));
@@ -959,7 +1270,13 @@ impl Engine for Postgres {
     /// directory it then fsyncs) is this client's to make durable too, and nothing here
     /// tells whether one is still unflushed.
     fn sync(&self) -> Result<()> {
+        self.commit_open(true)?;
         self.flush()
+    }
+
+    /// The open group commits (what it holds stays held).
+    fn commit_group(&self) -> Result<()> {
+        self.commit_open(true)
     }
 
     fn watch(&self, session: u64, sink: ChangeSink) -> Result<bool> {
@@ -974,13 +1291,15 @@ impl Engine for Postgres {
     }
 
     fn unwatch(&self) {
+        // The open group commits first, and no other opens (its changes are published).
+        self.group.stop();
         self.watch.stop();
         // The session ends (unmount): its last flush only logs what it cannot vouch for.
         self.pool.closing();
     }
 
     fn publish(&self, f: impl FnOnce() -> Vec<Change>) {
-        self.watch.publish(f)
+        self.group.publish(f)
     }
 }
 
@@ -1200,6 +1519,17 @@ fn cells(r: &Row) -> TxResult<SqlRow> {
 }
 
 impl Db<'_> {
+    /// `ino` as the open group holds it.
+    fn own(&self, ino: Ino) -> Option<&group::Own> {
+        self.track.and_then(|t| t.owned.get(&ino))
+    }
+
+    /// Whether joining without waiting may change `ino`'s row: the group holds it, or this
+    /// change made it.
+    fn may_change(&self, ino: Ino) -> bool {
+        self.own(ino).is_some() || self.made.iter().any(|m| m.2 == ino)
+    }
+
     /// Inserts inode `a` and its entry `name` in `parent` in one statement, with `dir`'s new
     /// times and link count if given; the name's check is the unique index (the rest goes
     /// with the rollback).
@@ -1210,6 +1540,15 @@ impl Db<'_> {
         name: &[u8],
         dir: Option<&Attr>,
     ) -> TxResult<()> {
+        if self.nowait {
+            // Certain only in a directory whose every entry the group knows.
+            match self.track.and_then(|t| t.absent(parent, name)) {
+                Some(true) => {}
+                Some(false) => return fail(libc::EEXIST),
+                None => return Err(would_wait()),
+            }
+        }
+        self.made.push((parent, name.to_vec(), a.ino, a.kind));
         let mut args: Vec<Arg> = node_vals(a).iter().map(arg).collect();
         args.extend([Arg::Int(parent as i64), Arg::Bytes(name.to_vec())]);
         self.learned.wrote(a);
@@ -1246,6 +1585,16 @@ fn arg(v: &Val<'_>) -> Arg {
 impl Txn for Db<'_> {
     /// Held back (a duplicate name, when sent, is EEXIST).
     fn put(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<()> {
+        if self.nowait {
+            // Rows of inodes the group holds or this change made, which nobody else can
+            // be writing: a symlink's target, a record of an open.
+            let ok = (sql.starts_with("INSERT INTO unkai_symlink")
+                || sql.starts_with("INSERT INTO unkai_open"))
+                && matches!(p.first(), Some(Val::Int(i)) if self.may_change(*i as Ino));
+            if !ok {
+                return Err(would_wait());
+            }
+        }
         self.hold(sql, p.iter().map(arg).collect(), true)
     }
 
@@ -1261,6 +1610,9 @@ impl Txn for Db<'_> {
         p: &[Val<'_>],
         f: &mut dyn FnMut(SqlRow) -> TxResult<()>,
     ) -> TxResult<()> {
+        if self.nowait {
+            return Err(would_wait());
+        }
         self.learned.note(sql, RECORDED);
         self.finish()?;
         self.c.stream(sql, p, |r| f(cells(r)?))
@@ -1382,8 +1734,27 @@ impl Txn for Db<'_> {
         Ok((d, p, list))
     }
 
+    /// From the open group, when it holds the inode.
+    fn get_node(&mut self, i: Ino) -> TxResult<Attr> {
+        if let Some(o) = self.own(i) {
+            return Ok(o.attr.clone());
+        }
+        let sql = concat!(
+            "SELECT ",
+            node_cols!(),
+            " FROM unkai_node n WHERE n.ino = $1"
+        );
+        match self.query_opt(sql, &[&(i as i64)])? {
+            Some(r) => row_attr(&r, 0),
+            None => fail(libc::ENOENT),
+        }
+    }
+
     /// Held back: sent with the next statement or COMMIT.
     fn update_node(&mut self, a: &Attr) -> TxResult<()> {
+        if self.nowait && !self.may_change(a.ino) {
+            return Err(would_wait());
+        }
         self.learned.wrote(a);
         self.hold(UPDATE_NODE, node_vals(a).iter().map(arg).collect(), false)
     }
@@ -1436,6 +1807,19 @@ impl Txn for Db<'_> {
 
     /// One statement: atomic on its own.
     fn set_attr(&mut self, ino: Ino, set: &SetAttr, now: Nanos) -> TxResult<Attr> {
+        if self.nowait {
+            // Held by the group: computed here, as the statement below would.
+            let Some(o) = self.own(ino) else {
+                return Err(would_wait());
+            };
+            let mut a = o.attr.clone();
+            if a.flags & set.blocked_by() != 0 {
+                return fail(libc::EPERM);
+            }
+            set.apply(&mut a, now);
+            self.update_node(&a)?;
+            return Ok(a);
+        }
         let (sql, p) = set_attr_sql(ino, set, now);
         let p: Vec<P<'_>> = p.iter().map(|v| v as P<'_>).collect();
         // Alone (not in a transaction of ours), a transaction of its own that need not wait
@@ -1464,6 +1848,19 @@ impl Txn for Db<'_> {
     ) -> TxResult<(Attr, Option<Vec<u8>>)> {
         if self.lone {
             return Err(corrupt("a chmod outside a transaction".into()));
+        }
+        if self.nowait {
+            // Held by the group and made without an access ACL: computed here.
+            let Some(o) = self.own(ino).filter(|o| o.no_acl) else {
+                return Err(would_wait());
+            };
+            let mut a = o.attr.clone();
+            if a.flags & set.blocked_by() != 0 {
+                return fail(libc::EPERM);
+            }
+            set.apply(&mut a, now);
+            self.update_node(&a)?;
+            return Ok((a, None));
         }
         // Known as this client's last commit left it: the change is computed here and sent
         // with COMMIT, after a check, with the lock, that the inode is as known and has no
@@ -1560,6 +1957,22 @@ impl Txn for Db<'_> {
 
     /// The directory and the entry in one round trip (a miss needs the directory's kind).
     fn find(&mut self, parent: Ino, name: &[u8]) -> TxResult<Attr> {
+        if let Some(t) = self.track {
+            if let Some(names) = t
+                .complete
+                .get(&parent)
+                .filter(|_| t.owned.contains_key(&parent))
+            {
+                match names.get(name) {
+                    None => return fail(libc::ENOENT),
+                    Some(i) => {
+                        if let Some(o) = t.owned.get(i) {
+                            return Ok(o.attr.clone());
+                        }
+                    }
+                }
+            }
+        }
         let sql = concat!(
             "SELECT p.kind, ",
             node_cols!(),
@@ -1614,6 +2027,11 @@ impl Txn for Db<'_> {
         if let Some(e) = self.c.empty.remove(&dir) {
             return Ok(e);
         }
+        if let Some(t) = self.track {
+            if let Some(names) = t.complete.get(&dir).filter(|_| t.owned.contains_key(&dir)) {
+                return Ok(names.is_empty());
+            }
+        }
         let r = self.query_opt(
             "SELECT 1 FROM unkai_edge WHERE parent=$1 LIMIT 1",
             &[&(dir as i64)],
@@ -1666,6 +2084,9 @@ impl Txn for Db<'_> {
         let by_id = per_slice(recs);
         if by_id.is_empty() {
             return Ok(());
+        }
+        if self.nowait {
+            return Err(would_wait());
         }
         let ids: Vec<i64> = by_id.keys().map(|i| *i as i64).collect();
         let sizes: Vec<i64> = by_id.values().map(|v| v.0 as i64).collect();
@@ -1729,6 +2150,13 @@ impl Txn for Db<'_> {
     /// the inode for update). Directories too: one removed while open must still answer
     /// fstat.
     fn open_node(&mut self, ino: Ino, session: u64) -> TxResult<Attr> {
+        if self.nowait {
+            let Some(a) = self.own(ino).map(|o| o.attr.clone()) else {
+                return Err(would_wait());
+            };
+            self.insert_open(ino, session)?;
+            return Ok(a);
+        }
         let sql = concat!(
             "WITH n AS (SELECT ",
             node_cols!(),
@@ -1751,6 +2179,23 @@ impl Txn for Db<'_> {
     /// that saw the record) and reads what that committed; an unlink after it sees no record
     /// of ours.
     fn close_node(&mut self, ino: Ino, session: u64, _recorded: bool) -> TxResult<Option<u32>> {
+        if self.nowait {
+            // Held by the group: nobody can be unlinking it meanwhile.
+            let Some(n) = self.own(ino).map(|o| o.attr.nlink) else {
+                return Err(would_wait());
+            };
+            // Made in the group: the group commits after this close (close-to-open).
+            self.commit_after |= self.track.is_some_and(|t| t.fresh.contains(&ino));
+            self.nowait = false;
+            let r = self.hold(
+                "DELETE FROM unkai_open WHERE ino=$1 AND session=$2",
+                vec![Arg::Int(ino as i64), Arg::Int(session as i64)],
+                false,
+            );
+            self.nowait = true;
+            r?;
+            return Ok(Some(n));
+        }
         let rows = self.lazily(
             "WITH d AS (DELETE FROM unkai_open WHERE ino=$1 AND session=$2)
              SELECT nlink FROM unkai_node WHERE ino=$1 FOR UPDATE",

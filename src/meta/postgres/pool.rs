@@ -565,7 +565,9 @@ impl Drop for Lent<'_> {
             Some(c) if !self.broken && !c.is_closed() && !std::thread::panicking() => {
                 st.idle.push((c, Instant::now()))
             }
-            _ => st.total -= 1,
+            Some(_) => st.total -= 1,
+            // Detached: kept by its holder, still counted (see `Lent::detach`).
+            None => return,
         }
         st.close_idle(self.pool.idle_close);
         drop(st);
@@ -573,7 +575,24 @@ impl Drop for Lent<'_> {
     }
 }
 
+impl Lent<'_> {
+    /// The connection, kept outside the pool (still counted as this client's) until it is
+    /// lent back with [`Pool::lend`]: an open group's.
+    pub(super) fn detach(mut self) -> Conn {
+        self.conn.take().expect("connection")
+    }
+}
+
 impl Pool {
+    /// `c`, detached before ([`Lent::detach`]), lent again: back in the pool when dropped.
+    pub(super) fn lend(&self, c: Conn) -> Lent<'_> {
+        Lent {
+            pool: self,
+            conn: Some(c),
+            broken: false,
+        }
+    }
+
     pub(super) fn new(u: &PgUrl) -> Result<Pool> {
         let tls =
             TlsPlan::new(u).map_err(|e| Error::Refused(format!("cannot connect to {u}: {e}")))?;

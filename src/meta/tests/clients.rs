@@ -164,6 +164,9 @@ fn open_in_one_client_survives_unlink_in_another(e: Engine) {
 
         // Open in both: the last of the two closes deletes, whichever it is.
         let h = mkfile(m1, ROOT_INO, "h");
+        // Another client sees a change once it is committed: on PostgreSQL a group of
+        // changes commits within 10 ms, and at once at sync.
+        m1.sync().unwrap();
         m1.open_inode(h.ino).unwrap();
         m2.open_inode(h.ino).unwrap();
         m2.unlink(&CTX, ROOT_INO, b"h").unwrap();
@@ -174,6 +177,7 @@ fn open_in_one_client_survives_unlink_in_another(e: Engine) {
 
         // Not open anywhere (opened and closed in 2 before): deleted at once.
         let k = mkfile(m1, ROOT_INO, "k");
+        m1.sync().unwrap();
         m2.open_inode(k.ino).unwrap();
         m2.close_inode(k.ino).unwrap();
         m1.unlink(&CTX, ROOT_INO, b"k").unwrap();
@@ -181,6 +185,7 @@ fn open_in_one_client_survives_unlink_in_another(e: Engine) {
 
         // Client 2 ends its session with an unlinked file open: reclaimed then.
         let l = mkfile(m1, ROOT_INO, "l");
+        m1.sync().unwrap();
         m2.open_inode(l.ino).unwrap();
         m1.unlink(&CTX, ROOT_INO, b"l").unwrap();
         assert_eq!(m1.getattr(l.ino).unwrap().nlink, 0);
@@ -257,10 +262,13 @@ fn dead_client_opens_are_reclaimed_on_heartbeat(e: Engine) {
         let f = mkfile(&*live, ROOT_INO, "f");
         let s = write(&*live, f.ino, 0, 4096);
         let g = mkfile(&*live, ROOT_INO, "g");
+        // Committed for the other client to see (a group commits within 10 ms, at sync).
+        live.sync().unwrap();
         dying.open_inode(f.ino).unwrap();
         dying.open_inode(g.ino).unwrap();
         // Also open in the live client: that one is kept.
         let h = mkfile(&*live, ROOT_INO, "h");
+        live.sync().unwrap();
         dying.open_inode(h.ino).unwrap();
         live.open_inode(h.ino).unwrap();
         live.unlink(&CTX, ROOT_INO, b"f").unwrap();
@@ -403,7 +411,11 @@ fn concurrent_clients_on_one_volume(e: Engine) {
             unexpected.len(),
             &unexpected[..unexpected.len().min(10)]
         );
-        // Both clients see the same 400 survivors.
+        // Both clients see the same 400 survivors, once each has committed what it answered
+        // (on PostgreSQL within 10 ms, at once at sync).
+        for m in &clients {
+            m.sync().unwrap();
+        }
         for m in &clients {
             assert_eq!(listing(&**m, d.ino).len(), 2 + 400);
             assert_eq!(m.usage().unwrap().inodes, 2 + 400);

@@ -1,0 +1,457 @@
+//! Group commit on PostgreSQL: this client's namespace and attribute changes share one open
+//! transaction, and those whose answer is certain from what the group holds are answered
+//! without waiting for the server.
+//!
+//! A group is a transaction left open on a connection of its own. It holds locked every
+//! inode row its changes locked or made (a row another transaction inserted and has not
+//! committed is invisible to others; one locked `FOR UPDATE` cannot be changed by them). So
+//! while it is open, what this client knows of those rows is what every other client will
+//! find, and a change that touches only them is decided here: a create in a directory made
+//! in the group (every entry of it is known: "complete") cannot find its name taken unless
+//! this client took it; a chown of a file made in the group cannot meet another client's
+//! change. Such a change is answered at once and its statements are held back, sent with the
+//! group's next message ("joined"). Any change that needs an answer from the server runs the
+//! ordinary way, after the group has committed ("no lock is held while waiting": nothing of
+//! the group can then be undone by a deadlock of it).
+//!
+//! A group commits (lazily: no WAL flush waited for) [`MAX_AGE`] after it opened, after
+//! [`MAX_OPS`] changes, before a change that cannot join, before a snapshot, at `sync`, at
+//! unmount; a durable commit of file data on inodes it holds (close or fsync of a written
+//! file) commits it with that data, waiting for the flush. After a commit made while changes
+//! keep coming, the same message locks again the rows the group held (`SKIP LOCKED`: a row
+//! another client is waiting for is left to it) and keeps those still as the group left
+//! them, so that a `tar -x` keeps its directories from one close to the next. Another client
+//! that wants such a row waits for the next commit, [`MAX_AGE`] at most.
+//!
+//! Reads of this client run inside the open group (they see it); other clients see it once
+//! committed, and are told of its changes then (notifications wait for the commit). What a
+//! crash of the client loses is the open group: changes no close, fsync or fsyncdir covered,
+//! at most [`MAX_AGE`] old. A group whose commit fails (the connection lost, a server that
+//! stopped) is said in the log with how many changes it held: they had been answered.
+//!
+//! Not for: what operations do (`ops`), the guesses of rows not held (`known`), connections
+//! (`pool`).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use hashlink::LinkedHashMap;
+use parking_lot::{Condvar, Mutex};
+
+use super::known::{Learned, has_default_acl};
+use super::pool::{Answer, Conn, Pool, Step};
+use super::watch::Watch;
+use super::{Held, PRELOCK_COLUMNS, Shared, text_attr};
+use crate::meta::engine::node_cols;
+use crate::meta::{Attr, Change, Error, Ino, Kind, Result};
+
+/// Changes a group takes at most before it commits.
+pub(super) const MAX_OPS: usize = 128;
+
+/// How long a group stays open at most (and so how long another client may wait for a row
+/// it holds).
+pub(super) const MAX_AGE: Duration = Duration::from_millis(10);
+
+/// Rows a group holds at most (the oldest are let go).
+const MAX_OWNED: usize = 256;
+
+/// An inode row the group holds, as the group leaves it.
+#[derive(Clone, Debug)]
+pub(super) struct Own {
+    pub(super) attr: Attr,
+    /// It has no default ACL (certain).
+    pub(super) no_dacl: bool,
+    /// It has no access ACL (certain: made in the group without one).
+    pub(super) no_acl: bool,
+}
+
+/// What a group holds.
+#[derive(Default)]
+pub(super) struct Track {
+    /// Rows held, oldest first.
+    pub(super) owned: LinkedHashMap<Ino, Own>,
+    /// Directories held whose every entry is known (made in the group and held since): name
+    /// → inode.
+    pub(super) complete: HashMap<Ino, HashMap<Vec<u8>, Ino>>,
+    /// Inodes made since the group last committed: their last close commits it (as a
+    /// close-to-open file system promises, another client opening one after that close
+    /// finds it).
+    pub(super) fresh: std::collections::HashSet<Ino>,
+}
+
+impl Track {
+    /// Holds `o` (the newest).
+    pub(super) fn own(&mut self, o: Own) {
+        let ino = o.attr.ino;
+        self.owned.remove(&ino);
+        self.owned.insert(ino, o);
+        while self.owned.len() > MAX_OWNED {
+            if let Some((i, _)) = self.owned.pop_front() {
+                self.complete.remove(&i);
+            }
+        }
+    }
+
+    /// Whether `parent` certainly has no entry `name` (Some(false): certainly has one).
+    pub(super) fn absent(&self, parent: Ino, name: &[u8]) -> Option<bool> {
+        if !self.owned.contains_key(&parent) {
+            return None;
+        }
+        self.complete.get(&parent).map(|m| !m.contains_key(name))
+    }
+
+    /// What a change that joined (or opened) the group leaves held: the rows it wrote or
+    /// read under its locks, the inodes and entries it made (`made`: parent, name, inode,
+    /// kind), without what it deleted. With `xattrs` (it wrote extended attributes), the
+    /// inodes it made are not known to be without ACLs.
+    pub(super) fn apply(&mut self, l: &Learned, made: &[(Ino, Vec<u8>, Ino, Kind)], xattrs: bool) {
+        for i in l.gone() {
+            self.owned.remove(i);
+            self.complete.remove(i);
+        }
+        for (p, n, i, _) in made {
+            if let Some(m) = self.complete.get_mut(p) {
+                m.insert(n.clone(), *i);
+            }
+            self.fresh.insert(*i);
+        }
+        for (a, dacl) in l.nodes() {
+            let new = made.iter().find(|m| m.2 == a.ino);
+            let o = match (self.owned.get(&a.ino), new) {
+                (_, Some(_)) => Own {
+                    attr: a.clone(),
+                    no_dacl: !xattrs,
+                    no_acl: !xattrs,
+                },
+                (Some(o), None) => Own {
+                    attr: a.clone(),
+                    no_dacl: dacl.unwrap_or(o.no_dacl),
+                    no_acl: o.no_acl && !xattrs,
+                },
+                (None, None) => Own {
+                    attr: a.clone(),
+                    no_dacl: dacl.unwrap_or(false),
+                    no_acl: false,
+                },
+            };
+            self.own(o);
+            if let Some((_, _, i, Kind::Dir)) = new {
+                self.complete.insert(*i, HashMap::new());
+            }
+        }
+    }
+}
+
+/// The open group.
+pub(super) struct Group {
+    /// Its connection, detached from the pool while the group is open.
+    pub(super) conn: Conn,
+    /// Statements of changes that joined, not sent yet.
+    pub(super) held: Vec<Held>,
+    /// Counter changes, sent with COMMIT.
+    pub(super) used: i64,
+    pub(super) inodes: i64,
+    pub(super) track: Track,
+    pub(super) since: Instant,
+    /// Changes since it opened (or was locked again).
+    pub(super) ops: usize,
+    /// What to tell other clients once it has committed.
+    pub(super) changes: Vec<Change>,
+}
+
+impl Group {
+    pub(super) fn new(conn: Conn, track: Track) -> Group {
+        Group {
+            conn,
+            held: Vec::new(),
+            used: 0,
+            inodes: 0,
+            track,
+            since: Instant::now(),
+            ops: 0,
+            changes: Vec::new(),
+        }
+    }
+}
+
+/// The group slot of one engine and the thread that commits old groups.
+pub(super) struct Grouper {
+    pub(super) slot: Mutex<Option<Group>>,
+    cv: Condvar,
+    /// Off with `UNKAI_PG_GROUP=0`.
+    pub(super) on: bool,
+    stop: AtomicBool,
+    timer: Mutex<Option<JoinHandle<()>>>,
+    pool: Arc<Pool>,
+    shared: Arc<Shared>,
+    watch: Arc<Watch>,
+}
+
+impl Grouper {
+    pub(super) fn new(pool: Arc<Pool>, shared: Arc<Shared>, watch: Arc<Watch>) -> Arc<Grouper> {
+        let on = std::env::var("UNKAI_PG_GROUP").map_or(true, |v| v != "0");
+        let g = Arc::new(Grouper {
+            slot: Mutex::new(None),
+            cv: Condvar::new(),
+            on,
+            stop: AtomicBool::new(false),
+            timer: Mutex::new(None),
+            pool,
+            shared,
+            watch,
+        });
+        if on {
+            let weak = Arc::downgrade(&g);
+            let h = std::thread::Builder::new()
+                .name("unkai-pg-group".into())
+                .spawn(move || run(weak))
+                .expect("a thread");
+            *g.timer.lock() = Some(h);
+        }
+        g
+    }
+
+    /// Whether groups may open (on, and not stopped).
+    pub(super) fn active(&self) -> bool {
+        self.on && !self.stop.load(Ordering::Acquire)
+    }
+
+    /// A group was opened or joined: the timer should know.
+    pub(super) fn opened(&self) {
+        self.cv.notify_one();
+    }
+
+    /// Tells other clients of `changes` now, or once the open group commits.
+    pub(super) fn publish(&self, f: impl FnOnce() -> Vec<Change>) {
+        if self.on {
+            let mut slot = self.slot.lock();
+            if let Some(g) = slot.as_mut() {
+                g.changes.extend(f());
+                return;
+            }
+        }
+        self.watch.publish(f)
+    }
+
+    /// Commits the open group, if any (with `durable`, waiting for the WAL flush). With
+    /// `relock`, the same message locks again what it held, and what still stands stays
+    /// held in a new group. An error: the group's changes are lost (said in the log).
+    pub(super) fn commit(
+        &self,
+        slot: &mut Option<Group>,
+        relock: bool,
+        durable: bool,
+    ) -> Result<()> {
+        let Some(mut g) = slot.take() else {
+            return Ok(());
+        };
+        let mut end = String::new();
+        for (name, delta) in [("usedSpace", g.used), ("totalInodes", g.inodes)] {
+            if delta != 0 {
+                end.push_str(&format!(
+                    "UPDATE unkai_counter SET value = value + ({delta}) WHERE name = '{name}'; "
+                ));
+            }
+        }
+        if durable {
+            end.push_str("SET LOCAL synchronous_commit TO DEFAULT; ");
+        }
+        end.push_str("SELECT 1; COMMIT");
+        let inos: Vec<String> = match relock {
+            true => g
+                .track
+                .owned
+                .keys()
+                .map(|i| (*i as i64).to_string())
+                .collect(),
+            false => Vec::new(),
+        };
+        let again = format!(
+            concat!(
+                "BEGIN; SET LOCAL synchronous_commit = off; SELECT ",
+                node_cols!(),
+                ", ",
+                has_default_acl!(),
+                " FROM unkai_node n WHERE n.ino IN ({}) ORDER BY n.ino FOR UPDATE SKIP LOCKED"
+            ),
+            inos.join(", ")
+        );
+        let held = std::mem::take(&mut g.held);
+        let ops = held.len();
+        let params: Vec<Vec<super::pool::P<'_>>> = held
+            .iter()
+            .map(|h| match h {
+                Held::Stmt { args, .. } => args.iter().map(|a| a as super::pool::P<'_>).collect(),
+                Held::Simple(_) => Vec::new(),
+            })
+            .collect();
+        let mut steps: Vec<Step<'_>> = held
+            .iter()
+            .zip(&params)
+            .map(|(h, p)| match h {
+                Held::Simple(q) => Step::Simple(q),
+                Held::Stmt { stmt, .. } => Step::Rows(stmt, p),
+            })
+            .collect();
+        steps.push(Step::Simple(&end));
+        if !inos.is_empty() {
+            steps.push(Step::Simple(&again));
+        }
+        let answers = g.conn.pipeline(&steps);
+        let mut learned = Learned::default();
+        let mut failed = None;
+        let mut answers = answers.into_iter();
+        for h in &held {
+            match answers.next() {
+                Some(Ok(Answer::Rows(rows))) => {
+                    if let (
+                        Held::Stmt {
+                            edge: Some((p, n, i)),
+                            ..
+                        },
+                        Some(r),
+                    ) = (h, rows.first())
+                    {
+                        if let Ok(id) = r.try_get::<_, i64>(0) {
+                            learned.entry(*p, n, Some((id, *i)));
+                        }
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    failed.get_or_insert(super::pool::pg_msg(&e));
+                }
+                None => {
+                    failed.get_or_insert("not sent".into());
+                }
+            }
+        }
+        let committed = match answers.next() {
+            Some(Ok(_)) if failed.is_none() => true,
+            Some(Err(e)) => {
+                failed.get_or_insert(super::pool::pg_msg(&e));
+                false
+            }
+            _ => false,
+        };
+        drop(steps);
+        drop(params);
+        if !committed {
+            let why = failed.unwrap_or_else(|| "no answer".into());
+            tracing::error!(
+                "a group of {} namespace change(s) already answered could not be committed \
+                 ({why}): they are lost; nothing that close or fsync acknowledged is among them",
+                g.ops.max(ops)
+            );
+            let inos: Vec<Ino> = g.track.owned.keys().copied().collect();
+            self.shared.known.stale(&inos);
+            let closed = g.conn.is_closed();
+            let mut l = self.pool.lend(g.conn);
+            if closed {
+                l.broken = true;
+            } else {
+                let _ = l.batch("ROLLBACK");
+            }
+            return Err(Error::Engine(format!(
+                "a group of changes could not be committed: {why}"
+            )));
+        }
+        if !durable {
+            g.conn.committed_lazily();
+        }
+        self.shared.known.learn(learned);
+        let changes = std::mem::take(&mut g.changes);
+        if !changes.is_empty() {
+            self.watch.publish(|| changes);
+        }
+        if inos.is_empty() {
+            drop(self.pool.lend(g.conn));
+            return Ok(());
+        }
+        // What was locked again, and whether it is as the group left it.
+        let mut track = Track::default();
+        match answers.next() {
+            Some(Ok(Answer::Simple(msgs))) => {
+                for m in msgs {
+                    let ::postgres::SimpleQueryMessage::Row(r) = m else {
+                        continue;
+                    };
+                    if r.len() != PRELOCK_COLUMNS {
+                        continue;
+                    }
+                    let Ok(a) = text_attr(&r) else { continue };
+                    let no_dacl = r.get(PRELOCK_COLUMNS - 1) == Some("f");
+                    if let Some(o) = g.track.owned.get(&a.ino).filter(|o| o.attr == a) {
+                        if let Some(names) = g.track.complete.remove(&a.ino) {
+                            track.complete.insert(a.ino, names);
+                        }
+                        track.own(Own {
+                            attr: a,
+                            no_dacl,
+                            no_acl: o.no_acl,
+                        });
+                    }
+                }
+            }
+            _ => {
+                // Not locked again: the connection goes back (its transaction, if any,
+                // ended).
+                let closed = g.conn.is_closed();
+                let mut l = self.pool.lend(g.conn);
+                if closed {
+                    l.broken = true;
+                } else {
+                    let _ = l.batch("ROLLBACK");
+                }
+                return Ok(());
+            }
+        }
+        // Complete directories need their row held.
+        track.complete.retain(|i, _| track.owned.contains_key(i));
+        *slot = Some(Group::new(g.conn, track));
+        Ok(())
+    }
+
+    /// Commits what is open and stops the timer (unmount, or the engine dropped).
+    pub(super) fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        {
+            let mut slot = self.slot.lock();
+            let _ = self.commit(&mut slot, false, false);
+        }
+        self.cv.notify_all();
+        if let Some(h) = self.timer.lock().take() {
+            if h.thread().id() != std::thread::current().id() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+/// The timer: commits a group [`MAX_AGE`] after it opened; one that took no change since it
+/// was locked again is let go.
+fn run(weak: Weak<Grouper>) {
+    loop {
+        let Some(g) = weak.upgrade() else { return };
+        if g.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let mut slot = g.slot.lock();
+        match slot.as_ref().map(|x| (x.since + MAX_AGE, x.ops)) {
+            None => {
+                g.cv.wait_for(&mut slot, Duration::from_millis(500));
+            }
+            Some((due, ops)) if Instant::now() >= due => {
+                if let Err(e) = g.commit(&mut slot, ops > 0, false) {
+                    tracing::debug!("group commit: {e}");
+                }
+            }
+            Some((due, _)) => {
+                g.cv.wait_until(&mut slot, due);
+            }
+        }
+    }
+}
