@@ -44,7 +44,7 @@ use parking_lot::{Condvar, Mutex};
 use super::known::{Learned, has_default_acl};
 use super::pool::{Answer, Conn, Pool, Step};
 use super::watch::Watch;
-use super::{Held, PRELOCK_COLUMNS, Shared, text_attr};
+use super::{Held, PRELOCK_COLUMNS, Shared, held_params, held_steps, text_attr};
 use crate::meta::engine::node_cols;
 use crate::meta::{Attr, Change, Error, Ino, Kind, Result};
 
@@ -163,6 +163,20 @@ pub(super) struct Group {
 }
 
 impl Group {
+    /// Hands the held rows of `sorted` to the next transaction on the group's connection, as
+    /// if its first statement had locked and read them; None if one is not held.
+    pub(super) fn prelock(&mut self, sorted: &[Ino]) -> Option<()> {
+        self.conn.forget_prefetched();
+        for i in sorted {
+            let o = self.track.owned.get(i)?;
+            self.conn.prelocked.insert(*i, o.attr.clone());
+            if o.no_dacl {
+                self.conn.no_default_acl.insert(*i);
+            }
+        }
+        Some(())
+    }
+
     pub(super) fn new(conn: Conn, track: Track) -> Group {
         Group {
             conn,
@@ -281,21 +295,8 @@ impl Grouper {
         );
         let held = std::mem::take(&mut g.held);
         let ops = held.len();
-        let params: Vec<Vec<super::pool::P<'_>>> = held
-            .iter()
-            .map(|h| match h {
-                Held::Stmt { args, .. } => args.iter().map(|a| a as super::pool::P<'_>).collect(),
-                Held::Simple(_) => Vec::new(),
-            })
-            .collect();
-        let mut steps: Vec<Step<'_>> = held
-            .iter()
-            .zip(&params)
-            .map(|(h, p)| match h {
-                Held::Simple(q) => Step::Simple(q),
-                Held::Stmt { stmt, .. } => Step::Rows(stmt, p),
-            })
-            .collect();
+        let params = held_params(&held);
+        let mut steps = held_steps(&held, &params);
         steps.push(Step::Simple(&end));
         if !inos.is_empty() {
             steps.push(Step::Simple(&again));
@@ -348,13 +349,7 @@ impl Grouper {
             );
             let inos: Vec<Ino> = g.track.owned.keys().copied().collect();
             self.shared.known.stale(&inos);
-            let closed = g.conn.is_closed();
-            let mut l = self.pool.lend(g.conn);
-            if closed {
-                l.broken = true;
-            } else {
-                let _ = l.batch("ROLLBACK");
-            }
+            self.give_back(g.conn);
             return Err(Error::Engine(format!(
                 "a group of changes could not be committed: {why}"
             )));
@@ -399,13 +394,7 @@ impl Grouper {
             _ => {
                 // Not locked again: the connection goes back (its transaction, if any,
                 // ended).
-                let closed = g.conn.is_closed();
-                let mut l = self.pool.lend(g.conn);
-                if closed {
-                    l.broken = true;
-                } else {
-                    let _ = l.batch("ROLLBACK");
-                }
+                self.give_back(g.conn);
                 return Ok(());
             }
         }
@@ -413,6 +402,17 @@ impl Grouper {
         track.complete.retain(|i, _| track.owned.contains_key(i));
         *slot = Some(Group::new(g.conn, track));
         Ok(())
+    }
+
+    /// `c` back to the pool, its transaction (if any) rolled back; dropped if it is lost.
+    fn give_back(&self, c: Conn) {
+        let closed = c.is_closed();
+        let mut l = self.pool.lend(c);
+        if closed {
+            l.broken = true;
+        } else {
+            let _ = l.batch("ROLLBACK");
+        }
     }
 
     /// Commits what is open and stops the timer (unmount, or the engine dropped).

@@ -392,6 +392,27 @@ enum Arg {
     Ints(Vec<i64>),
 }
 
+/// The parameters of statements held back, as the pipeline takes them.
+fn held_params(held: &[Held]) -> Vec<Vec<P<'_>>> {
+    held.iter()
+        .map(|h| match h {
+            Held::Stmt { args, .. } => args.iter().map(|a| a as P<'_>).collect(),
+            Held::Simple(_) => Vec::new(),
+        })
+        .collect()
+}
+
+/// Statements held back as steps of a pipeline (`params` from [`held_params`]).
+fn held_steps<'a>(held: &'a [Held], params: &'a [Vec<P<'a>>]) -> Vec<Step<'a>> {
+    held.iter()
+        .zip(params)
+        .map(|(h, p)| match h {
+            Held::Simple(q) => Step::Simple(q),
+            Held::Stmt { stmt, .. } => Step::Rows(stmt, p),
+        })
+        .collect()
+}
+
 /// A statement held back: sent with the next one whose answer is needed, or with COMMIT, in
 /// one message.
 enum Held {
@@ -517,21 +538,8 @@ impl Db<'_> {
         let held = std::mem::take(&mut self.held);
         let prefix = std::mem::take(&mut self.prefix);
         self.sent = true;
-        let params: Vec<Vec<P<'_>>> = held
-            .iter()
-            .map(|h| match h {
-                Held::Stmt { args, .. } => args.iter().map(|a| a as P<'_>).collect(),
-                Held::Simple(_) => Vec::new(),
-            })
-            .collect();
-        let mut steps: Vec<Step<'_>> = held
-            .iter()
-            .zip(&params)
-            .map(|(h, p)| match h {
-                Held::Simple(q) => Step::Simple(q),
-                Held::Stmt { stmt, .. } => Step::Rows(stmt, p),
-            })
-            .collect();
+        let params = held_params(&held);
+        let mut steps = held_steps(&held, &params);
         let wants = last.len();
         steps.extend(last);
         let mut answers = self.c.pipeline(&steps).into_iter();
@@ -947,15 +955,8 @@ impl Postgres {
         f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Option<Result<T>> {
         let g = slot.as_mut()?;
+        g.prelock(sorted)?;
         let Group { conn, track, .. } = &mut *g;
-        conn.forget_prefetched();
-        for i in sorted {
-            let o = track.owned.get(i)?;
-            conn.prelocked.insert(*i, o.attr.clone());
-            if o.no_dacl {
-                conn.no_default_acl.insert(*i);
-            }
-        }
         let mut tx = db(conn, &self.shared, false);
         tx.track = Some(track);
         tx.nowait = true;
@@ -995,17 +996,10 @@ impl Postgres {
         f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Option<Result<T>> {
         let g = slot.as_mut()?;
+        g.prelock(sorted)?;
         let Group {
             conn, track, held, ..
         } = &mut *g;
-        conn.forget_prefetched();
-        for i in sorted {
-            let o = track.owned.get(i)?;
-            conn.prelocked.insert(*i, o.attr.clone());
-            if o.no_dacl {
-                conn.no_default_acl.insert(*i);
-            }
-        }
         let mut tx = db(conn, &self.shared, false);
         tx.track = Some(track);
         tx.held = std::mem::take(held);
