@@ -373,6 +373,9 @@ fn concurrent_clients_on_one_volume(e: Engine) {
             })
             .collect();
         let d = mkdir(&*clients[0], ROOT_INO, "d");
+        // Committed before the other client looks for it (a group commits within 10 ms, at
+        // once at sync).
+        clients[0].sync().unwrap();
         let unexpected = parking_lot::Mutex::new(Vec::<String>::new());
         let inos = parking_lot::Mutex::new(HashMap::<Ino, String>::new());
         std::thread::scope(|sc| {
