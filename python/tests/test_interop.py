@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import unkai
-from conftest import fuse_mount
+from conftest import fuse_mount, run
 
 
 def table(n, seed):
@@ -30,6 +30,11 @@ def test_parquet_both_ways_with_a_fuse_mount(sqlite_volume, tmp_path):
     fs = fsspec.filesystem("unkai", skip_instance_cache=True, **opts)
     try:
         with fuse_mount(sqlite_volume, tmp_path / "mnt", tmp_path / "fusecache") as mnt:
+            # The Python client is a live session of the volume: the mount, which ends dead
+            # sessions as it starts, left it (its process is `python`, not an unkai).
+            status = run("status", sqlite_volume).stdout
+            assert f"at (python, pid {os.getpid()})" in status, status
+            assert f"at {mnt} " in status, status
             # Python -> FUSE.
             t1 = table(50_000, 1)
             with fsspec.open("unkai://data/one.parquet", "wb", **opts) as f:

@@ -396,6 +396,12 @@ pub struct SessionInfo {
     /// others (`data::peers`); None: it is in no group.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<PeerInfo>,
+    /// When its process started (`/proc/PID/stat`'s starttime, clock ticks since boot; 0:
+    /// unknown, a client from before it was recorded): with it, the process is known alive
+    /// whatever its name (an in-process client runs in `python`), and a pid reused by
+    /// another process is not taken for it.
+    #[serde(default)]
+    pub proc_start: u64,
 }
 
 /// The setting holding the peer cache groups' key (see [`Meta::peer_key`]); left out of

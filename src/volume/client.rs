@@ -388,6 +388,7 @@ fn register_session(meta: &dyn Meta, what: &str, peer: Option<PeerInfo>) -> anyh
     meta.new_session(SessionInfo {
         host,
         pid: std::process::id(),
+        proc_start: crate::meta::session::proc_start(std::process::id()).unwrap_or(0),
         mountpoint: what.to_string(),
         version: env!("CARGO_PKG_VERSION").into(),
         started: 0,
