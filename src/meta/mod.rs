@@ -32,6 +32,30 @@ pub use format::Format;
 pub use lock::{LockKind, LockRange, LockRequest};
 pub use slice::SliceRec;
 
+/// Starts a background thread of an engine that leaves the process's signals alone: an
+/// engine opens before a mount blocks SIGINT, SIGTERM and SIGHUP for its signal thread, and a
+/// thread that does not block them would take SIGTERM and end the process at once (seen: a
+/// gateway and an NFS server on PostgreSQL killed by the SIGTERM meant to stop them cleanly,
+/// when the signal went to the group commit's timer). Every thread an engine starts starts
+/// here.
+pub(crate) fn spawn_background(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> Option<std::thread::JoinHandle<()>> {
+    use nix::sys::signal::{SigSet, Signal};
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            let mut sigs = SigSet::empty();
+            for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+                sigs.add(s);
+            }
+            let _ = sigs.thread_block();
+            f()
+        })
+        .ok()
+}
+
 /// Inode number. The root directory is [`ROOT_INO`].
 pub type Ino = u64;
 pub const ROOT_INO: Ino = 1;

@@ -332,27 +332,6 @@ fn catch_up(c: &Connection) {
     }
 }
 
-/// Starts a background thread of the engine that leaves the process's signals alone: the
-/// engine opens before a mount blocks SIGINT, SIGTERM and SIGHUP for its signal thread, and a
-/// thread that does not block them would take SIGTERM and end the process at once.
-fn spawn_background(
-    name: &str,
-    f: impl FnOnce() + Send + 'static,
-) -> Option<std::thread::JoinHandle<()>> {
-    use nix::sys::signal::{SigSet, Signal};
-    std::thread::Builder::new()
-        .name(name.into())
-        .spawn(move || {
-            let mut sigs = SigSet::empty();
-            for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-                sigs.add(s);
-            }
-            let _ = sigs.thread_block();
-            f()
-        })
-        .ok()
-}
-
 /// SQLite's `data_version` of `c`: it moves when another connection commits.
 fn data_version(c: &Connection) -> Option<i64> {
     c.prepare_cached("PRAGMA data_version")

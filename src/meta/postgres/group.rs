@@ -219,11 +219,8 @@ impl Grouper {
         });
         if on {
             let weak = Arc::downgrade(&g);
-            let h = std::thread::Builder::new()
-                .name("unkai-pg-group".into())
-                .spawn(move || run(weak))
-                .expect("a thread");
-            *g.timer.lock() = Some(h);
+            let h = crate::meta::spawn_background("unkai-pg-group", move || run(weak));
+            *g.timer.lock() = Some(h.expect("a thread"));
         }
         g
     }

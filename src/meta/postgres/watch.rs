@@ -67,21 +67,17 @@ impl Watch {
         let mut cfg = config.clone();
         cfg.application_name("unkai-notify");
         config.application_name("unkai-listen");
-        let sender = std::thread::Builder::new()
-            .name("unkai-notify".into())
-            .spawn({
-                let tls = tls.clone();
-                move || send_loop(cfg, tls, sid, rx, stats)
-            })
-            .expect("spawn the notify thread");
+        let sender = crate::meta::spawn_background("unkai-notify", {
+            let tls = tls.clone();
+            move || send_loop(cfg, tls, sid, rx, stats)
+        })
+        .expect("spawn the notify thread");
         let stop = self.stop.clone();
-        std::thread::Builder::new()
-            .name("unkai-listen".into())
-            .spawn({
-                let tls = tls.clone();
-                move || listen_loop(config, tls, sid, sink, stop)
-            })
-            .expect("spawn the listen thread");
+        crate::meta::spawn_background("unkai-listen", {
+            let tls = tls.clone();
+            move || listen_loop(config, tls, sid, sink, stop)
+        })
+        .expect("spawn the listen thread");
         *self.tx.lock() = Some(tx);
         *self.sender.lock() = Some(sender);
         self.active.store(true, Ordering::Release);

@@ -59,8 +59,9 @@ impl Checkpointer {
         let state: Arc<(Mutex<State>, Condvar)> = Default::default();
         let st = state.clone();
         let path = path.display().to_string();
-        let thread =
-            super::spawn_background("unkai-checkpoint", move || run(&conn, &writer, &st, &path));
+        let thread = crate::meta::spawn_background("unkai-checkpoint", move || {
+            run(&conn, &writer, &st, &path)
+        });
         Checkpointer { state, thread }
     }
 

@@ -72,7 +72,8 @@ impl Group {
     ) -> Group {
         let shared: Arc<Shared> = Default::default();
         let sh = shared.clone();
-        let thread = super::spawn_background("unkai-group", move || run(&writer, &sh, commit));
+        let thread =
+            crate::meta::spawn_background("unkai-group", move || run(&writer, &sh, commit));
         Group { shared, thread }
     }
 

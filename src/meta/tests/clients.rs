@@ -13,6 +13,7 @@ engine_tests!(
     dead_client_opens_are_reclaimed_on_heartbeat,
     slice_ids_are_reserved_until_the_session_ends,
     concurrent_clients_on_one_volume,
+    the_engines_threads_leave_signals_to_the_process,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -422,6 +423,73 @@ fn concurrent_clients_on_one_volume(e: Engine) {
         for m in &clients {
             assert_eq!(listing(&**m, d.ino).len(), 2 + 400);
             assert_eq!(m.usage().unwrap().inodes, 2 + 400);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Threads
+// ---------------------------------------------------------------------------------------------
+
+/// The names (as /proc shows them, cut to 15 bytes) of the threads the engines start.
+const ENGINE_THREADS: &[&str] = &[
+    "unkai-pg-group",
+    "unkai-notify",
+    "unkai-listen",
+    "unkai-group",
+    "unkai-checkpoin",
+];
+
+/// The engine threads of this process (tid, name) and whether each blocks SIGTERM (bit 15 of
+/// its `SigBlk`).
+fn engine_threads() -> Vec<(String, String, bool)> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
+        let name = comm.trim();
+        if !ENGINE_THREADS.contains(&name) {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.path().join("status")).unwrap_or_default();
+        let Some(blk) = status.lines().find_map(|l| l.strip_prefix("SigBlk:")) else {
+            continue;
+        };
+        let mask = u64::from_str_radix(blk.trim(), 16).unwrap();
+        out.push((
+            t.file_name().to_string_lossy().into_owned(),
+            name.to_string(),
+            mask & (1 << (15 - 1)) != 0,
+        ));
+    }
+    out
+}
+
+/// Every thread an engine starts blocks SIGINT, SIGTERM and SIGHUP: an engine opens before a
+/// server blocks them for its signal thread, and a SIGTERM meant to stop the server cleanly
+/// that reached an engine's thread would end the process at once (seen: a gateway and an NFS
+/// server on PostgreSQL killed that way, the signal taken by the group commit's timer). The
+/// test harness's threads block nothing, so an engine thread that does not block them itself
+/// shows here. (Other tests' engine threads are checked as well.)
+fn the_engines_threads_leave_signals_to_the_process(e: Engine) {
+    for (name, make) in engines(e) {
+        let (_g, m) = make();
+        // Started: the grouping (SQLite alone, PostgreSQL always) and the notifications.
+        m.watch(Box::new(|_| {})).unwrap();
+        mkdir(&*m, ROOT_INO, "d");
+        // A lone-less SQLite volume may start none yet; the others have their timer.
+        let some = name != "sqlite";
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let threads = engine_threads();
+            let open: Vec<_> = threads.iter().filter(|t| !t.2).collect();
+            if (!some || !threads.is_empty()) && open.is_empty() {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{name}: engine threads that take SIGTERM: {open:?} (of {threads:?})"
+            );
+            std::thread::sleep(Duration::from_millis(20));
         }
     }
 }
