@@ -90,6 +90,14 @@ pub struct Args {
     /// close or fsync instead of at once.
     #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK_CACHE")]
     writeback_cache: Toggle,
+    /// FUSE passthrough: a file opened for reading (at most 1 GiB) is copied to local disk
+    /// (--cache-dir) at open and the kernel reads the copy directly, without unkai in the
+    /// way. Needs root (CAP_SYS_ADMIN) and a kernel with FUSE passthrough (6.9+); `on` turns
+    /// the writeback cache off (the kernel does not do both), `auto` is on for root when
+    /// the writeback cache is off. While a file is open this way, opening it for writing
+    /// on this mount fails with ETXTBSY. See docs/design.md, "FUSE passthrough".
+    #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_PASSTHROUGH")]
+    passthrough: Toggle,
     /// Drop the kernel's page cache of a file at every open (for volumes written elsewhere).
     #[arg(long)]
     no_keep_cache: bool,
@@ -538,6 +546,8 @@ fn check_and_serve(a: Args, ready: &mut Ready) -> anyhow::Result<()> {
         entry_ttl: a.entry_ttl,
         negative_ttl: a.negative_ttl,
         writeback_cache: a.writeback_cache.into(),
+        passthrough: a.passthrough.into(),
+        passthrough_dir: store.cache_dirs[0].join(&fmt.uuid).join("passthrough"),
         store,
         scan,
         keep_cache: !a.no_keep_cache,

@@ -24,7 +24,9 @@ use fuser::{
 };
 
 use super::Coherence;
+use super::coherence::DataHook;
 use super::inodes::Inodes;
+use super::passthrough::{self, Passthrough};
 use crate::meta::{
     Attr, Ctx, Kind, LockKind, LockRequest, Nanos, RenameFlags, SetAttr, SetTime, acl, flags,
 };
@@ -54,6 +56,9 @@ pub struct CacheConfig {
     /// TTLs that follow whether this mount is alone ([`Coherence::alone`]): the one used
     /// while it is (the TTLs above, and `shared`, hold while it is not).
     pub alone_ttl: Option<Duration>,
+    /// FUSE passthrough (`super::passthrough`): the directory its local copies are made in;
+    /// None: off. Never with `writeback` (the kernel does not do both).
+    pub passthrough: Option<std::path::PathBuf>,
 }
 
 impl Default for CacheConfig {
@@ -67,6 +72,7 @@ impl Default for CacheConfig {
             shared: true,
             fallback_ttl: None,
             alone_ttl: None,
+            passthrough: None,
         }
     }
 }
@@ -92,6 +98,8 @@ pub struct Adapter {
     log_readers: Mutex<HashMap<u64, Arc<accesslog::Reader>>>,
     /// The kernel's inode numbers of the volume's (a subdir mount's root is the kernel's 1).
     inodes: Inodes,
+    /// FUSE passthrough, when on.
+    passthrough: Option<Arc<Passthrough>>,
 }
 
 /// The kernel's inode of the mount's root (FUSE_ROOT_ID).
@@ -195,7 +203,22 @@ impl Adapter {
         inodes: Inodes,
     ) -> Adapter {
         export.requests().register(Proto::Fuse, KINDS);
+        let passthrough = cache.passthrough.as_ref().and_then(|dir| {
+            match Passthrough::new(export.vfs().clone(), dir.clone(), passthrough::DEFAULT_MAX) {
+                Ok(p) => {
+                    let p = Arc::new(p);
+                    let hook = p.clone();
+                    coherence.on_data(DataHook(Box::new(move |ino| hook.changed_later(ino))));
+                    Some(p)
+                }
+                Err(e) => {
+                    tracing::warn!("FUSE passthrough off: {}: {e}", dir.display());
+                    None
+                }
+            }
+        });
         Adapter {
+            passthrough,
             vfs: export.vfs().clone(),
             cache,
             coherence,
@@ -459,6 +482,9 @@ impl Filesystem for Adapter {
         if let Some(line) = self.export.requests().round_trip_summary(Proto::Fuse) {
             tracing::info!("{line}");
         }
+        if let Some(p) = &self.passthrough {
+            tracing::info!("{}", p.summary());
+        }
     }
 
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
@@ -475,6 +501,19 @@ impl Filesystem for Adapter {
             );
         }
         let _ = config.set_max_background(64);
+        if let Some(p) = &self.passthrough {
+            // Backing files on a local file system (not itself stacked): depth 1.
+            if config
+                .add_capabilities(InitFlags::FUSE_PASSTHROUGH)
+                .is_err()
+            {
+                p.turn_off("the kernel lacks FUSE_PASSTHROUGH");
+            } else if config.set_max_stack_depth(1).is_err() {
+                p.turn_off("the kernel refused a stacking depth of 1");
+            } else {
+                tracing::info!("FUSE passthrough on: files read from local copies");
+            }
+        }
         if self.cache.writeback
             && config
                 .add_capabilities(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -623,7 +662,13 @@ impl Filesystem for Adapter {
             mtime: mtime.map(set_time),
         };
         match self.vfs.setattr(&ctx(req), ino, &set, size, chown) {
-            Ok(a) => reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a)),
+            Ok(a) => {
+                if let (Some(p), Some(_)) = (&self.passthrough, size) {
+                    // A truncate by path: readers of the copy see it as others would.
+                    p.changed(ino);
+                }
+                reply.attr(&self.attr_ttl(&a), &self.kernel_attr(&a))
+            }
             Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
@@ -821,7 +866,18 @@ impl Filesystem for Adapter {
         }
         let ino = self.inodes.volume(ino);
         match self.vfs.open(ino, flags.0) {
-            Ok(o) => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
+            Ok(o) => match &self.passthrough {
+                Some(p) => {
+                    let ordinary = self.open_flags(ino, o.keep);
+                    if let Err((reply, e)) = p.open(reply, &o.attr, o.fh, flags.0, ordinary) {
+                        if let Err(e) = self.vfs.release(o.fh) {
+                            tracing::warn!("inode {ino}: releasing a refused open: {e}");
+                        }
+                        reply.error(op.failed_with(e));
+                    }
+                }
+                None => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
+            },
             Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
@@ -1017,6 +1073,9 @@ impl Filesystem for Adapter {
         let ino = self.inodes.volume(ino);
         // Stored first (release flushes), then the locks go.
         let res = self.vfs.release(fh.0);
+        if let Some(p) = &self.passthrough {
+            p.release(fh.0);
+        }
         if let Err(e) = self.vfs.locks_released(ino, fh.0) {
             tracing::error!("inode {}: locks of a released file: {e}", ino);
         }
@@ -1287,6 +1346,10 @@ impl Filesystem for Adapter {
         ) {
             Ok(o) => {
                 let (fh, a) = (o.fh, o.attr);
+                if let Some(p) = &self.passthrough {
+                    // The kernel opens a created file ordinarily.
+                    p.opened_ordinarily(a.ino, fh);
+                }
                 // A new file: the kernel has no pages of it to keep or drop.
                 let f = if self.cache.keep_cache {
                     FopenFlags::FOPEN_KEEP_CACHE

@@ -28,6 +28,17 @@ pub struct Coherence {
     notifier: OnceLock<(Notifier, Inodes)>,
     pushed: AtomicBool,
     alone: AtomicBool,
+    /// Told of each inode whose contents another client changed (passthrough's copies).
+    on_data: OnceLock<DataHook>,
+}
+
+/// What [`Coherence::on_data`] calls.
+pub struct DataHook(pub Box<dyn Fn(Ino) + Send + Sync>);
+
+impl std::fmt::Debug for DataHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DataHook")
+    }
 }
 
 impl Coherence {
@@ -89,6 +100,12 @@ impl Coherence {
         }
     }
 
+    /// Calls `hook` with each inode whose contents another client changed, after the
+    /// kernel's pages of it are dropped (on this thread: `hook` must not wait for reads).
+    pub fn on_data(&self, hook: DataHook) {
+        let _ = self.on_data.set(hook);
+    }
+
     /// Where the engine reports changes.
     pub fn sink(self: &Arc<Self>) -> ChangeSink {
         let me = self.clone();
@@ -115,6 +132,9 @@ impl Coherence {
                 None => Ok(()),
             },
         };
+        if let (Change::Inode { ino, data: true }, Some(h)) = (&c, self.on_data.get()) {
+            (h.0)(*ino);
+        }
         tracing::trace!("pushed {c:?}");
         if let Err(e) = res {
             tracing::debug!("invalidating after {c:?}: {e}");

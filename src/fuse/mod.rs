@@ -8,6 +8,7 @@ pub mod adapter;
 pub mod coherence;
 pub mod inodes;
 pub mod mounts;
+pub mod passthrough;
 
 use std::io;
 use std::path::Path;

@@ -11,6 +11,7 @@ pub mod background;
 pub mod export;
 pub mod handle;
 pub mod inspect;
+pub mod local;
 pub mod locks;
 pub mod paths;
 pub mod reader;

@@ -56,6 +56,10 @@ pub struct MountConfig {
     pub negative_ttl: Option<f64>,
     /// The kernel's writeback cache.
     pub writeback_cache: Writeback,
+    /// FUSE passthrough (`--passthrough`: `auto` is on for root without the writeback
+    /// cache; `on` turns the writeback cache off), and the directory of its local copies.
+    pub passthrough: Writeback,
+    pub passthrough_dir: PathBuf,
     /// The data side: staging, caches, memory, the store's time limits, the data key.
     pub store: StoreConfig,
     /// Antivirus scanning of files written (None: off).
@@ -143,6 +147,21 @@ fn ttls_follow(cfg: &MountConfig, engine: EngineKind) -> bool {
 /// ([`CacheConfig::alone_ttl`]); the writeback cache stays as `sharing` decided.
 fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Result<CacheConfig> {
     let exclusive = sharing == Sharing::Exclusive;
+    let writeback = match cfg.writeback_cache {
+        Writeback::Auto => exclusive,
+        Writeback::On => true,
+        Writeback::Off => false,
+    };
+    let passthrough = match cfg.passthrough {
+        Writeback::Auto => !writeback && nix::unistd::geteuid().is_root(),
+        Writeback::On => {
+            if writeback {
+                tracing::info!("FUSE passthrough on: the kernel's writeback cache goes off");
+            }
+            true
+        }
+        Writeback::Off => false,
+    };
     let attr_ttl = match follow {
         true => SHARED_TTL,
         false => cfg.attr_ttl.unwrap_or(sharing.default_ttl()),
@@ -152,11 +171,8 @@ fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Re
         entry_ttl: ttl(cfg.entry_ttl.unwrap_or(attr_ttl), "entry-ttl")?,
         negative_ttl: ttl(cfg.negative_ttl.unwrap_or(attr_ttl), "negative-ttl")?,
         keep_cache: cfg.keep_cache,
-        writeback: match cfg.writeback_cache {
-            Writeback::Auto => exclusive,
-            Writeback::On => true,
-            Writeback::Off => false,
-        },
+        writeback: writeback && !passthrough,
+        passthrough: passthrough.then(|| cfg.passthrough_dir.clone()),
         shared: !exclusive,
         fallback_ttl: (sharing == Sharing::Pushed).then(|| Duration::from_secs_f64(SHARED_TTL)),
         alone_ttl: follow.then(|| Duration::from_secs_f64(EXCLUSIVE_TTL)),
@@ -364,6 +380,8 @@ mod tests {
             entry_ttl: None,
             negative_ttl: None,
             writeback_cache: Writeback::Auto,
+            passthrough: Writeback::Off,
+            passthrough_dir: "/tmp/c/p".into(),
             scan: None,
             store: StoreConfig {
                 writeback: Writeback::Auto,
