@@ -285,6 +285,21 @@ impl Adapter {
         !self.shared() || (self.cache.fallback_ttl.is_some() && self.coherence.pushed())
     }
 
+    /// With the writeback cache, tells the kernel a file is now `len` long if it was changed
+    /// elsewhere (another mount of the volume): the kernel takes no size from our replies for
+    /// a file it caches. Called where the kernel holds no dirty page of the file. A file made
+    /// shorter elsewhere cannot be told (the kernel has no notice that shrinks a size).
+    fn push_size(&self, ino: u64, len: u64) {
+        if !self.cache.writeback || len == 0 {
+            return;
+        }
+        match self.vfs.read_at(ino, len - 1) {
+            Ok(Some(b)) => self.coherence.grow(ino, len, b),
+            Ok(None) => {}
+            Err(e) => tracing::debug!("reading the last byte of inode {ino}: {e}"),
+        }
+    }
+
     /// FOPEN flags of an open: the kernel keeps the file's pages only if the file has not
     /// changed elsewhere since this mount last saw it (`keep`); otherwise its cached size
     /// and times go too, so the open sees what the last close elsewhere left (close-to-open).
@@ -866,18 +881,26 @@ impl Filesystem for Adapter {
         }
         let ino = self.inodes.volume(ino);
         match self.vfs.open(ino, flags.0) {
-            Ok(o) => match &self.passthrough {
-                Some(p) => {
-                    let ordinary = self.open_flags(ino, o.keep);
-                    if let Err((reply, e)) = p.open(reply, &o.attr, o.fh, flags.0, ordinary) {
-                        if let Err(e) = self.vfs.release(o.fh) {
-                            tracing::warn!("inode {ino}: releasing a refused open: {e}");
-                        }
-                        reply.error(op.failed_with(e));
-                    }
+            Ok(o) => {
+                if !o.keep && flags.0 & libc::O_TRUNC == 0 {
+                    // Changed elsewhere: the kernel's size may be behind. (A byte this mount
+                    // wrote there and has not handed over would be overwritten: only by a
+                    // change made elsewhere at once, without a lock, which has no promise.)
+                    self.push_size(ino, o.attr.length);
                 }
-                None => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
-            },
+                match &self.passthrough {
+                    Some(p) => {
+                        let ordinary = self.open_flags(ino, o.keep);
+                        if let Err((reply, e)) = p.open(reply, &o.attr, o.fh, flags.0, ordinary) {
+                            if let Err(e) = self.vfs.release(o.fh) {
+                                tracing::warn!("inode {ino}: releasing a refused open: {e}");
+                            }
+                            reply.error(op.failed_with(e));
+                        }
+                    }
+                    None => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
+                }
+            }
             Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
@@ -1003,6 +1026,12 @@ impl Filesystem for Adapter {
         };
         let vfs = self.vfs.clone();
         let coherence = self.coherence.clone();
+        let writeback = self.cache.writeback;
+        if kind.is_none() && writeback {
+            // What the kernel's writeback cache holds of the file was written under the lock:
+            // handed over (the invalidation writes dirty pages back) before the lock goes.
+            coherence.forget_file(ino);
+        }
         let set =
             move || match vfs.setlk(ino, fh.0, lock_owner.0, req, sleep, &|| signal_pending(pid)) {
                 Ok(()) => {
@@ -1010,6 +1039,20 @@ impl Filesystem for Adapter {
                         // As NFS does: a lock taken means the pages and attributes this kernel
                         // cached may predate another client's writes under that lock.
                         coherence.forget_file(ino);
+                        if writeback {
+                            // And the size, which the kernel keeps as its own.
+                            match vfs.getattr(ino).and_then(|a| {
+                                let b = match a.length {
+                                    0 => None,
+                                    n => vfs.read_at(ino, n - 1)?,
+                                };
+                                Ok((a.length, b))
+                            }) {
+                                Ok((n, Some(b))) => coherence.grow(ino, n, b),
+                                Ok(_) => {}
+                                Err(e) => tracing::debug!("size of inode {ino} at a lock: {e}"),
+                            }
+                        }
                     }
                     reply.ok()
                 }
@@ -1458,18 +1501,18 @@ impl Filesystem for Adapter {
     fn lseek(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: i64,
         whence: i32,
         reply: ReplyLseek,
     ) {
         let op = self.op(req, "lseek", || format!("({},{},{})", fh.0, offset, whence));
-        if self.cache.writeback {
-            // Dirty pages the kernel has not handed over yet are invisible here, so holes
-            // cannot be told apart from unwritten data: the kernel's fallback (the whole
-            // file is data) is the safe answer. ENOSYS makes it use that from now on.
-            return reply.error(op.failed_with(Errno::ENOSYS));
+        if self.cache.writeback && self.vfs.open_for_writing(self.inodes.volume(ino)) {
+            // Dirty pages the kernel has not handed over yet would be invisible here (holes
+            // where data was written): the invalidation writes them back first. A file no
+            // descriptor of this mount can write has none.
+            self.coherence.forget_file(self.inodes.volume(ino));
         }
         if offset < 0 {
             return reply.error(op.failed_with(Errno::ENXIO));

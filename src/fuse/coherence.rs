@@ -106,6 +106,22 @@ impl Coherence {
         let _ = self.on_data.set(hook);
     }
 
+    /// Makes the kernel's size of the volume's inode `ino` at least `len`, `last` being the
+    /// file's byte at `len - 1`. With the writeback cache the kernel never takes a regular
+    /// file's size from our replies (it trusts its own), so a file another mount made longer
+    /// would stay short here; only a stored byte moves it (FUSE_NOTIFY_STORE of nothing
+    /// does not). The caller makes sure the kernel holds no dirty page there.
+    pub fn grow(&self, ino: Ino, len: u64, last: u8) {
+        let Some(end) = len.checked_sub(1) else {
+            return;
+        };
+        if let Some((n, k)) = self.target(ino) {
+            if let Err(e) = n.store(k, end, &[last]) {
+                tracing::debug!("growing inode {ino} to {len} in the kernel: {e}");
+            }
+        }
+    }
+
     /// Where the engine reports changes.
     pub fn sink(self: &Arc<Self>) -> ChangeSink {
         let me = self.clone();

@@ -153,7 +153,29 @@ impl Kind {
 /// Nanoseconds since the Unix epoch.
 pub type Nanos = i64;
 
+/// Whether [`now_nanos`] reads the kernel's coarse clock (see [`use_coarse_clock`]).
+static COARSE_CLOCK: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Stamps times with the kernel's coarse clock (`CLOCK_REALTIME_COARSE`) from now on, for the
+/// whole process. A mount with the kernel's writeback cache needs it: the kernel stamps the
+/// mtime and ctime of cached files itself, with that clock (a tick of a few ms), and a time
+/// we stamped with the precise clock could be later than the kernel's next one, so a ctime
+/// would step back (chmod after create, seen in the conformance tests).
+pub fn use_coarse_clock() {
+    COARSE_CLOCK.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 pub fn now_nanos() -> Nanos {
+    if COARSE_CLOCK.load(std::sync::atomic::Ordering::Relaxed) {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: clock_gettime writes one timespec.
+        if unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) } == 0 {
+            return ts.tv_sec * 1_000_000_000 + ts.tv_nsec;
+        }
+    }
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => d.as_nanos() as i64,
         Err(e) => -(e.duration().as_nanos() as i64),

@@ -65,6 +65,14 @@ impl Handles {
         self.map.lock().values().any(|h| h.ino == ino)
     }
 
+    /// Whether a handle that may write (or map and write) `ino` is open.
+    pub fn any_open_for_writing(&self, ino: Ino) -> bool {
+        self.map
+            .lock()
+            .values()
+            .any(|h| h.ino == ino && h.flags & libc::O_ACCMODE != libc::O_RDONLY)
+    }
+
     pub fn len(&self) -> usize {
         self.map.lock().len()
     }

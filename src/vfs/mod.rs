@@ -690,6 +690,12 @@ impl Vfs {
         // Reads the kernel answers from its page cache never reach us (FUSE leaves access
         // times to the file system): under strictatime every open starts without them.
         let keep = self.stamp_open(&a) && self.cfg.atime != atime::Atime::Strict;
+        if keep && flags & libc::O_ACCMODE == libc::O_RDONLY && a.kind == Kind::File {
+            // Under relatime: the kernel may answer every read of this open from its pages
+            // (with its writeback cache, the pages a write here left), so the open is the
+            // read we see. Moves the time only as a read would (after a change, or daily).
+            self.atimes.read(&a, now_nanos());
+        }
         let fh = self.handles.insert(ino, flags);
         Ok(Opened {
             fh,
@@ -765,6 +771,17 @@ impl Vfs {
             return sys(libc::ENOTDIR);
         }
         Ok(self.handles.insert(ino, flags))
+    }
+
+    /// The byte of file `ino` at `off` (None past its end), read without moving its access
+    /// time (for the FUSE layer telling its kernel a size).
+    pub fn read_at(&self, ino: Ino, off: u64) -> Result<Option<u8>> {
+        Ok(self.read_ino(ino, off, 1, false, false)?.first().copied())
+    }
+
+    /// Whether a descriptor of this mount may write file `ino`.
+    pub fn open_for_writing(&self, ino: Ino) -> bool {
+        self.handles.any_open_for_writing(ino)
     }
 
     fn handle(&self, fh: u64) -> Result<Arc<handle::Handle>> {

@@ -279,6 +279,10 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             },
             if cache.writeback { "on" } else { "off" }
         );
+        if cache.writeback {
+            // The kernel stamps cached files' times with its coarse clock: ours must agree.
+            crate::meta::use_coarse_clock();
+        }
         let vfs = vfs::Config {
             background: true,
             append_at_end: !cache.writeback,
