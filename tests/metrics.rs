@@ -210,7 +210,70 @@ fn metrics_follow_a_workload(vol: &Volume) {
     m.unmount();
 }
 
-both_engines!(metrics_follow_a_workload(Vec::new()));
+/// Directories cost the database nothing to open and close, and a listing that fits one
+/// page one round trip: rm -rf and find open every directory, and the kernel reads each
+/// listing once more past its end (answered from the handle, see `Vfs::readdir_open`).
+/// Every listing is still whole.
+fn directories_open_and_list_in_one_round_trip(vol: &Volume) {
+    let port = free_port();
+    let m = vol.mount_with(&["--metrics", &format!("127.0.0.1:{port}")]);
+    const D: usize = 20;
+    for i in 0..D {
+        std::fs::create_dir_all(m.p(&format!("t/d{i}"))).unwrap();
+        for f in ["a", "b", "c"] {
+            std::fs::write(m.p(&format!("t/d{i}/{f}")), b"x").unwrap();
+        }
+    }
+    // What was made is committed (a group's reads would count otherwise).
+    let dir = std::fs::File::open(m.p("t")).unwrap();
+    nix::unistd::syncfs(&dir).unwrap();
+    let d = |after: &Scrape, before: &Scrape, name: &str, labels: &str| {
+        after.get(name, labels) - before.get(name, labels)
+    };
+    let before = Scrape::of(port);
+    for i in 0..D {
+        let mut names: Vec<String> = std::fs::read_dir(m.p(&format!("t/d{i}")))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "b", "c"]);
+    }
+    let fuse = "unkai_op_duration_seconds_count";
+    let mut after = Scrape::of(port);
+    let settled = eventually(Duration::from_secs(30), || {
+        after = Scrape::of(port);
+        d(&after, &before, fuse, &fuse_op("releasedir")) >= D as f64
+    });
+    assert!(settled, "every releasedir counted:\n{}", after.1);
+    let trips = |op: &str| d(&after, &before, "unkai_op_round_trips_total", &fuse_op(op));
+    let listings = d(&after, &before, fuse, &fuse_op("readdir"))
+        + d(&after, &before, fuse, &fuse_op("readdirplus"));
+    assert!(
+        listings >= 2.0 * D as f64,
+        "the kernel reads past each end: {}",
+        after.1
+    );
+    assert_eq!(trips("opendir") + trips("releasedir"), 0.0, "{}", after.1);
+    let listed = trips("readdir") + trips("readdirplus");
+    match vol.db.is_some() {
+        // (A background store of access times may join a group, whose commit the next
+        // listing pays.)
+        true => assert!(
+            listed <= D as f64 + 2.0,
+            "{listed} round trips for {D} listings: {}",
+            after.1
+        ),
+        false => assert_eq!(listed, 0.0),
+    }
+    drop(dir);
+    m.unmount();
+}
+
+both_engines!(
+    metrics_follow_a_workload(Vec::new()),
+    directories_open_and_list_in_one_round_trip(Vec::new()),
+);
 
 /// The inodes of the sockets the process `pid` holds.
 fn socket_inodes(pid: u32) -> Vec<String> {

@@ -1156,7 +1156,7 @@ impl Filesystem for Adapter {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
@@ -1164,13 +1164,14 @@ impl Filesystem for Adapter {
         let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 256, false) {
-                Ok(e) => e,
-                Err(e) => return reply.error(op.failed_with(errno(&e))),
-            };
-            if entries.is_empty() {
-                break;
-            }
+            let (entries, end) =
+                match self
+                    .vfs
+                    .readdir_open(&ctx(req), fh.0, ino, cookie, 256, false)
+                {
+                    Ok(e) => e,
+                    Err(e) => return reply.error(op.failed_with(errno(&e))),
+                };
             for e in &entries {
                 if reply.add(
                     self.inodes.entry(ino, &e.name, e.ino),
@@ -1182,6 +1183,9 @@ impl Filesystem for Adapter {
                 }
                 cookie = e.cookie;
             }
+            if end {
+                break;
+            }
         }
         reply.ok()
     }
@@ -1190,7 +1194,7 @@ impl Filesystem for Adapter {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectoryPlus,
     ) {
@@ -1198,13 +1202,14 @@ impl Filesystem for Adapter {
         let ino = self.inodes.volume(ino);
         let mut cookie = offset;
         loop {
-            let entries = match self.vfs.readdir(&ctx(req), ino, cookie, 128, true) {
-                Ok(e) => e,
-                Err(e) => return reply.error(op.failed_with(errno(&e))),
-            };
-            if entries.is_empty() {
-                break;
-            }
+            let (entries, end) =
+                match self
+                    .vfs
+                    .readdir_open(&ctx(req), fh.0, ino, cookie, 128, true)
+                {
+                    Ok(e) => e,
+                    Err(e) => return reply.error(op.failed_with(errno(&e))),
+                };
             for e in &entries {
                 let Some(a) = &e.attr else { continue };
                 if reply.add(
@@ -1218,6 +1223,9 @@ impl Filesystem for Adapter {
                     return reply.ok();
                 }
                 cookie = e.cookie;
+            }
+            if end {
+                break;
             }
         }
         reply.ok()

@@ -716,6 +716,12 @@ pub trait Meta: Send + Sync {
     fn open_inode(&self, ino: Ino) -> Result<Attr>;
     /// Notes a close; the last close of an unlinked inode reclaims it.
     fn close_inode(&self, ino: Ino) -> Result<()>;
+    /// Notes that this client opened directory `ino` (counted in this client only, never
+    /// recorded in the volume: a directory removed by another client is gone for this one
+    /// too) and answers its attributes, from the cache when fresh.
+    fn open_dir(&self, ino: Ino) -> Result<Attr>;
+    /// Notes a close of a directory; the last close here of one removed here reclaims it.
+    fn close_dir(&self, ino: Ino) -> Result<()>;
 
     // ---- file locks, shared by every client of the volume (see [`lock`]) ----
     /// The first lock of another owner that conflicts with `kind` over `start..=end`.

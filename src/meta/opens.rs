@@ -1,9 +1,10 @@
 //! This client's open files: how many times each inode is open here, and whether the opens
-//! are also recorded in the volume for other clients to see.
+//! are also recorded in the volume for other clients to see; and its open directories, which
+//! are only counted here.
 //!
 //! Not for: the records themselves (the engines) or what an unlink does with them (`ops`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use parking_lot::Mutex;
 
@@ -22,6 +23,11 @@ pub(crate) struct OpenCounts {
 
 struct OpenState {
     counts: HashMap<Ino, u32>,
+    /// Directories open here: never recorded in the volume (see `ops::clients::open_dir`).
+    dirs: HashMap<Ino, u32>,
+    /// Directories open here that were removed here meanwhile, their inode kept (nlink 0,
+    /// a `sustained` row) until the last close here.
+    kept_dirs: HashSet<Ino>,
     /// Opens are recorded in the volume (other clients may unlink what is open here).
     recorded: bool,
 }
@@ -34,6 +40,8 @@ impl OpenCounts {
         OpenCounts {
             state: Mutex::new(OpenState {
                 counts: HashMap::new(),
+                dirs: HashMap::new(),
+                kept_dirs: HashSet::new(),
                 recorded,
             }),
             stripes: (0..STRIPES).map(|_| Mutex::new(())).collect(),
@@ -74,6 +82,39 @@ impl OpenCounts {
 
     pub(crate) fn is_open(&self, ino: Ino) -> bool {
         self.state.lock().counts.get(&ino).is_some_and(|n| *n > 0)
+    }
+
+    /// Counts an open of a directory (never recorded in the volume).
+    pub(crate) fn add_dir(&self, ino: Ino) {
+        *self.state.lock().dirs.entry(ino).or_insert(0) += 1;
+    }
+
+    /// Counts a close of a directory. Returns whether it was the last close here of a
+    /// directory removed here while open (whose kept inode the caller now deletes).
+    pub(crate) fn remove_dir(&self, ino: Ino) -> bool {
+        let mut st = self.state.lock();
+        match st.dirs.get_mut(&ino) {
+            Some(n) if *n > 1 => {
+                *n -= 1;
+                false
+            }
+            Some(_) => {
+                st.dirs.remove(&ino);
+                st.kept_dirs.remove(&ino)
+            }
+            None => false,
+        }
+    }
+
+    /// If directory `ino` is open here, notes that its removal keeps it (see
+    /// [`remove_dir`](Self::remove_dir)) and returns true.
+    pub(crate) fn keep_if_open_dir(&self, ino: Ino) -> bool {
+        let mut st = self.state.lock();
+        if !st.dirs.contains_key(&ino) {
+            return false;
+        }
+        st.kept_dirs.insert(ino);
+        true
     }
 
     pub(crate) fn is_recorded(&self) -> bool {

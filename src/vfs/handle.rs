@@ -27,6 +27,9 @@ pub struct Handle {
     pub window: AtomicU64,
     /// Something was written through this handle (the antivirus scan follows its close).
     pub wrote: AtomicBool,
+    /// A directory's handle: its listing was read to the end, whose cookie this is
+    /// (`u64::MAX`: not yet). See `Vfs::readdir_open`.
+    pub listed_to: AtomicU64,
 }
 
 #[derive(Default)]
@@ -47,6 +50,7 @@ impl Handles {
             ahead: AtomicU64::new(0),
             window: AtomicU64::new(0),
             wrote: AtomicBool::new(false),
+            listed_to: AtomicU64::new(u64::MAX),
         });
         self.map.lock().insert(fh, h);
         fh

@@ -441,6 +441,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::close_inode(self, ino)
     }
 
+    fn open_dir(&self, ino: Ino) -> Result<Attr> {
+        EngineMeta::open_dir(self, ino)
+    }
+
+    fn close_dir(&self, ino: Ino) -> Result<()> {
+        EngineMeta::close_dir(self, ino)
+    }
+
     fn session_id(&self) -> u64 {
         self.sid()
     }

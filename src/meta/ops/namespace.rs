@@ -247,7 +247,9 @@ impl<E: Engine> EngineMeta<E> {
     /// opens in memory record it as `sustained`) or recorded open anywhere (`open`, when the
     /// engine already knows), else delete it. The last close anywhere deletes a kept one.
     fn release(&self, tx: &mut dyn Txn, a: &Attr, open: Option<bool>, now: Nanos) -> TxResult<()> {
-        if !E::RECORDS_OPENS && self.opens.is_open(a.ino) {
+        if (!E::RECORDS_OPENS && self.opens.is_open(a.ino))
+            || (a.kind == Kind::Dir && self.opens.keep_if_open_dir(a.ino))
+        {
             tx.insert_sustained(self.sid(), a.ino)?;
             return tx.update_node(a);
         }

@@ -177,6 +177,15 @@ impl Group {
         Some(())
     }
 
+    /// Nothing in it is uncommitted: it only holds rows locked again after its last commit.
+    pub(super) fn clean(&self) -> bool {
+        self.ops == 0
+            && self.held.is_empty()
+            && self.used == 0
+            && self.inodes == 0
+            && self.changes.is_empty()
+    }
+
     pub(super) fn new(conn: Conn, track: Track) -> Group {
         Group {
             conn,

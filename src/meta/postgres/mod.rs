@@ -1078,6 +1078,12 @@ impl Postgres {
             return Ok(());
         }
         let mut slot = self.group.slot.lock();
+        // A group holding rows locked again, with no change since, has nothing to commit
+        // (committing it anyway cost a snapshot, such as each listing, a round trip, and kept
+        // the group open for as long as they came).
+        if slot.as_ref().is_some_and(Group::clean) {
+            return Ok(());
+        }
         self.group.commit(&mut slot, relock, false)
     }
 

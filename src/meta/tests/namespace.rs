@@ -11,6 +11,7 @@ engine_tests!(
     link_and_unlink,
     rmdir_rules,
     unlinked_open_file_lives_until_close,
+    removed_open_directory_lives_until_close,
     rename_plain,
     rename_across_directories,
     rename_over_file,
@@ -403,6 +404,38 @@ fn rmdir_rules(e: Engine) {
         assert_errno(m.getattr(d.ino), libc::ENOENT);
         assert_errno(m.readdir(d.ino, 0, 10, false), libc::ENOENT);
         assert_eq!(names(m, ROOT_INO), vec![".", "..", "f"]);
+    });
+}
+
+/// A directory open here and removed here stays (nlink 0) until its last close here, as an
+/// unlinked open file does; its opens are counted in this client only (`open_dir`).
+fn removed_open_directory_lives_until_close(e: Engine) {
+    each(e, |m| {
+        let d = mkdir(m, ROOT_INO, "d");
+        let inodes = m.usage().unwrap().inodes;
+        assert_eq!(m.open_dir(d.ino).unwrap().kind, Kind::Dir);
+        m.open_dir(d.ino).unwrap();
+        m.rmdir(&CTX, ROOT_INO, b"d").unwrap();
+        assert_errno(lookup(m, ROOT_INO, "d"), libc::ENOENT);
+        assert_eq!(names(m, ROOT_INO), vec![".", ".."]);
+        // Still there for the handles open here.
+        assert_eq!(m.getattr(d.ino).unwrap().nlink, 0);
+        m.close_dir(d.ino).unwrap();
+        assert_eq!(m.getattr(d.ino).unwrap().nlink, 0);
+        // The last close: gone.
+        m.close_dir(d.ino).unwrap();
+        assert_errno(m.getattr(d.ino), libc::ENOENT);
+        assert_eq!(m.usage().unwrap().inodes, inodes - 1);
+        // A missing directory cannot be opened.
+        assert_errno(m.open_dir(999_999), libc::ENOENT);
+        // A directory opened and closed, not removed, stays; removed after its close, it
+        // goes at once.
+        let k = mkdir(m, ROOT_INO, "k");
+        m.open_dir(k.ino).unwrap();
+        m.close_dir(k.ino).unwrap();
+        assert_eq!(m.getattr(k.ino).unwrap().nlink, 2);
+        m.rmdir(&CTX, ROOT_INO, b"k").unwrap();
+        assert_errno(m.getattr(k.ino), libc::ENOENT);
     });
 }
 
