@@ -296,6 +296,12 @@ pub trait Engine: Send + Sync + 'static {
         Ok(())
     }
 
+    /// Commits the group of changes if it made inode `ino` (see [`Meta::share`]).
+    fn share(&self, ino: Ino) -> Result<()> {
+        let _ = ino;
+        Ok(())
+    }
+
     /// Runs `f`, which only reads; statements need not see one snapshot.
     fn read<T>(&self, f: impl FnMut(&mut dyn Txn) -> TxResult<T>) -> Result<T>;
 

@@ -716,6 +716,14 @@ pub trait Meta: Send + Sync {
     fn open_inode(&self, ino: Ino) -> Result<Attr>;
     /// Notes a close; the last close of an unlinked inode reclaims it.
     fn close_inode(&self, ino: Ino) -> Result<()>;
+    /// Makes what this client made of inode `ino` visible to other clients now, if it still
+    /// waits in a group of changes: called at every close(2) (FUSE's FLUSH, which close
+    /// waits for, unlike the RELEASE after it), so that a file created and closed here is
+    /// found by an open elsewhere after the close (close-to-open).
+    fn share(&self, ino: Ino) -> Result<()> {
+        let _ = ino;
+        Ok(())
+    }
     /// Notes that this client opened directory `ino` (counted in this client only, never
     /// recorded in the volume: a directory removed by another client is gone for this one
     /// too) and answers its attributes, from the cache when fresh.

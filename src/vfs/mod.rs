@@ -1018,7 +1018,9 @@ impl Vfs {
     /// later (see [`Vfs::release`]), unless a later fsync or close of the file succeeds.
     pub fn flush(&self, fh: u64) -> Result<()> {
         let h = self.handle(fh)?;
-        let res = self.flush_ino(h.ino);
+        let res = self
+            .flush_ino(h.ino)
+            .and_then(|()| Ok(self.meta.share(h.ino)?));
         if res.is_err() {
             if let Some(w) = self.writer(h.ino) {
                 w.lock().set_close_failed();

@@ -441,6 +441,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::close_inode(self, ino)
     }
 
+    fn share(&self, ino: Ino) -> Result<()> {
+        self.engine.share(ino)
+    }
+
     fn open_dir(&self, ino: Ino) -> Result<Attr> {
         EngineMeta::open_dir(self, ino)
     }

@@ -1279,6 +1279,18 @@ impl Engine for Postgres {
         self.commit_open(true)
     }
 
+    /// The open group commits if it made `ino` (what it holds stays held).
+    fn share(&self, ino: Ino) -> Result<()> {
+        if !self.group.active() {
+            return Ok(());
+        }
+        let mut slot = self.group.slot.lock();
+        if !slot.as_ref().is_some_and(|g| g.track.fresh.contains(&ino)) {
+            return Ok(());
+        }
+        self.group.commit(&mut slot, true, false)
+    }
+
     fn watch(&self, session: u64, sink: ChangeSink) -> Result<bool> {
         self.watch.start(
             &::postgres::Config::from(self.pool.config.clone()),
