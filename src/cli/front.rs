@@ -46,6 +46,23 @@ pub struct VolumeArgs {
     backup_meta: String,
 }
 
+impl VolumeArgs {
+    /// A volume opened by another command (`unkai sync`): its data side and scanning as
+    /// given, the whole volume, writable, no figures served and no backups taken.
+    pub fn of(meta_url: &str, store: StoreArgs, scan: super::scan::ScanArgs) -> VolumeArgs {
+        VolumeArgs {
+            meta_url: Some(meta_url.to_string()),
+            store,
+            scan,
+            subdir: None,
+            read_only: false,
+            metrics: None,
+            access_log: None,
+            backup_meta: "0".into(),
+        }
+    }
+}
+
 /// Checks `args` (one line on the terminal for a bad one), opens the volume and serves it
 /// through `serve` until it ends or SIGINT/SIGTERM comes; `what` names the server.
 pub fn run<F, Fut>(args: &VolumeArgs, what: &'static str, serve: F) -> anyhow::Result<()>

@@ -79,6 +79,16 @@ impl Filter {
 
     /// Whether `key` (a relative path, `/`-separated) is to be synced.
     pub fn accepts(&self, key: &str) -> bool {
+        self.accepts_as(key, false)
+    }
+
+    /// Whether directory `key` is to be synced (with `--dirs`): as a file would be, its
+    /// last name matched as a directory's.
+    pub fn accepts_dir(&self, key: &str) -> bool {
+        self.accepts_as(key, true)
+    }
+
+    fn accepts_as(&self, key: &str, last_is_dir: bool) -> bool {
         if self.rules.is_empty() {
             return true;
         }
@@ -87,7 +97,7 @@ impl Filter {
         for (i, name) in parts.iter().enumerate() {
             end += name.len() + usize::from(i > 0);
             let path = &key.trim_start_matches('/')[..end];
-            let is_dir = i + 1 < parts.len();
+            let is_dir = i + 1 < parts.len() || last_is_dir;
             let hit = self.rules.iter().find(|r| {
                 (!r.dir_only || is_dir)
                     && (r.name.as_ref().is_some_and(|g| g.is_match(name))
@@ -95,7 +105,7 @@ impl Filter {
             });
             match hit {
                 Some(r) if !r.include => return false,
-                Some(_) if !is_dir => return true,
+                Some(_) if i + 1 == parts.len() => return true,
                 _ => {}
             }
         }
@@ -136,5 +146,29 @@ mod tests {
         assert!(!f.accepts("x/cache/a.bin"));
         assert!(f.accepts("x/cache/sub/a.bin"));
         assert!(Filter::default().push(false, "[").is_err());
+    }
+
+    #[test]
+    fn directories_are_matched_as_directories() {
+        // A rule for directories only: the directory goes, a file of that name stays.
+        let f = filter(&[(false, "cache/")]);
+        assert!(!f.accepts_dir("cache"));
+        assert!(!f.accepts_dir("a/cache"));
+        assert!(f.accepts("cache"));
+        assert!(f.accepts_dir("other"));
+        // "Only CSV files": every directory is kept (so that --dirs makes them), other files
+        // are not.
+        let f = filter(&[(true, "*/"), (true, "*.csv"), (false, "*")]);
+        assert!(f.accepts_dir("a") && f.accepts_dir("a/b"));
+        assert!(f.accepts("a/b/x.csv"));
+        assert!(!f.accepts("a/b/x.bin"));
+        // An excluded directory takes what is under it, directories included.
+        let f = filter(&[(false, "/a")]);
+        assert!(!f.accepts_dir("a") && !f.accepts_dir("a/b"));
+        assert!(f.accepts_dir("x/a"));
+        // An include of a directory does not decide for the files under it.
+        let f = filter(&[(true, "keep/"), (false, "*.tmp")]);
+        assert!(f.accepts_dir("keep"));
+        assert!(!f.accepts("keep/x.tmp"));
     }
 }
