@@ -1,7 +1,8 @@
 //! The peer cache (`mount --peer-cache`): mounts of one volume on 127.0.0.1, each with its
 //! own cache directory, over a real S3 server (versitygw), serve each other's blocks. What
 //! the bucket is asked is counted by the mounts' own figures (`/metrics`); a member that
-//! answers wrong, one killed during a read, and requests without the group's key.
+//! answers wrong, an answer altered on the way, one killed during a read, and requests
+//! without the group's key or replayed.
 
 mod common;
 
@@ -61,6 +62,12 @@ fn write_file(vol: &Volume, name: &str, data: &[u8]) {
 
 /// GET `url` (reqwest, as unkai's own clients): status and body.
 fn http_get(url: &str, header: Option<(&str, String)>) -> (u16, Vec<u8>) {
+    let (status, body, _) = http_get_signed(url, header);
+    (status, body)
+}
+
+/// GET `url`: status, body, and the answer's HMAC header (a member's signature of it).
+fn http_get_signed(url: &str, header: Option<(&str, String)>) -> (u16, Vec<u8>, Option<String>) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -78,7 +85,11 @@ fn http_get(url: &str, header: Option<(&str, String)>) -> (u16, Vec<u8>) {
         }
         let res = req.send().await.expect("GET");
         let status = res.status().as_u16();
-        (status, res.bytes().await.unwrap().to_vec())
+        let tag = res
+            .headers()
+            .get("x-unkai-peer-answer")
+            .map(|v| v.to_str().unwrap().to_string());
+        (status, res.bytes().await.unwrap().to_vec(), tag)
     })
 }
 
@@ -235,6 +246,38 @@ fn a_member_answering_wrong_blocks_is_caught_named_and_bypassed() {
     bad.m.unmount();
 }
 
+/// An answer altered on the network after the member signed it (`forge`): the reader
+/// refuses it by its HMAC before anything else, names the member, reads the bucket instead
+/// and gets the right bytes.
+#[test]
+fn an_answer_altered_on_the_way_is_refused_by_its_hmac() {
+    let server = servers::s3(BUCKET);
+    let vol = s3_volume(&server, &[]);
+    let data = pattern(16 * MIB, 53);
+    write_file(&vol, "data.bin", &data);
+    let bad = Member::join(&vol, "forged", &[("UNKAI_PEER_FAULTS", "forge")]);
+    let reader = Member::join(&vol, "reader", &[]);
+    wait_for_group(&[&bad, &reader], 2);
+    let got = std::fs::read(reader.m.p("data.bin")).expect("the read succeeds");
+    assert!(got == data, "the reader got wrong bytes");
+    let log = reader.log();
+    assert!(
+        reader.figure("unkai_peer_requests_total", "result=\"error\"") >= 1.0
+            && log.contains(&format!("member 127.0.0.1:{} bypassed", bad.peer))
+            && log.contains("not signed with the group's key"),
+        "the altered answer was not refused by its HMAC: {}",
+        tail(&log, 20)
+    );
+    // Caught before decoding: no checksum failure was needed.
+    assert_eq!(
+        reader.figure("unkai_peer_requests_total", "result=\"wrong\""),
+        0.0
+    );
+    assert!(bad.figure("unkai_peer_served_total", "") >= 1.0);
+    reader.m.unmount();
+    bad.m.unmount();
+}
+
 /// A member killed (SIGKILL) while two others read through it: they go on from the bucket
 /// with no error and read the right bytes.
 #[test]
@@ -299,7 +342,8 @@ fn readers_go_on_when_a_member_is_killed_mid_read() {
 }
 
 /// The member's listener answers only requests signed with the group's key, kept in the
-/// volume's metadata: none, or another key, are refused; it listens only where told.
+/// volume's metadata, once: none, another key, or the same request again are refused; its
+/// answer is signed for the request; it listens only where told.
 #[test]
 fn requests_without_the_groups_key_are_refused() {
     let server = servers::s3(BUCKET);
@@ -320,24 +364,29 @@ fn requests_without_the_groups_key_are_refused() {
         .into_owned();
     let path = format!("/v1/blocks/{key}");
     let url = format!("http://127.0.0.1:{}{path}", member.peer);
-    let sign = |key: &[u8]| {
-        let time = std::time::SystemTime::now()
+    let time = || {
+        std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .as_secs();
+            .as_secs()
+    };
+    // A request as a member makes it: TIME.NONCE.HMAC(key, method, path, time, nonce).
+    let sign = |key: &[u8], nonce: &str| {
+        let time = time();
         let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, key);
-        let msg = format!("unkai-peer-v1\nGET\n{path}\n{time}");
+        let msg = format!("unkai-peer-v2\nGET\n{path}\n{time}\n{nonce}");
         let tag = ring::hmac::sign(&k, msg.as_bytes());
         (
             "x-unkai-peer-auth",
-            format!("{time}.{}", hex::encode(tag.as_ref())),
+            format!("{time}.{nonce}.{}", hex::encode(tag.as_ref())),
         )
     };
+    let nonce = "00112233445566778899aabbccddeeff";
     // No credentials.
     let (status, _) = http_get(&url, None);
     assert_eq!(status, 401);
     // Another key.
-    let (status, body) = http_get(&url, Some(sign(&[9u8; 32])));
+    let (status, body) = http_get(&url, Some(sign(&[9u8; 32], nonce)));
     assert_eq!(status, 403, "{}", String::from_utf8_lossy(&body));
     // The group's key, as the volume keeps it: the object as stored.
     let db = rusqlite::Connection::open(vol.dir.path().join("meta.db")).unwrap();
@@ -346,13 +395,36 @@ fn requests_without_the_groups_key_are_refused() {
             r.get(0)
         })
         .expect("the key is in the volume's settings");
-    let (status, body) = http_get(&url, Some(sign(&hex::decode(&stored_key).unwrap())));
+    let group_key = hex::decode(&stored_key).unwrap();
+    let request = sign(&group_key, nonce);
+    let (status, body, tag) = http_get_signed(&url, Some(request.clone()));
     assert_eq!(status, 200);
     assert!(
         body == std::fs::read(&block).unwrap(),
         "not the stored object"
     );
-    assert_eq!(member.figure("unkai_peer_refused_total", ""), 2.0);
+    // The answer is signed for this request: HMAC(key, path, nonce, body).
+    let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &group_key);
+    let mut signed = format!("unkai-peer-v2-answer\n{path}\n{nonce}\n").into_bytes();
+    signed.extend_from_slice(&body);
+    let tag = hex::decode(tag.expect("the answer is signed")).unwrap();
+    assert!(
+        ring::hmac::verify(&k, &signed, &tag).is_ok(),
+        "the answer's HMAC is not the group's for this request"
+    );
+    // The same request sent again (captured on the network): refused.
+    let (status, body) = http_get(&url, Some(request));
+    assert_eq!(status, 403);
+    assert!(String::from_utf8_lossy(&body).contains("replayed"));
+    // The former format (time and HMAC, no nonce), even with the key: refused.
+    let msg = format!("unkai-peer-v1\nGET\n{path}\n{}", time());
+    let old = hex::encode(ring::hmac::sign(&k, msg.as_bytes()).as_ref());
+    let (status, _) = http_get(
+        &url,
+        Some(("x-unkai-peer-auth", format!("{}.{old}", time()))),
+    );
+    assert_eq!(status, 403);
+    assert_eq!(member.figure("unkai_peer_refused_total", ""), 4.0);
     // Nowhere but the address given: not on another address of this machine.
     assert!(std::net::TcpStream::connect(("127.0.0.2", member.peer)).is_err());
     // The key is never logged.

@@ -1,6 +1,7 @@
 //! Asking a member of the group for a block: one HTTP GET (reqwest, the client the object
 //! stores use; HTTP/1.1 over a pooled connection) signed with the group's key, within a time
-//! limit, its answer the object as the bucket stores it.
+//! limit, its answer the object as the bucket stores it, taken only with the member's HMAC
+//! of it for this very request (`auth`).
 //!
 //! Not for: checking the answer (the caller decodes it as any stored object), or what to
 //! do when a member fails (`peers` bypasses it).
@@ -42,10 +43,11 @@ impl Asker {
     /// The object of block `key` as `member` has it, or why not.
     pub async fn ask(&self, member: SocketAddr, key: &str) -> Result<Bytes, String> {
         let path = format!("{PREFIX}{key}");
+        let signed = self.auth.sign("GET", &path);
         let res = self
             .client
             .get(format!("http://{member}{path}"))
-            .header(auth::HEADER, self.auth.sign("GET", &path))
+            .header(auth::HEADER, &signed.header)
             .send()
             .await
             .map_err(|e| describe(&e))?;
@@ -53,7 +55,20 @@ impl Asker {
         if !status.is_success() {
             return Err(format!("answered {status}"));
         }
-        res.bytes().await.map_err(|e| describe(&e))
+        let tag = res
+            .headers()
+            .get(auth::ANSWER_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let body = res.bytes().await.map_err(|e| describe(&e))?;
+        if !self
+            .auth
+            .check_answer(&path, &signed.nonce, &body, tag.as_deref())
+        {
+            return Err("its answer is not signed with the group's key for this request                         (altered on the way, or not a member)"
+                .into());
+        }
+        Ok(body)
     }
 }
 

@@ -1,33 +1,67 @@
-//! How members of a peer cache group prove they hold the group's key: each request carries
-//! the time it was made and an HMAC-SHA256 (ring's) of its method, path and that time under
-//! the key; an answer goes only to a request whose HMAC is right and whose time is within
-//! [`SKEW`] of the server's clock.
+//! How members of a peer cache group prove to each other that they hold the group's key, on
+//! every exchange and in both directions, so that nothing seen on the network can be used
+//! again:
+//! - a request carries the time it was made, a random nonce and an HMAC-SHA256 (ring's) of
+//!   its method, path, time and nonce under the key; it is answered only when the HMAC is
+//!   right, its time within [`SKEW`] of the server's clock, and its nonce not seen before
+//!   (a request captured and sent again is refused: [`Refusal::Wrong`] "replayed");
+//! - an answer carries an HMAC-SHA256 of the request's path and nonce and of the answer's
+//!   bytes, so that the asker takes only bytes the member it asked sent for that very request
+//!   (an answer altered on the way, or one captured and replayed to another request, is not).
+//!
+//! This authenticates; it does not hide: without TLS the blocks of a volume without
+//! encryption cross the network readable (an encrypted volume's stay encrypted).
 //!
 //! Not for: where the key comes from (the volume's settings, `meta::Meta::peer_key`), or the
-//! answers' integrity (every block a peer answers is checked like any stored object).
+//! blocks' own checks (every block a peer answers is also verified like any stored object).
 
+use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use parking_lot::Mutex;
 use ring::hmac;
+use ring::rand::{SecureRandom, SystemRandom};
 
-/// The request header that carries `TIME.HMAC` (seconds since the epoch, hex).
+/// The request header that carries `TIME.NONCE.HMAC` (seconds since the epoch; hex).
 pub const HEADER: &str = "x-unkai-peer-auth";
+
+/// The answer header that carries the HMAC of the answer (hex).
+pub const ANSWER_HEADER: &str = "x-unkai-peer-answer";
 
 /// How far a request's time may be from the server's clock.
 pub const SKEW: Duration = Duration::from_secs(120);
+
+/// Bytes of a request's nonce.
+const NONCE: usize = 16;
 
 /// Why a request is refused.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Refusal {
     /// No credentials at all (answered 401).
     Missing,
-    /// Credentials that do not hold (wrong key, too old, unreadable; answered 403).
+    /// Credentials that do not hold (wrong key, too old, replayed, unreadable; answered 403).
     Wrong(&'static str),
 }
 
-/// The group's key, ready to sign and check requests. Its bytes are never shown.
+/// A request's credentials: the header's value, and the nonce its answer is bound to.
+pub struct Signed {
+    pub header: String,
+    pub nonce: String,
+}
+
+/// The group's key, ready to sign and check requests and answers. Its bytes are never shown.
 pub struct Auth {
     key: hmac::Key,
+    rng: SystemRandom,
+    /// The nonces of requests answered within the last [`SKEW`]s or so, with their times.
+    seen: Mutex<Seen>,
+}
+
+#[derive(Default)]
+struct Seen {
+    nonces: HashMap<[u8; NONCE], u64>,
+    /// Size at which the nonces too old to be accepted anyway are dropped.
+    prune_at: usize,
 }
 
 impl std::fmt::Debug for Auth {
@@ -42,8 +76,8 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-fn message(method: &str, path: &str, time: u64) -> String {
-    format!("unkai-peer-v1\n{method}\n{path}\n{time}")
+fn message(method: &str, path: &str, time: u64, nonce: &str) -> String {
+    format!("unkai-peer-v2\n{method}\n{path}\n{time}\n{nonce}")
 }
 
 impl Auth {
@@ -52,21 +86,33 @@ impl Auth {
         let bytes = hex::decode(key.trim()).unwrap_or_else(|_| key.as_bytes().to_vec());
         Auth {
             key: hmac::Key::new(hmac::HMAC_SHA256, &bytes),
+            rng: SystemRandom::new(),
+            seen: Mutex::default(),
         }
     }
 
-    /// The header value for a request `method path` made now.
-    pub fn sign(&self, method: &str, path: &str) -> String {
-        self.sign_at(method, path, now_secs())
+    /// The credentials of a request `method path` made now.
+    pub fn sign(&self, method: &str, path: &str) -> Signed {
+        let mut nonce = [0u8; NONCE];
+        // The system's random numbers; were they ever to fail, the time still varies the
+        // nonce, and a repeated one is refused by the server, never accepted twice.
+        if self.rng.fill(&mut nonce).is_err() {
+            nonce[..8].copy_from_slice(&(now_nanos()).to_le_bytes());
+        }
+        self.sign_at(method, path, now_secs(), &hex::encode(nonce))
     }
 
-    fn sign_at(&self, method: &str, path: &str, time: u64) -> String {
-        let tag = hmac::sign(&self.key, message(method, path, time).as_bytes());
-        format!("{time}.{}", hex::encode(tag.as_ref()))
+    fn sign_at(&self, method: &str, path: &str, time: u64, nonce: &str) -> Signed {
+        let tag = hmac::sign(&self.key, message(method, path, time, nonce).as_bytes());
+        Signed {
+            header: format!("{time}.{nonce}.{}", hex::encode(tag.as_ref())),
+            nonce: nonce.to_string(),
+        }
     }
 
-    /// Checks the header value `given` (None: the request had none) of request `method path`.
-    pub fn check(&self, method: &str, path: &str, given: Option<&str>) -> Result<(), Refusal> {
+    /// Checks the header value `given` (None: the request had none) of request `method
+    /// path`, and that it was not seen before. Returns the nonce to bind the answer to.
+    pub fn check(&self, method: &str, path: &str, given: Option<&str>) -> Result<String, Refusal> {
         self.check_at(method, path, given, now_secs())
     }
 
@@ -76,55 +122,161 @@ impl Auth {
         path: &str,
         given: Option<&str>,
         now: u64,
-    ) -> Result<(), Refusal> {
+    ) -> Result<String, Refusal> {
+        const UNREADABLE: Refusal = Refusal::Wrong("unreadable credentials");
         let given = given.ok_or(Refusal::Missing)?;
-        let (time, tag) = given
-            .split_once('.')
-            .ok_or(Refusal::Wrong("unreadable credentials"))?;
-        let time: u64 = time
-            .parse()
-            .map_err(|_| Refusal::Wrong("unreadable credentials"))?;
-        let tag = hex::decode(tag).map_err(|_| Refusal::Wrong("unreadable credentials"))?;
+        let mut parts = given.splitn(3, '.');
+        let (Some(time), Some(nonce), Some(tag)) = (parts.next(), parts.next(), parts.next())
+        else {
+            return Err(UNREADABLE);
+        };
+        let time: u64 = time.parse().map_err(|_| UNREADABLE)?;
+        let tag = hex::decode(tag).map_err(|_| UNREADABLE)?;
+        let nonce_bytes: [u8; NONCE] = hex::decode(nonce)
+            .ok()
+            .and_then(|n| n.try_into().ok())
+            .ok_or(UNREADABLE)?;
         if time.abs_diff(now) > SKEW.as_secs() {
             return Err(Refusal::Wrong(
                 "request too old or from the future (clocks apart?)",
             ));
         }
-        hmac::verify(&self.key, message(method, path, time).as_bytes(), &tag)
-            .map_err(|_| Refusal::Wrong("wrong key"))
+        hmac::verify(
+            &self.key,
+            message(method, path, time, nonce).as_bytes(),
+            &tag,
+        )
+        .map_err(|_| Refusal::Wrong("wrong key"))?;
+        // Only requests signed with the key are remembered: no one else can fill this.
+        let mut seen = self.seen.lock();
+        if seen.nonces.insert(nonce_bytes, time).is_some() {
+            return Err(Refusal::Wrong("replayed request (nonce seen before)"));
+        }
+        if seen.nonces.len() >= seen.prune_at {
+            // A nonce older than the skew would be refused by its time: no need to keep it.
+            let oldest = now.saturating_sub(SKEW.as_secs() + 1);
+            seen.nonces.retain(|_, t| *t >= oldest);
+            seen.prune_at = (seen.nonces.len() * 2).max(4096);
+        }
+        Ok(nonce.to_string())
     }
+
+    fn answer_tag(&self, path: &str, nonce: &str, body: &[u8]) -> hmac::Tag {
+        let mut ctx = hmac::Context::with_key(&self.key);
+        ctx.update(format!("unkai-peer-v2-answer\n{path}\n{nonce}\n").as_bytes());
+        ctx.update(body);
+        ctx.sign()
+    }
+
+    /// The answer header's value for `body`, answering the request of `path` and `nonce`.
+    pub fn sign_answer(&self, path: &str, nonce: &str, body: &[u8]) -> String {
+        hex::encode(self.answer_tag(path, nonce, body).as_ref())
+    }
+
+    /// Whether `given` (the answer header's value) is right for `body`, answering the
+    /// request of `path` and `nonce`.
+    pub fn check_answer(&self, path: &str, nonce: &str, body: &[u8], given: Option<&str>) -> bool {
+        let Some(tag) = given.and_then(|g| hex::decode(g).ok()) else {
+            return false;
+        };
+        // hmac::verify takes one slice: the tag is made in one pass with a context (no copy
+        // of the body) and compared in constant time.
+        let expected = self.answer_tag(path, nonce, body);
+        bool::from(subtle::ConstantTimeEq::ct_eq(
+            expected.as_ref(),
+            tag.as_slice(),
+        ))
+    }
+}
+
+fn now_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const NONCE_A: &str = "000102030405060708090a0b0c0d0e0f";
+
     #[test]
-    fn a_request_signed_with_the_key_passes_and_nothing_else_does() {
+    fn a_request_signed_with_the_key_passes_once_and_nothing_else_does() {
         let a = Auth::new(&hex::encode([7u8; 32]));
         let other = Auth::new(&hex::encode([8u8; 32]));
         let now = 1_800_000_000;
-        let sig = a.sign_at("GET", "/v1/blocks/k", now);
+        let sig = a.sign_at("GET", "/v1/blocks/k", now, NONCE_A).header;
         assert_eq!(
             a.check_at("GET", "/v1/blocks/k", Some(&sig), now + 5),
-            Ok(())
+            Ok(NONCE_A.to_string())
+        );
+        // The same request again: refused.
+        assert_eq!(
+            a.check_at("GET", "/v1/blocks/k", Some(&sig), now + 6),
+            Err(Refusal::Wrong("replayed request (nonce seen before)"))
         );
         // Another path, another key, no credentials, too old, garbage.
-        assert!(a.check_at("GET", "/v1/blocks/j", Some(&sig), now).is_err());
-        let forged = other.sign_at("GET", "/v1/blocks/k", now);
-        assert_eq!(
-            a.check_at("GET", "/v1/blocks/k", Some(&forged), now),
-            Err(Refusal::Wrong("wrong key"))
-        );
-        assert_eq!(
-            a.check_at("GET", "/v1/blocks/k", None, now),
-            Err(Refusal::Missing)
-        );
+        let fresh = a.sign("GET", "/v1/blocks/k").header;
         assert!(
-            a.check_at("GET", "/v1/blocks/k", Some(&sig), now + 3600)
+            a.check_at("GET", "/v1/blocks/j", Some(&fresh), now_secs())
                 .is_err()
         );
-        assert!(a.check_at("GET", "/v1/blocks/k", Some("x.y"), now).is_err());
+        let forged = other.sign("GET", "/v1/blocks/k").header;
+        assert_eq!(
+            a.check("GET", "/v1/blocks/k", Some(&forged)),
+            Err(Refusal::Wrong("wrong key"))
+        );
+        assert_eq!(a.check("GET", "/v1/blocks/k", None), Err(Refusal::Missing));
+        let old = a.sign_at("GET", "/v1/blocks/k", now, &hex::encode([1u8; 16]));
+        assert!(
+            a.check_at("GET", "/v1/blocks/k", Some(&old.header), now + 3600)
+                .is_err()
+        );
+        assert!(a.check("GET", "/v1/blocks/k", Some("x.y.z")).is_err());
+        assert!(a.check("GET", "/v1/blocks/k", Some("1.2")).is_err());
+        // A fresh request passes; two requests never share a nonce.
+        assert!(a.check("GET", "/v1/blocks/k", Some(&fresh)).is_ok());
+        assert_ne!(a.sign("GET", "/").nonce, a.sign("GET", "/").nonce);
         assert!(!format!("{a:?}").contains("07"));
+    }
+
+    #[test]
+    fn old_nonces_are_forgotten_but_still_refused_by_their_time() {
+        let a = Auth::new(&hex::encode([7u8; 32]));
+        let now = 1_800_000_000;
+        let first = a.sign_at("GET", "/p", now, NONCE_A).header;
+        assert!(a.check_at("GET", "/p", Some(&first), now).is_ok());
+        for i in 0..5000u32 {
+            let mut n = [0u8; NONCE];
+            n[..4].copy_from_slice(&i.to_le_bytes());
+            n[15] = 0xff;
+            let later = now + 200;
+            let s = a.sign_at("GET", "/p", later, &hex::encode(n)).header;
+            assert!(a.check_at("GET", "/p", Some(&s), later).is_ok());
+        }
+        assert!(a.seen.lock().nonces.len() < 5001, "old nonces kept");
+        assert!(
+            a.check_at("GET", "/p", Some(&first), now + 200).is_err(),
+            "a forgotten nonce is still too old"
+        );
+    }
+
+    #[test]
+    fn an_answer_is_bound_to_its_request_its_bytes_and_the_key() {
+        let a = Auth::new(&hex::encode([7u8; 32]));
+        let other = Auth::new(&hex::encode([8u8; 32]));
+        let body = vec![5u8; 70_000];
+        let tag = a.sign_answer("/v1/blocks/k", NONCE_A, &body);
+        assert!(a.check_answer("/v1/blocks/k", NONCE_A, &body, Some(&tag)));
+        let mut altered = body.clone();
+        altered[40_000] ^= 1;
+        assert!(!a.check_answer("/v1/blocks/k", NONCE_A, &altered, Some(&tag)));
+        let other_nonce = "ff0102030405060708090a0b0c0d0e0f";
+        assert!(!a.check_answer("/v1/blocks/k", other_nonce, &body, Some(&tag)));
+        assert!(!a.check_answer("/v1/blocks/j", NONCE_A, &body, Some(&tag)));
+        assert!(!a.check_answer("/v1/blocks/k", NONCE_A, &body, None));
+        let forged = other.sign_answer("/v1/blocks/k", NONCE_A, &body);
+        assert!(!a.check_answer("/v1/blocks/k", NONCE_A, &body, Some(&forged)));
     }
 }

@@ -5,10 +5,11 @@
 //! misses a block in its own caches asks its owner ([`Group::object`]); the owner answers from
 //! what it holds (staged, cached) or fetches the block from the bucket once for everyone who
 //! asks at the same time (`flight`) and keeps it in its disk cache, so that the members'
-//! caches add up. Requests are signed with the group's key (`auth`); answers are the objects
-//! as the bucket stores them (encrypted stays encrypted) and the asker decodes and checks
-//! them as any stored object: a wrong answer costs a fetch from the bucket, and a member that
-//! fails or is slow is bypassed (a time limit, then [`DOWN_FOR`] without asking it).
+//! caches add up. Requests and answers are signed with the group's key (`auth`: a request
+//! once, an answer for its request); answers are the objects as the bucket stores them
+//! (encrypted stays encrypted) and the asker decodes and checks them as any stored object: a
+//! wrong answer costs a fetch from the bucket, and a member that fails or is slow is bypassed
+//! (a time limit, then [`DOWN_FOR`] without asking it).
 //!
 //! Not for: who the members are (the `volume` layer learns them from the sessions and calls
 //! [`Group::set_members`]), the key's keeping (`meta`), or decoding (`data`).
@@ -38,7 +39,9 @@ pub const DOWN_FOR: Duration = Duration::from_secs(10);
 /// Objects fetched lately kept for askers that come just after (bytes).
 const RECENT_BYTES: usize = 64 << 20;
 
-/// Set to `corrupt` (tests only): every block this member serves has a byte flipped.
+/// Set to `corrupt` (tests only): every block this member serves has a byte flipped, and is
+/// signed so (a member that answers wrong). `forge`: the byte is flipped after the answer is
+/// signed (an answer altered on the network).
 pub const FAULTS_ENV: &str = "UNKAI_PEER_FAULTS";
 
 /// How a client takes part in a group; every field already checked by the caller.
@@ -120,8 +123,9 @@ pub struct Group {
     flights: flight::Flights,
     holder: Box<dyn Holder>,
     rate: Option<Rate>,
-    /// Fault injection (tests): blocks served are damaged.
+    /// Fault injection (tests): blocks served are damaged, before or after they are signed.
     corrupt: bool,
+    forge: bool,
     pub stats: Stats,
 }
 
@@ -156,8 +160,9 @@ impl Group {
         };
         let me = listener.as_ref().map(|l| l.local_addr()).transpose()?;
         let auth = Arc::new(auth::Auth::new(key));
-        let corrupt = std::env::var(FAULTS_ENV).is_ok_and(|v| v.contains("corrupt"));
-        if corrupt {
+        let faults = std::env::var(FAULTS_ENV).unwrap_or_default();
+        let (corrupt, forge) = (faults.contains("corrupt"), faults.contains("forge"));
+        if corrupt || forge {
             tracing::warn!("{FAULTS_ENV}: every block served to the group is damaged (tests)");
         }
         let group = Arc::new(Group {
@@ -171,6 +176,7 @@ impl Group {
             holder,
             rate: cfg.serve_limit.map(Rate::new),
             corrupt,
+            forge,
             stats: Stats::default(),
         });
         if let Some(l) = listener {

@@ -1,7 +1,8 @@
 //! Serving the group: an HTTP/1.1 server (hyper, as `/metrics`) on the address the member
 //! was told to listen on, answering `GET /v1/blocks/KEY` with the block's object as the
-//! bucket stores it (an encrypted volume's stays encrypted) to requests signed with the
-//! group's key, within the serving bandwidth limit. Anything else is refused.
+//! bucket stores it (an encrypted volume's stays encrypted), with its HMAC for that request,
+//! to requests signed with the group's key and not seen before, within the serving bandwidth
+//! limit. Anything else is refused.
 //!
 //! Not for: where the object comes from (`Group::serve_object`), or the key (`auth`).
 
@@ -62,15 +63,18 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
         .headers()
         .get(auth::HEADER)
         .and_then(|v| v.to_str().ok());
-    if let Err(r) = group.auth.check(req.method().as_str(), &path, given) {
-        group.stats.refused.fetch_add(1, Relaxed);
-        let (status, why) = match r {
-            Refusal::Missing => (StatusCode::UNAUTHORIZED, "no credentials"),
-            Refusal::Wrong(why) => (StatusCode::FORBIDDEN, why),
-        };
-        tracing::warn!("peer cache: refused a request from {from} ({why})");
-        return reply(status, Bytes::from(format!("refused: {why}\n")));
-    }
+    let nonce = match group.auth.check(req.method().as_str(), &path, given) {
+        Ok(nonce) => nonce,
+        Err(r) => {
+            group.stats.refused.fetch_add(1, Relaxed);
+            let (status, why) = match r {
+                Refusal::Missing => (StatusCode::UNAUTHORIZED, "no credentials"),
+                Refusal::Wrong(why) => (StatusCode::FORBIDDEN, why),
+            };
+            tracing::warn!("peer cache: refused a request from {from} ({why})");
+            return reply(status, Bytes::from(format!("refused: {why}\n")));
+        }
+    };
     let key = match path.strip_prefix(PREFIX) {
         Some(k) if req.method() == Method::GET && group.holder.is_block(k) => k,
         _ => {
@@ -94,7 +98,17 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
                 true => super::corrupt(obj),
                 false => obj,
             };
-            reply(StatusCode::OK, obj)
+            let tag = group.auth.sign_answer(&path, &nonce, &obj);
+            let obj = match group.forge {
+                true => super::corrupt(obj),
+                false => obj,
+            };
+            let mut res = reply(StatusCode::OK, obj);
+            res.headers_mut().insert(
+                auth::ANSWER_HEADER,
+                hyper::header::HeaderValue::from_str(&tag).expect("hex"),
+            );
+            res
         }
         None => reply(
             StatusCode::BAD_GATEWAY,
