@@ -207,6 +207,7 @@ mod tests {
             key: key.into(),
             size: 1,
             modified: 0,
+            etag: None,
         }
     }
 

@@ -24,7 +24,7 @@ use futures::TryStreamExt;
 use object_store::path::Path as ObjPath;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
-use super::ObjectInfo;
+use super::{ObjectInfo, Pin};
 
 /// The result of one request, with object_store's error (whose kind decides retries).
 pub type StoreResult<T> = std::result::Result<T, object_store::Error>;
@@ -36,7 +36,15 @@ pub trait Bucket: Send + Sync {
     async fn put(&self, key: &str, data: PutPayload) -> StoreResult<()>;
     /// The whole object.
     async fn get(&self, key: &str) -> StoreResult<Bytes>;
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes>;
+    /// Bytes `range` of the object; with a `pin`, only of the version it names (an object
+    /// imported by reference): another ETag or size is `Precondition`, a missing object
+    /// `NotFound`, never bytes of another version.
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        pin: Option<&Pin>,
+    ) -> StoreResult<Bytes>;
     async fn delete(&self, key: &str) -> StoreResult<()>;
     /// Every object under `prefix`.
     async fn list(&self, prefix: &str) -> StoreResult<Vec<ObjectInfo>>;
@@ -56,8 +64,31 @@ impl Bucket for Native {
         self.0.get(&ObjPath::from(key)).await?.bytes().await
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
-        self.0.get_range(&ObjPath::from(key), range).await
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        pin: Option<&Pin>,
+    ) -> StoreResult<Bytes> {
+        let path = ObjPath::from(key);
+        let Some(pin) = pin else {
+            return self.0.get_range(&path, range).await;
+        };
+        // If-Match asks the server; the answer's own ETag and size are compared too, for
+        // servers that ignore If-Match on a ranged GET.
+        let opts = object_store::GetOptions::new()
+            .with_range(Some(range))
+            .with_if_match(Some(pin.etag.clone()));
+        let got = self.0.get_opts(&path, opts).await?;
+        let (etag, size) = (got.meta.e_tag.clone().unwrap_or_default(), got.meta.size);
+        if etag != pin.etag || size != pin.size {
+            return Err(object_store::Error::Precondition {
+                path: key.into(),
+                source: format!("ETag {} -> {}, size {} -> {size}", pin.etag, etag, pin.size)
+                    .into(),
+            });
+        }
+        got.bytes().await
     }
 
     async fn delete(&self, key: &str) -> StoreResult<()> {
@@ -73,6 +104,7 @@ impl Bucket for Native {
                 key: m.location.to_string(),
                 size: m.size,
                 modified: m.last_modified.timestamp_nanos_opt().unwrap_or(0),
+                etag: m.e_tag,
             })
             .collect())
     }

@@ -19,7 +19,7 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 
 use super::bucket::{Bucket, StoreResult};
-use super::{ObjectInfo, Payload};
+use super::{ObjectInfo, Payload, Pin};
 
 /// What a request is, for fault decisions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,11 +180,16 @@ impl<B: Bucket> Bucket for Faulty<B> {
         Ok(self.faults.after_get(self.inner.get(key).await?))
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        pin: Option<&Pin>,
+    ) -> StoreResult<Bytes> {
         self.faults.before(Op::Get).await?;
         Ok(self
             .faults
-            .after_get(self.inner.get_range(key, range).await?))
+            .after_get(self.inner.get_range(key, range, pin).await?))
     }
 
     async fn delete(&self, key: &str) -> StoreResult<()> {

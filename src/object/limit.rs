@@ -10,7 +10,7 @@ use bytes::Bytes;
 use tokio::sync::Semaphore;
 
 use super::bucket::{Bucket, StoreResult};
-use super::{ObjectInfo, Payload};
+use super::{ObjectInfo, Payload, Pin};
 
 /// At most `max` requests of `inner` at a time, and `puts` puts among them; the others wait
 /// for a permit.
@@ -55,9 +55,14 @@ impl<B: Bucket> Bucket for Limited<B> {
         self.inner.get(key).await
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        pin: Option<&Pin>,
+    ) -> StoreResult<Bytes> {
         let _permit = self.permit().await;
-        self.inner.get_range(key, range).await
+        self.inner.get_range(key, range, pin).await
     }
 
     async fn delete(&self, key: &str) -> StoreResult<()> {
@@ -96,7 +101,7 @@ mod tests {
             self.now.fetch_sub(1, Ordering::SeqCst);
             Ok(Bytes::new())
         }
-        async fn get_range(&self, _: &str, _: Range<u64>) -> StoreResult<Bytes> {
+        async fn get_range(&self, _: &str, _: Range<u64>, _: Option<&Pin>) -> StoreResult<Bytes> {
             unimplemented!()
         }
         async fn delete(&self, _: &str) -> StoreResult<()> {

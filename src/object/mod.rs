@@ -49,6 +49,9 @@ pub enum Error {
     BadUrl(String),
     #[error("object {0} not found")]
     NotFound(String),
+    /// An object read by its [`Pin`] is no longer that version (or is gone).
+    #[error("object {key} changed behind unkai ({what})")]
+    Changed { key: String, what: String },
     #[error("object storage {url}: {step} failed: {msg}")]
     Unusable {
         url: String,
@@ -101,6 +104,16 @@ pub struct ObjectInfo {
     pub size: u64,
     /// Last modification, ns since the epoch.
     pub modified: i64,
+    /// The version's ETag, as the store gives it (quotes included), where it gives one.
+    pub etag: Option<String>,
+}
+
+/// The version of an object a read insists on (an object imported by reference): its ETag
+/// and size when it was imported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pin {
+    pub etag: String,
+    pub size: u64,
 }
 
 /// The concrete client, for what `ObjectStore` does not cover (creating a bucket).
@@ -318,9 +331,35 @@ impl ObjectStorage {
     }
 
     pub async fn get_range(&self, key: &str, range: Range<u64>) -> Result<Bytes> {
-        match self.bucket.get_range(key, range).await {
+        match self.bucket.get_range(key, range, None).await {
             Ok(b) => Ok(b),
             Err(object_store::Error::NotFound { .. }) => Err(Error::NotFound(key.into())),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Bytes `range` of the version of `key` that `pin` names (a ranged GET with If-Match,
+    /// and the answer's ETag and size compared): [`Error::Changed`], saying what changed,
+    /// if the object is another version or gone; never bytes of another version.
+    pub async fn get_pinned(&self, key: &str, range: Range<u64>, pin: &Pin) -> Result<Bytes> {
+        match self.bucket.get_range(key, range, Some(pin)).await {
+            Ok(b) => Ok(b),
+            Err(object_store::Error::NotFound { .. }) => Err(Error::Changed {
+                key: key.into(),
+                what: format!("deleted; it was ETag {}, size {}", pin.etag, pin.size),
+            }),
+            Err(object_store::Error::Precondition { source, .. }) => {
+                let said = source.to_string();
+                Err(Error::Changed {
+                    key: key.into(),
+                    // Ours names both versions; a server's 412 only that it is not this one.
+                    what: if said.starts_with("ETag ") {
+                        said
+                    } else {
+                        format!("no longer ETag {}, size {}", pin.etag, pin.size)
+                    },
+                })
+            }
             Err(e) => Err(e.into()),
         }
     }
@@ -591,6 +630,39 @@ mod tests {
             assert_eq!((listed[0].key.as_str(), listed[0].size), ("vol/a/b", 11));
             assert!(listed[0].modified > 0);
             assert!(matches!(s.get("vol/nope").await, Err(Error::NotFound(_))));
+            // A read pinned to the version listed; then the object is replaced, then gone.
+            let etag = listed[0].etag.clone().expect("a local store gives ETags");
+            let pin = Pin { etag, size: 11 };
+            assert_eq!(
+                s.get_pinned("vol/a/b", 0..5, &pin).await.unwrap(),
+                Bytes::from_static(b"hello")
+            );
+            s.put("vol/a/b", Bytes::from_static(b"HELLO world!"))
+                .await
+                .unwrap();
+            let e = s.get_pinned("vol/a/b", 0..5, &pin).await.unwrap_err();
+            assert!(
+                matches!(&e, Error::Changed { key, .. } if key == "vol/a/b"),
+                "{e}"
+            );
+            assert_eq!(e.errno(), libc::EIO);
+            // Same size, other bytes: the ETag tells.
+            let pin = Pin {
+                etag: s.list("vol").await.unwrap()[0].etag.clone().unwrap(),
+                size: 12,
+            };
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            s.put("vol/a/b", Bytes::from_static(b"hello WORLD!"))
+                .await
+                .unwrap();
+            let e = s.get_pinned("vol/a/b", 0..5, &pin).await.unwrap_err();
+            assert!(matches!(e, Error::Changed { .. }), "{e}");
+            s.delete("vol/a/b").await.unwrap();
+            let e = s.get_pinned("vol/a/b", 0..5, &pin).await.unwrap_err();
+            assert!(e.to_string().contains("deleted"), "{e}");
+            s.put("vol/a/b", Bytes::from_static(b"hello world"))
+                .await
+                .unwrap();
             s.delete("vol/a/b").await.unwrap();
             s.delete("vol/a/b").await.unwrap();
             assert!(s.list("vol").await.unwrap().is_empty());

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use rand::Rng;
 
 use super::bucket::{Bucket, StoreResult};
-use super::{ObjectInfo, Payload};
+use super::{ObjectInfo, Payload, Pin};
 
 /// How requests are run.
 #[derive(Clone, Debug)]
@@ -260,12 +260,17 @@ impl<B: Bucket> Bucket for Retried<B> {
         .await
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        pin: Option<&Pin>,
+    ) -> StoreResult<Bytes> {
         run(
             &self.policy,
             &self.stall,
             &format!("get {key} {range:?}"),
-            || self.inner.get_range(key, range.clone()),
+            || self.inner.get_range(key, range.clone(), pin),
         )
         .await
     }

@@ -16,7 +16,7 @@ use bytes::Bytes;
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use super::bucket::{Bucket, StoreResult};
-use super::{ObjectInfo, Payload};
+use super::{ObjectInfo, Payload, Pin};
 
 /// Bytes in one cell of the buckets.
 const CELL: u64 = 1024;
@@ -108,8 +108,13 @@ impl<B: Bucket> Bucket for Throttled<B> {
         self.down(got).await
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
-        let got = self.inner.get_range(key, range).await;
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        pin: Option<&Pin>,
+    ) -> StoreResult<Bytes> {
+        let got = self.inner.get_range(key, range, pin).await;
         self.down(got).await
     }
 
@@ -157,7 +162,10 @@ mod tests {
         // Ranges count what they read, not the object's size.
         let start = Instant::now();
         for i in 0..n {
-            let got = t.get_range(&format!("k{i}"), 0..(1 << 20)).await.unwrap();
+            let got = t
+                .get_range(&format!("k{i}"), 0..(1 << 20), None)
+                .await
+                .unwrap();
             assert_eq!(got.len(), 1 << 20);
         }
         let ranged = start.elapsed();

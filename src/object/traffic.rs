@@ -15,7 +15,7 @@ use std::time::Instant;
 use bytes::Bytes;
 
 use super::bucket::{Bucket, StoreResult};
-use super::{ObjectInfo, Payload};
+use super::{ObjectInfo, Payload, Pin};
 use crate::metrics::{self, Families, Histogram};
 
 /// The kinds of request made of a bucket (a HEAD is never made: reads are GETs).
@@ -163,9 +163,18 @@ impl<B: Bucket> Bucket for Counted<B> {
         self.got(Op::Get, start, self.inner.get(key).await)
     }
 
-    async fn get_range(&self, key: &str, range: Range<u64>) -> StoreResult<Bytes> {
+    async fn get_range(
+        &self,
+        key: &str,
+        range: Range<u64>,
+        pin: Option<&Pin>,
+    ) -> StoreResult<Bytes> {
         let start = Instant::now();
-        self.got(Op::GetRange, start, self.inner.get_range(key, range).await)
+        self.got(
+            Op::GetRange,
+            start,
+            self.inner.get_range(key, range, pin).await,
+        )
     }
 
     async fn delete(&self, key: &str) -> StoreResult<()> {
