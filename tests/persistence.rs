@@ -55,17 +55,39 @@ fn data_is_objects_and_deletion_removes_them() {
             parts[2].parse().unwrap(),
         )
     };
-    // Sequential writes: slice ids grow with the offset.
-    let mut sorted = objs.clone();
-    sorted.sort_by_key(|p| (block(p).0, block(p).1));
-    let mut concat = Vec::new();
-    for p in &sorted {
-        let (_, _, len) = block(p);
+    // Each slice's blocks, in block order, are a run of the file's bytes. Slice ids need not
+    // follow offsets (the kernel's writeback cache writes pages back in its own order), so
+    // each slice is placed by where its bytes are found in the (random, so unique) pattern;
+    // together the slices cover the whole file.
+    let mut slices: std::collections::BTreeMap<u64, Vec<(u32, Vec<u8>)>> = Default::default();
+    for p in &objs {
+        let (id, index, len) = block(p);
         let obj = std::fs::read(p).unwrap();
         assert_eq!(obj.len(), len + len.div_ceil(4 << 10) * 4, "{p:?}");
-        concat.extend_from_slice(&obj[..len]);
+        slices
+            .entry(id)
+            .or_default()
+            .push((index, obj[..len].to_vec()));
     }
-    assert_eq!(concat, data);
+    let mut covered = vec![false; data.len()];
+    for (id, mut blocks) in slices {
+        blocks.sort_by_key(|b| b.0);
+        let indexes: Vec<u32> = blocks.iter().map(|b| b.0).collect();
+        assert_eq!(indexes, (0..blocks.len() as u32).collect::<Vec<_>>(), "slice {id}");
+        let bytes: Vec<u8> = blocks.into_iter().flat_map(|b| b.1).collect();
+        let key = &bytes[..bytes.len().min(64)];
+        let at = data
+            .windows(key.len())
+            .position(|w| w == key)
+            .unwrap_or_else(|| panic!("slice {id}'s bytes are not the file's"));
+        assert_eq!(&data[at..at + bytes.len()], &bytes[..], "slice {id} at {at}");
+        covered[at..at + bytes.len()].fill(true);
+    }
+    assert!(
+        covered.iter().all(|c| *c),
+        "bytes from {:?} are in no object",
+        covered.iter().position(|c| !c)
+    );
 
     std::fs::remove_file(m.p("f")).unwrap();
     let start = Instant::now();
