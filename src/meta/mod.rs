@@ -769,7 +769,12 @@ pub trait Meta: Send + Sync {
     fn trim_reserved(&self, below: u64) -> Result<()>;
     /// Commits written slices: `(chunk index, record)` in write order; the file grows to cover
     /// them and its mtime/ctime become `mtime`.
-    fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr>;
+    fn write_slices(
+        &self,
+        ino: Ino,
+        slices: &[(u32, SliceRec)],
+        mtime: Option<Nanos>,
+    ) -> Result<Attr>;
     /// Copies a byte range by referencing the source's slices. Returns bytes copied.
     #[allow(clippy::too_many_arguments)]
     fn copy_range(

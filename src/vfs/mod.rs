@@ -948,6 +948,22 @@ impl Vfs {
         data: &[u8],
         kill_suidgid: Option<&Ctx>,
     ) -> Result<(u32, bool)> {
+        self.write_timed(fh, off, data, kill_suidgid, true)
+    }
+
+    /// [`Vfs::write`], stamping the file's mtime and ctime at its commit only if `stamp`: the
+    /// kernel's writeback cache keeps the times of the writes it sends back from its pages
+    /// (it stamped them itself, and hands them over with a setattr when they moved; a write
+    /// within the tick of the file's last time moves none), so their commit must not put
+    /// ours, a little later, in the volume: the file's times would change at the remount.
+    pub fn write_timed(
+        &self,
+        fh: u64,
+        off: u64,
+        data: &[u8],
+        kill_suidgid: Option<&Ctx>,
+        stamp: bool,
+    ) -> Result<(u32, bool)> {
         let h = self.handle(fh)?;
         h.wrote.store(true, Ordering::Relaxed);
         let append = self.cfg.append_at_end && h.flags & libc::O_APPEND != 0;
@@ -993,7 +1009,8 @@ impl Vfs {
             tracing::trace!("write inode {} at {off} len {}", h.ino, data.len());
             self.written.fetch_add(data.len() as u64, Ordering::Relaxed);
             let before = w.buffered();
-            let res = w.write(&*self.meta, &self.store, off, data, now_nanos());
+            let now = stamp.then(now_nanos);
+            let res = w.write(&*self.meta, &self.store, off, data, now);
             let grew = w.buffered() - before;
             let total = self.buffered.fetch_add(grew, Ordering::Relaxed) + grew;
             res?;

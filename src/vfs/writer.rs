@@ -196,8 +196,10 @@ impl SliceBytes {
 pub struct FileWriter {
     ino: Ino,
     chunks: BTreeMap<u32, Vec<Pending>>,
-    /// Modification time of the latest write.
-    mtime: Nanos,
+    /// Modification time of the latest write that stamps one (`None`: none does; the kernel's
+    /// writeback cache stamps the times of the writes it sends back and hands them over
+    /// itself, so their commit keeps the file's times).
+    mtime: Option<Nanos>,
     /// End of the furthest pending byte (0 if none).
     end: u64,
     /// Bytes buffered.
@@ -237,7 +239,7 @@ impl FileWriter {
         FileWriter {
             ino,
             chunks: BTreeMap::new(),
-            mtime: 0,
+            mtime: None,
             end: 0,
             bytes: 0,
             unsynced: Vec::new(),
@@ -275,21 +277,22 @@ impl FileWriter {
     }
 
     pub fn mtime(&self) -> Option<Nanos> {
-        self.is_dirty().then_some(self.mtime)
+        self.mtime.filter(|_| self.is_dirty())
     }
 
     pub fn buffered(&self) -> usize {
         self.bytes
     }
 
-    /// Buffers `data` at `off` (the buffer grows by what `buffered()` then shows).
+    /// Buffers `data` at `off` (the buffer grows by what `buffered()` then shows), written at
+    /// `now` (`None`: a write whose time the kernel keeps, see [`FileWriter::mtime`]).
     pub fn write(
         &mut self,
         meta: &dyn Meta,
         store: &DataStore,
         off: u64,
         data: &[u8],
-        now: Nanos,
+        now: impl Into<Option<Nanos>>,
     ) -> Result<()> {
         let mut done = 0usize;
         while done < data.len() {
@@ -301,7 +304,9 @@ impl FileWriter {
             done += n;
         }
         self.end = self.end.max(off + data.len() as u64);
-        self.mtime = now;
+        if let Some(now) = now.into() {
+            self.mtime = Some(now);
+        }
         Ok(())
     }
 
@@ -551,6 +556,7 @@ impl FileWriter {
         }
         self.packs.clear();
         self.chunks.clear();
+        self.mtime = None;
         self.end = 0;
         self.bytes = 0;
         self.close_failed = false;
@@ -854,7 +860,7 @@ mod tests {
                 },
             )]
         };
-        meta.write_slices(f1, &rec(5), 1).unwrap();
+        meta.write_slices(f1, &rec(5), Some(1)).unwrap();
         meta.unlink(&Ctx::ROOT, ROOT_INO, b"f1").unwrap();
         let dead = |m: &dyn Meta| -> Vec<u64> {
             m.dead_slices(100).unwrap().iter().map(|d| d.id).collect()
@@ -866,7 +872,7 @@ mod tests {
             vec![piece.id],
             "left for later, not forgotten"
         );
-        meta.write_slices(f2, &rec(10), 1).unwrap();
+        meta.write_slices(f2, &rec(10), Some(1)).unwrap();
         assert!(dead(&*meta).is_empty(), "alive again");
         drop(piece);
         assert_eq!(crate::garbage::reclaim_all(&*meta, &store).unwrap(), 0);

@@ -211,7 +211,7 @@ impl<E: Engine> EngineMeta<E> {
         &self,
         ino: Ino,
         slices: &[(u32, SliceRec)],
-        mtime: Nanos,
+        mtime: Option<Nanos>,
     ) -> Result<Attr> {
         let e = self.epoch();
         self.engine
@@ -230,7 +230,7 @@ impl<E: Engine> EngineMeta<E> {
                     a.length = a.length.max(*index as u64 * CHUNK_SIZE + r.end());
                 }
                 self.append(tx, &mut a, slices)?;
-                self.store_file(tx, &mut a, old, Some(mtime))?;
+                self.store_file(tx, &mut a, old, mtime)?;
                 Ok(a)
             })
             .inspect(|a| self.stored(e, a))

@@ -355,7 +355,12 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::trim_reserved(self, below)
     }
 
-    fn write_slices(&self, ino: Ino, slices: &[(u32, SliceRec)], mtime: Nanos) -> Result<Attr> {
+    fn write_slices(
+        &self,
+        ino: Ino,
+        slices: &[(u32, SliceRec)],
+        mtime: Option<Nanos>,
+    ) -> Result<Attr> {
         EngineMeta::write_slices(self, ino, slices, mtime)
     }
 

@@ -53,7 +53,7 @@ fn inode_flags_protect_files_and_directories(e: Engine) {
         );
         let id = m.new_slice_id().unwrap();
         assert_errno(
-            m.write_slices(f.ino, &slice_recs(id, 0, 10), now_nanos()),
+            m.write_slices(f.ino, &slice_recs(id, 0, 10), Some(now_nanos())),
             libc::EPERM,
         );
         assert_errno(m.unlink(&root, ROOT_INO, b"f"), libc::EPERM);

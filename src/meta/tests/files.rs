@@ -41,7 +41,7 @@ fn write_slices_and_read_chunk(e: Engine) {
         assert!(!ids.contains(&a) && !ids.contains(&b) && !ids.contains(&c));
         let t = 1_700_000_000_123_456_000;
         let at = m
-            .write_slices(f.ino, &[(0, rec(0, a, 1000)), (0, rec(500, b, 100))], t)
+            .write_slices(f.ino, &[(0, rec(0, a, 1000)), (0, rec(500, b, 100))], Some(t))
             .unwrap();
         assert_eq!(at.length, 1000);
         assert_eq!((at.mtime, at.ctime), (t, t));
@@ -52,7 +52,7 @@ fn write_slices_and_read_chunk(e: Engine) {
         );
         // A later write appends after the earlier records.
         let at = m
-            .write_slices(f.ino, &[(0, rec(200, c, 50))], t + 1)
+            .write_slices(f.ino, &[(0, rec(200, c, 50))], Some(t + 1))
             .unwrap();
         assert_eq!((at.length, at.mtime), (1000, t + 1), "no shrink");
         assert_eq!(
@@ -72,7 +72,7 @@ fn write_slices_and_read_chunk(e: Engine) {
         // A write in a later chunk grows the file to there; chunks between are empty.
         let d = m.new_slice_id().unwrap();
         let at = m
-            .write_slices(f.ino, &[(2, rec(5, d, 4096))], t + 2)
+            .write_slices(f.ino, &[(2, rec(5, d, 4096))], Some(t + 2))
             .unwrap();
         assert_eq!(at.length, 2 * CHUNK_SIZE + 5 + 4096);
         assert!(m.read_chunk(f.ino, 1).unwrap().is_empty());
@@ -93,9 +93,9 @@ fn write_slices_and_read_chunk(e: Engine) {
         assert_eq!((sizes[&a], sizes[&d]), (1000, 4096));
         // Only files take data.
         let dir = mkdir(m, ROOT_INO, "d");
-        assert!(m.write_slices(dir.ino, &[(0, rec(0, d, 1))], t).is_err());
+        assert!(m.write_slices(dir.ino, &[(0, rec(0, d, 1))], Some(t)).is_err());
         assert_errno(
-            m.write_slices(999_999, &[(0, rec(0, d, 1))], t),
+            m.write_slices(999_999, &[(0, rec(0, d, 1))], Some(t)),
             libc::ENOENT,
         );
     });
@@ -641,10 +641,10 @@ fn all_slices_refcounts(e: Engine) {
                 },
             ),
         ];
-        m.write_slices(f.ino, &recs, now_nanos()).unwrap();
+        m.write_slices(f.ino, &recs, Some(now_nanos())).unwrap();
         assert_eq!(m.all_slices().unwrap(), vec![(s, 300, 2)]);
         // Zero records are no slices.
-        m.write_slices(f.ino, &[(0, SliceRec::zero(50, 10))], now_nanos())
+        m.write_slices(f.ino, &[(0, SliceRec::zero(50, 10))], Some(now_nanos()))
             .unwrap();
         assert_eq!(m.all_slices().unwrap(), vec![(s, 300, 2)]);
         // A copy adds references.
@@ -668,7 +668,7 @@ fn all_slices_refcounts(e: Engine) {
         // A reference committed after the slice died (a piece of a pack, committed after the
         // pack's other files went) takes it off the deletion queue.
         let h = mkfile(m, ROOT_INO, "h");
-        m.write_slices(h.ino, &recs[1..], now_nanos()).unwrap();
+        m.write_slices(h.ino, &recs[1..], Some(now_nanos())).unwrap();
         assert_eq!(m.all_slices().unwrap(), vec![(s, 300, 1)]);
         assert!(m.dead_slices(10).unwrap().is_empty());
         m.unlink(&CTX, ROOT_INO, b"h").unwrap();

@@ -372,7 +372,7 @@ fn slice_recs(id: u64, off: u64, len: u32) -> Vec<(u32, SliceRec)> {
 fn write(m: &dyn Meta, ino: Ino, off: u64, len: u32) -> u64 {
     let id = m.new_slice_id().unwrap();
     assert_ne!(id, 0, "slice id 0 means zeros");
-    m.write_slices(ino, &slice_recs(id, off, len), now_nanos())
+    m.write_slices(ino, &slice_recs(id, off, len), Some(now_nanos()))
         .unwrap();
     id
 }
