@@ -767,7 +767,19 @@ impl DataStore {
         Ok(self.rt.block_on(list_blocks(&s.obj, &s.layout))?)
     }
 
-    /// Makes uploaded or staged blocks durable (fsync of their files on local disk).
+    /// Tells the store that every [`DataStore::sync`] is followed by an fdatasync of `file`
+    /// (the metadata engine's): staged packs on the same disk then share its flush (see
+    /// `data::stage`). Returns how many staging directories do.
+    pub fn share_flush_with(&self, file: &std::path::Path) -> usize {
+        self.shared
+            .stage
+            .as_ref()
+            .map_or(0, |st| st.share_flush_with(file))
+    }
+
+    /// Makes uploaded or staged blocks durable (fsync of their files on local disk; a staged
+    /// pack that shares the engine's flush is durable once the engine's sync that follows
+    /// returns, see [`DataStore::share_flush_with`]).
     pub fn sync(&self, keys: &[String]) -> Result<()> {
         let rest = match &self.shared.stage {
             Some(st) => st.sync(keys).map_err(|e| Error::Object(e.into()))?,

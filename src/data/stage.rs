@@ -13,12 +13,24 @@
 //! file whose name ends in `.raw`: a pack of small files (`data::pack`) while it fills. It is
 //! staged like any block (adopted, synced, removed); whoever uploads it encodes it first.
 //!
+//! **One disk flush per sync** (SQLite volumes): the engine's fdatasync of its WAL follows
+//! every [`Stage::sync`] (the vfs's fsync), and on ext4 and XFS it ends with a flush of the
+//! disk's write cache, which covers every write the disk completed before it. A raw entry
+//! in a directory on the same file system as the engine's file ([`Stage::share_flush_with`])
+//! is therefore filled with zeros to its full length when it opens, and made durable whole
+//! by its first sync (an fdatasync: its length and blocks, allocated and written, are then
+//! on disk). Later pieces only overwrite those blocks, which changes no metadata, so a later
+//! sync of it only writes its dirty pages and waits for them (`sync_file_range`), and the
+//! engine's fdatasync right after makes them durable with its own flush: a small sync write
+//! costs one disk flush, not two.
+//!
 //! Not for: uploading (that is `data::writeback`), or deciding what a block holds (`data::block`).
 
 use std::collections::HashMap;
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -38,12 +50,28 @@ pub enum StageError {
     },
 }
 
-/// One staged block: its slice id, the bytes it counts for, and whether its file is raw.
+/// One staged block: its slice id, the bytes it counts for, whether its file is raw, and
+/// for a raw one whether it was filled to its length at open (`filled`) and made durable
+/// whole since (`settled`; see the module's doc).
 #[derive(Clone, Copy, Debug)]
 struct Entry {
     id: u64,
     len: u64,
     raw: bool,
+    filled: bool,
+    settled: bool,
+}
+
+impl Entry {
+    fn new(id: u64, len: u64, raw: bool) -> Entry {
+        Entry {
+            id,
+            len,
+            raw,
+            filled: false,
+            settled: false,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -60,6 +88,9 @@ pub struct Stage {
     limit: u64,
     index: Mutex<Index>,
     room: Condvar,
+    /// For each directory: whether the engine's fdatasync after every sync flushes the disk
+    /// it is on (see the module's doc and [`Stage::share_flush_with`]).
+    flush_shared: Vec<AtomicBool>,
 }
 
 use super::layout::local_name as file_name;
@@ -124,8 +155,10 @@ impl Stage {
             locks.push(lock);
         }
         let keys = index.blocks.keys().cloned().collect();
+        let flush_shared = dirs.iter().map(|_| AtomicBool::new(false)).collect();
         Ok((
             Stage {
+                flush_shared,
                 dirs,
                 _locks: locks,
                 limit,
@@ -156,9 +189,36 @@ impl Stage {
         keys
     }
 
-    fn dir_of(&self, key: &str) -> &Path {
+    fn dir_index(&self, key: &str) -> usize {
         let h = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, key.as_bytes());
-        &self.dirs[h as usize % self.dirs.len()]
+        h as usize % self.dirs.len()
+    }
+
+    fn dir_of(&self, key: &str) -> &Path {
+        &self.dirs[self.dir_index(key)]
+    }
+
+    /// Whether the engine's fdatasync after each sync flushes the disk of `key`'s directory.
+    fn flushed_by_engine(&self, key: &str) -> bool {
+        self.flush_shared[self.dir_index(key)].load(Ordering::Relaxed)
+    }
+
+    /// Tells the stage that every [`Stage::sync`] is followed by an fdatasync of `file` (the
+    /// engine's database: its WAL lives beside it): raw entries in directories on the same
+    /// ext4 or XFS file system then cost a sync no flush of their own (see the module's doc).
+    /// Returns how many directories share it.
+    pub fn share_flush_with(&self, file: &Path) -> usize {
+        let Some(target) = file.parent().and_then(flushing_fs) else {
+            return 0;
+        };
+        let mut n = 0;
+        for (d, shared) in self.dirs.iter().zip(&self.flush_shared) {
+            if flushing_fs(d) == Some(target) {
+                shared.store(true, Ordering::Relaxed);
+                n += 1;
+            }
+        }
+        n
     }
 
     fn path_of(&self, key: &str) -> PathBuf {
@@ -204,15 +264,31 @@ impl Stage {
     ) -> Result<File, StageError> {
         self.take_room(len, wait)?;
         let dir = self.dir_of(key);
+        // Filled to its length when the engine's flush will cover its later syncs.
+        let fill = self.flushed_by_engine(key);
         let made = File::options()
             .write(true)
             .create_new(true)
             .open(dir.join(file_name(key) + RAW))
-            .and_then(|f| sync_dir(dir).map(|()| f));
+            .and_then(|f| {
+                if fill {
+                    use std::os::unix::fs::FileExt;
+                    let zeros = vec![0u8; (len as usize).min(1 << 20)];
+                    let mut at = 0;
+                    while at < len {
+                        let n = (len - at).min(zeros.len() as u64) as usize;
+                        f.write_all_at(&zeros[..n], at)?;
+                        at += n as u64;
+                    }
+                }
+                sync_dir(dir).map(|()| f)
+            });
         let mut ix = self.index.lock();
         match made {
             Ok(f) => {
-                ix.blocks.insert(key.into(), Entry { id, len, raw: true });
+                let mut e = Entry::new(id, len, true);
+                e.filled = fill;
+                ix.blocks.insert(key.into(), e);
                 Ok(f)
             }
             Err(source) => {
@@ -276,11 +352,7 @@ impl Stage {
         }
         if let Some(old) = ix.blocks.insert(
             key.into(),
-            Entry {
-                id,
-                len,
-                raw: false,
-            },
+            Entry::new(id, len, false),
         ) {
             // The same block staged again (a retried write): counted once.
             ix.bytes -= old.len;
@@ -354,7 +426,9 @@ impl Stage {
     }
 
     /// Makes the staged blocks among `keys` durable (their files and directories); returns
-    /// the keys that are not staged (already uploaded, or never staged).
+    /// the keys that are not staged (already uploaded, or never staged). A settled raw entry
+    /// whose directory shares the engine's flush ([`Stage::share_flush_with`]) is only
+    /// written out here: it is durable once the engine's fdatasync that follows returns.
     pub fn sync(&self, keys: &[String]) -> io::Result<Vec<String>> {
         let mut rest = Vec::new();
         let mut dirs: Vec<&Path> = Vec::new();
@@ -363,7 +437,25 @@ impl Stage {
                 rest.push(k.clone());
                 continue;
             };
-            match File::open(path).and_then(|f| f.sync_data()) {
+            let (filled, settled) = self
+                .index
+                .lock()
+                .blocks
+                .get(k)
+                .map_or((false, false), |e| (e.filled, e.settled));
+            let synced = File::open(path).and_then(|f| {
+                if settled && self.flushed_by_engine(k) {
+                    write_out(&f)
+                } else {
+                    f.sync_data()
+                }
+            });
+            match synced {
+                Ok(()) if filled && !settled => {
+                    if let Some(e) = self.index.lock().blocks.get_mut(k) {
+                        e.settled = true;
+                    }
+                }
                 Ok(()) => {}
                 // Uploaded (and removed) meanwhile.
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !self.contains(k) => {
@@ -488,7 +580,7 @@ fn adopt(other: &Path, dir: &Path, index: &mut Index) -> io::Result<()> {
         let len = fs::metadata(&to)?.len();
         // A raw entry is adopted as it is: its mount appends no more, so it goes up as it stands.
         let raw = name.ends_with(RAW);
-        if let Some(old) = index.blocks.insert(key, Entry { id, len, raw }) {
+        if let Some(old) = index.blocks.insert(key, Entry::new(id, len, raw)) {
             index.bytes -= old.len;
         }
         index.bytes += len;
@@ -510,6 +602,32 @@ fn adopt(other: &Path, dir: &Path, index: &mut Index) -> io::Result<()> {
 
 fn sync_dir(d: &Path) -> io::Result<()> {
     File::open(d)?.sync_all()
+}
+
+/// Writes `f`'s dirty pages and waits for the disk to complete them (into its write cache:
+/// a flush must follow to make them durable; see the module's doc). Changes no metadata.
+fn write_out(f: &File) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain system call on a descriptor `f` keeps open.
+    match unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, flags) } {
+        0 => Ok(()),
+        _ => Err(io::Error::last_os_error()),
+    }
+}
+
+/// The device of `p`'s file system if its fdatasync always ends with a flush of the disk's
+/// write cache and overwriting written blocks changes no metadata there (ext4, XFS).
+fn flushing_fs(p: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    const EXT4: i64 = 0xEF53;
+    const XFS: i64 = 0x5846_5342;
+    let st = nix::sys::statfs::statfs(p).ok()?;
+    let kind = st.filesystem_type().0 as i64;
+    (kind == EXT4 || kind == XFS).then_some(())?;
+    Some(fs::metadata(p).ok()?.dev())
 }
 
 #[cfg(test)]

@@ -317,6 +317,13 @@ pub trait Engine: Send + Sync + 'static {
     /// Makes every commit so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
+    /// The local file `sync` is an fdatasync of (SQLite's database, its WAL beside it), if it
+    /// is one: the data layer's syncs of staged packs on the same disk share its flush (see
+    /// `data::stage`).
+    fn sync_file(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// The engine's own check of its storage (SQLite's `quick_check`): the problems found,
     /// none when it is sound. Engines that guard their storage themselves find none.
     fn check_storage(&self) -> Result<Vec<String>> {

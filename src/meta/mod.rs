@@ -815,6 +815,11 @@ pub trait Meta: Send + Sync {
     /// Makes everything committed so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
+    /// The local file `sync` is an fdatasync of, if it is one (see `Engine::sync_file`).
+    fn sync_file(&self) -> Option<std::path::PathBuf> {
+        None
+    }
+
     /// Whether this client has the volume to itself (no other session), as the mount last
     /// found: while it has, namespace and attribute changes share commits (SQLite, see
     /// `sqlite::group`) and inodes, names and xattrs are answered from memory (see

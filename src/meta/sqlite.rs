@@ -600,6 +600,10 @@ impl Engine for Sqlite {
         Ok(found.into_iter().filter(|l| l != "ok").collect())
     }
 
+    fn sync_file(&self) -> Option<PathBuf> {
+        Some(self.path.clone())
+    }
+
     fn sync(&self) -> Result<()> {
         self.commit_group()?;
         let mine = self.sync_tickets.fetch_add(1, SeqCst) + 1;

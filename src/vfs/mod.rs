@@ -226,6 +226,14 @@ fn open_allowed(a: &Attr, flags: i32) -> Result<()> {
 
 impl Vfs {
     pub fn new(meta: Arc<dyn Meta>, store: DataStore, cfg: Config) -> Vfs {
+        // `sync_ino` syncs the engine right after the store: staged packs on its disk share
+        // its flush (one disk flush per small sync write).
+        if let Some(file) = meta.sync_file() {
+            let n = store.share_flush_with(&file);
+            if n > 0 {
+                tracing::debug!("{n} staging directories share the flush of {}", file.display());
+            }
+        }
         let atimes = Arc::new(atime::Atimes::new(cfg.atime));
         let bg = cfg
             .background

@@ -466,6 +466,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine.sync()
     }
 
+    fn sync_file(&self) -> Option<std::path::PathBuf> {
+        self.engine.sync_file()
+    }
+
     fn set_alone(&self, alone: bool) {
         EngineMeta::set_alone(self, alone)
     }
