@@ -73,14 +73,22 @@ fn data_is_objects_and_deletion_removes_them() {
     for (id, mut blocks) in slices {
         blocks.sort_by_key(|b| b.0);
         let indexes: Vec<u32> = blocks.iter().map(|b| b.0).collect();
-        assert_eq!(indexes, (0..blocks.len() as u32).collect::<Vec<_>>(), "slice {id}");
+        assert_eq!(
+            indexes,
+            (0..blocks.len() as u32).collect::<Vec<_>>(),
+            "slice {id}"
+        );
         let bytes: Vec<u8> = blocks.into_iter().flat_map(|b| b.1).collect();
         let key = &bytes[..bytes.len().min(64)];
         let at = data
             .windows(key.len())
             .position(|w| w == key)
             .unwrap_or_else(|| panic!("slice {id}'s bytes are not the file's"));
-        assert_eq!(&data[at..at + bytes.len()], &bytes[..], "slice {id} at {at}");
+        assert_eq!(
+            &data[at..at + bytes.len()],
+            &bytes[..],
+            "slice {id} at {at}"
+        );
         covered[at..at + bytes.len()].fill(true);
     }
     assert!(

@@ -388,7 +388,7 @@ fn on_a_local_bucket_only_small_files_are_staged_and_packed() {
     assert!(log.contains("small files, packed together"), "{log}");
     // The big file's bytes are in the bucket already, and nothing of them is staged: what is
     // staged is packs (raw files while they fill, or sealed ones waiting to go up). Its
-    // slices need not be whole blocks: the kernel's writeback cache (on by default) writes
+    // slices need not be whole blocks: the kernel's writeback cache (when on) writes
     // the pages back in runs of its own, each a slice (a pack sealed meanwhile may add an
     // object of its own here, which only adds to the sum).
     let len_of = |p: &PathBuf| -> u64 {

@@ -350,10 +350,7 @@ impl Stage {
             self.room.notify_all();
             return Err(io(e));
         }
-        if let Some(old) = ix.blocks.insert(
-            key.into(),
-            Entry::new(id, len, false),
-        ) {
+        if let Some(old) = ix.blocks.insert(key.into(), Entry::new(id, len, false)) {
             // The same block staged again (a retried write): counted once.
             ix.bytes -= old.len;
         }

@@ -956,7 +956,10 @@ impl Filesystem for Adapter {
             .then(|| ctx(req));
         // Written back from the kernel's writeback cache: the kernel keeps its times.
         let stamp = !(self.cache.writeback && write_flags.contains(WriteFlags::FUSE_WRITE_CACHE));
-        match self.vfs.write_timed(fh.0, offset, data, kill.as_ref(), stamp) {
+        match self
+            .vfs
+            .write_timed(fh.0, offset, data, kill.as_ref(), stamp)
+        {
             Ok((n, changed)) => {
                 if changed {
                     // Setuid or setgid dropped: the kernel still has them (attributes only:

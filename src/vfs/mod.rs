@@ -231,7 +231,10 @@ impl Vfs {
         if let Some(file) = meta.sync_file() {
             let n = store.share_flush_with(&file);
             if n > 0 {
-                tracing::debug!("{n} staging directories share the flush of {}", file.display());
+                tracing::debug!(
+                    "{n} staging directories share the flush of {}",
+                    file.display()
+                );
             }
         }
         let atimes = Arc::new(atime::Atimes::new(cfg.atime));

@@ -41,7 +41,11 @@ fn write_slices_and_read_chunk(e: Engine) {
         assert!(!ids.contains(&a) && !ids.contains(&b) && !ids.contains(&c));
         let t = 1_700_000_000_123_456_000;
         let at = m
-            .write_slices(f.ino, &[(0, rec(0, a, 1000)), (0, rec(500, b, 100))], Some(t))
+            .write_slices(
+                f.ino,
+                &[(0, rec(0, a, 1000)), (0, rec(500, b, 100))],
+                Some(t),
+            )
             .unwrap();
         assert_eq!(at.length, 1000);
         assert_eq!((at.mtime, at.ctime), (t, t));
@@ -93,7 +97,10 @@ fn write_slices_and_read_chunk(e: Engine) {
         assert_eq!((sizes[&a], sizes[&d]), (1000, 4096));
         // Only files take data.
         let dir = mkdir(m, ROOT_INO, "d");
-        assert!(m.write_slices(dir.ino, &[(0, rec(0, d, 1))], Some(t)).is_err());
+        assert!(
+            m.write_slices(dir.ino, &[(0, rec(0, d, 1))], Some(t))
+                .is_err()
+        );
         assert_errno(
             m.write_slices(999_999, &[(0, rec(0, d, 1))], Some(t)),
             libc::ENOENT,
@@ -668,7 +675,8 @@ fn all_slices_refcounts(e: Engine) {
         // A reference committed after the slice died (a piece of a pack, committed after the
         // pack's other files went) takes it off the deletion queue.
         let h = mkfile(m, ROOT_INO, "h");
-        m.write_slices(h.ino, &recs[1..], Some(now_nanos())).unwrap();
+        m.write_slices(h.ino, &recs[1..], Some(now_nanos()))
+            .unwrap();
         assert_eq!(m.all_slices().unwrap(), vec![(s, 300, 1)]);
         assert!(m.dead_slices(10).unwrap().is_empty());
         m.unlink(&CTX, ROOT_INO, b"h").unwrap();
