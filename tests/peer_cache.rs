@@ -111,6 +111,9 @@ impl Member {
                 "off",
                 "--cache-dir",
                 cache.to_str().unwrap(),
+                // The test's few MiB are cached even on a nearly full disk.
+                "--free-space-ratio",
+                "0",
                 "--metrics",
                 &format!("127.0.0.1:{metrics}"),
                 "--peer-cache",
@@ -276,6 +279,65 @@ fn an_answer_altered_on_the_way_is_refused_by_its_hmac() {
     assert!(bad.figure("unkai_peer_served_total", "") >= 1.0);
     reader.m.unmount();
     bad.m.unmount();
+}
+
+/// Small random reads (4 KiB, no read-ahead) of blocks the group holds: each block's owner
+/// answers the read's segments and their checksums from what it holds, so the reader asks
+/// the bucket for nothing and gets the right bytes.
+#[test]
+fn small_reads_of_blocks_the_group_holds_ask_their_owner_not_the_bucket() {
+    use std::os::unix::fs::FileExt;
+    let server = servers::s3(BUCKET);
+    let vol = s3_volume(&server, &[]);
+    let data = pattern(8 * MIB, 59);
+    write_file(&vol, "data.bin", &data);
+    let holder = Member::join(&vol, "holder", &[]);
+    let reader = Member::join(&vol, "reader", &[]);
+    wait_for_group(&[&holder, &reader], 2);
+    // The holder reads it all: each block is fetched once, by its owner, and kept there.
+    assert!(std::fs::read(holder.m.p("data.bin")).unwrap() == data);
+    // The blocks the reader owns, fetched for the holder, are on its disk (written behind).
+    let cache = vol.dir.path().join("cache-reader");
+    let served = reader.figure("unkai_peer_served_total", "") as usize;
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let blocks = files_under(&cache).into_iter().filter(|p| {
+                std::fs::metadata(p).is_ok_and(|m| m.len() >= MIB as u64)
+                    && !p.to_string_lossy().contains(".tmp.")
+            });
+            blocks.count() >= served
+        }),
+        "the reader's disk cache never held the {served} blocks it served: {:?}",
+        files_under(&cache)
+            .iter()
+            .map(|p| (
+                p.display().to_string(),
+                std::fs::metadata(p).map(|m| m.len()).ok()
+            ))
+            .collect::<Vec<_>>()
+    );
+    let before = reader.gets();
+    let f = std::fs::File::open(reader.m.p("data.bin")).unwrap();
+    let mut buf = vec![0u8; 4096];
+    for i in 0..8 {
+        // Far from the last read and from each block's start: random reads, not a stream.
+        let off = (7 - i) * MIB + 300 * 1024 + i * 8192;
+        f.read_exact_at(&mut buf, off as u64).unwrap();
+        assert!(buf == data[off..off + 4096], "wrong bytes at {off}");
+    }
+    let gets = reader.gets() - before;
+    let hits = reader.figure("unkai_peer_requests_total", "result=\"hit\"");
+    assert_eq!(
+        gets,
+        0.0,
+        "small reads asked the bucket; log:\n{}",
+        tail(&reader.log(), 20)
+    );
+    // The blocks the holder owns came from it (the reader owns the others: on its disk).
+    assert!(hits >= 1.0, "no small read was answered by the group");
+    drop(f);
+    reader.m.unmount();
+    holder.m.unmount();
 }
 
 /// A member killed (SIGKILL) while two others read through it: they go on from the bucket

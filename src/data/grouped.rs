@@ -102,3 +102,28 @@ pub(crate) async fn from_group(shared: &Shared, key: &str, decoder: &Decoder) ->
     let obj = g.own(key).await.ok()?;
     decoder.clone().decode_async(obj).await.ok()
 }
+
+/// Bytes `a` of block `key` (`blen` bytes) and their checksums (`s`, ranges of its object),
+/// from the block's owner if it holds it: a small read's, verified here by `check`. None:
+/// read them from the bucket (no group, the owner does not hold the block, failed, or
+/// answered wrong: then reported).
+pub(crate) async fn held_ranges_from_group(
+    shared: &Shared,
+    key: &str,
+    a: std::ops::Range<usize>,
+    s: std::ops::Range<usize>,
+    check: impl FnOnce(&[u8], &[u8]) -> bool,
+) -> Option<Bytes> {
+    let g: Arc<Group> = shared.peers.get()?.clone();
+    let (got, member) = g.held_ranges(key, &[a.clone(), s]).await?;
+    let (d, trailer) = got.split_at(a.len().min(got.len()));
+    if d.len() == a.len() && check(d, trailer) {
+        return Some(got.slice(..a.len()));
+    }
+    g.wrong(
+        member,
+        key,
+        "a small read's segments failed their checksums",
+    );
+    None
+}

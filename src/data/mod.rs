@@ -896,6 +896,15 @@ async fn fetch_uncached(
         if checksums {
             let a = sums.aligned(range.clone(), blen);
             let s = sums.sums_range(&a, blen);
+            // A member of a peer cache group asks the block's owner first, which answers
+            // only if it holds the block (a LAN round trip, where a GET is a bucket's).
+            if attempt == 0 {
+                let check = |d: &[u8], t: &[u8]| sums.verify(d, t, a.start);
+                let got = grouped::held_ranges_from_group(shared, key, a.clone(), s.clone(), check);
+                if let Some(d) = got.await {
+                    return Ok((d.slice(range.start - a.start..range.end - a.start), true));
+                }
+            }
             let get = || async {
                 futures::try_join!(
                     shared.obj.get_range(key, a.start as u64..a.end as u64),

@@ -1,12 +1,14 @@
 //! Asking a member of the group for a block: one HTTP GET (reqwest, the client the object
 //! stores use; HTTP/1.1 over a pooled connection) signed with the group's key, within a time
 //! limit, its answer the object as the bucket stores it, taken only with the member's HMAC
-//! of it for this very request (`auth`).
+//! of it for this very request (`auth`); or ranges of it, only if the member holds it (a
+//! small read's segments and their checksums).
 //!
 //! Not for: checking the answer (the caller decodes it as any stored object), or what to
 //! do when a member fails (`peers` bypasses it).
 
 use std::net::SocketAddr;
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,6 +18,11 @@ use super::auth::{self, Auth};
 
 /// Where blocks are served: `/v1/blocks/KEY`.
 pub const PREFIX: &str = "/v1/blocks/";
+
+/// The query of a request for ranges of a block the member holds:
+/// `/v1/blocks/KEY?held_ranges=A-B,C-D` (byte ranges of the object, answered one after the
+/// other; 404 when the member does not hold the block: it fetches nothing for it).
+pub const HELD_RANGES: &str = "held_ranges";
 
 /// Time to connect to a member before it counts as gone.
 const CONNECT: Duration = Duration::from_secs(1);
@@ -43,6 +50,30 @@ impl Asker {
     /// The object of block `key` as `member` has it, or why not.
     pub async fn ask(&self, member: SocketAddr, key: &str) -> Result<Bytes, String> {
         let path = format!("{PREFIX}{key}");
+        self.get(member, path)
+            .await?
+            .ok_or_else(|| "answered 404 Not Found".into())
+    }
+
+    /// Byte ranges `ranges` of the object of block `key`, one after the other, if `member`
+    /// holds it (Ok(None): it does not; it fetches nothing for this).
+    pub async fn ask_held_ranges(
+        &self,
+        member: SocketAddr,
+        key: &str,
+        ranges: &[Range<usize>],
+    ) -> Result<Option<Bytes>, String> {
+        let list: Vec<String> = ranges
+            .iter()
+            .map(|r| format!("{}-{}", r.start, r.end))
+            .collect();
+        let path = format!("{PREFIX}{key}?{HELD_RANGES}={}", list.join(","));
+        self.get(member, path).await
+    }
+
+    /// GET `path` (and query) of `member`, signed; the answer's body if its HMAC holds (None:
+    /// 404, the member has no such block).
+    async fn get(&self, member: SocketAddr, path: String) -> Result<Option<Bytes>, String> {
         let signed = self.auth.sign("GET", &path);
         let res = self
             .client
@@ -52,6 +83,9 @@ impl Asker {
             .await
             .map_err(|e| describe(&e))?;
         let status = res.status();
+        if status == reqwest::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
         if !status.is_success() {
             return Err(format!("answered {status}"));
         }
@@ -68,7 +102,7 @@ impl Asker {
             return Err("its answer is not signed with the group's key for this request                         (altered on the way, or not a member)"
                 .into());
         }
-        Ok(body)
+        Ok(Some(body))
     }
 }
 

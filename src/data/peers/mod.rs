@@ -78,6 +78,8 @@ pub struct Stats {
     pub errors: AtomicU64,
     /// Answers that failed their checksums (or decoding), then read from the bucket.
     pub wrong: AtomicU64,
+    /// Small reads' ranges asked of a block's owner that did not hold it (then the bucket).
+    pub not_held: AtomicU64,
     /// Blocks served to other members, and their bytes.
     pub served: AtomicU64,
     pub served_bytes: AtomicU64,
@@ -96,6 +98,7 @@ impl Default for Stats {
             hit_bytes: AtomicU64::new(0),
             errors: AtomicU64::new(0),
             wrong: AtomicU64::new(0),
+            not_held: AtomicU64::new(0),
             served: AtomicU64::new(0),
             served_bytes: AtomicU64::new(0),
             refused: AtomicU64::new(0),
@@ -278,6 +281,36 @@ impl Group {
         Ok((self.own(key).await?, Source::Bucket))
     }
 
+    /// Byte ranges `ranges` of the object of block `key` (one after the other), from its
+    /// owner when that is another member that holds the block; with which member it was.
+    /// None: read them from the bucket (no such owner, it does not hold the block, or it
+    /// failed: then bypassed). The caller checks them, and calls [`Group::wrong`] if wrong.
+    pub async fn held_ranges(
+        &self,
+        key: &str,
+        ranges: &[std::ops::Range<usize>],
+    ) -> Option<(Bytes, SocketAddr)> {
+        let owner = self.other_owner(key)?;
+        let start = Instant::now();
+        match self.asker.ask_held_ranges(owner, key, ranges).await {
+            Ok(Some(got)) => {
+                self.stats.latency.observe(start.elapsed().as_secs_f64());
+                self.stats.hits.fetch_add(1, Relaxed);
+                self.stats.hit_bytes.fetch_add(got.len() as u64, Relaxed);
+                Some((got, owner))
+            }
+            Ok(None) => {
+                self.stats.not_held.fetch_add(1, Relaxed);
+                None
+            }
+            Err(e) => {
+                self.stats.errors.fetch_add(1, Relaxed);
+                self.bypass(owner, &format!("asking it for ranges of block {key}: {e}"));
+                None
+            }
+        }
+    }
+
     /// Says that `member` answered block `key` wrong (`problem`): logged naming it, and the
     /// member bypassed for a while.
     pub fn wrong(&self, member: SocketAddr, key: &str, problem: &str) {
@@ -349,12 +382,14 @@ impl Group {
             ("hit", n(&s.hits)),
             ("error", n(&s.errors)),
             ("wrong", n(&s.wrong)),
+            ("not_held", n(&s.not_held)),
         ] {
             out.counter(
                 "unkai_peer_requests_total",
-                "Blocks asked of other members of the peer cache group, by result (hit; error: \
-                 gone, slow or refused; wrong: failed its checksums), the last two then read \
-                 from the bucket.",
+                "Blocks (or a small read's ranges) asked of other members of the peer cache \
+                 group, by result (hit; error: gone, slow or refused; wrong: failed its \
+                 checksums; not_held: a small read's block the owner did not hold), all but \
+                 hits then read from the bucket.",
                 &[("result", result)],
                 v,
             );

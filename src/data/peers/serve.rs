@@ -2,7 +2,8 @@
 //! was told to listen on, answering `GET /v1/blocks/KEY` with the block's object as the
 //! bucket stores it (an encrypted volume's stays encrypted), with its HMAC for that request,
 //! to requests signed with the group's key and not seen before, within the serving bandwidth
-//! limit. Anything else is refused.
+//! limit; or byte ranges of a block it holds (`?held_ranges=`, a small read's). Anything else
+//! is refused.
 //!
 //! Not for: where the object comes from (`Group::serve_object`), or the key (`auth`).
 
@@ -16,7 +17,7 @@ use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
 use super::Group;
-use super::ask::PREFIX;
+use super::ask::{HELD_RANGES, PREFIX};
 use super::auth::{self, Refusal};
 
 /// Accepts connections until the group is gone.
@@ -58,7 +59,11 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
     let Some(group) = group.upgrade() else {
         return reply(StatusCode::SERVICE_UNAVAILABLE, Bytes::new());
     };
-    let path = req.uri().path().to_string();
+    // What is signed: the path and its query.
+    let path = req
+        .uri()
+        .path_and_query()
+        .map_or_else(|| req.uri().path().to_string(), |p| p.as_str().to_string());
     let given = req
         .headers()
         .get(auth::HEADER)
@@ -75,7 +80,12 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
             return reply(status, Bytes::from(format!("refused: {why}\n")));
         }
     };
-    let key = match path.strip_prefix(PREFIX) {
+    let (key, query) = req
+        .uri()
+        .path()
+        .strip_prefix(PREFIX)
+        .map_or((None, None), |k| (Some(k), req.uri().query()));
+    let key = match key {
         Some(k) if req.method() == Method::GET && group.holder.is_block(k) => k,
         _ => {
             return reply(
@@ -84,6 +94,9 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
             );
         }
     };
+    if let Some(q) = query {
+        return held_ranges(&group, key, q, &path, &nonce).await;
+    }
     match group.serve_object(key).await {
         Some(obj) => {
             if let Some(rate) = &group.rate {
@@ -98,21 +111,79 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
                 true => super::corrupt(obj),
                 false => obj,
             };
-            let tag = group.auth.sign_answer(&path, &nonce, &obj);
-            let obj = match group.forge {
-                true => super::corrupt(obj),
-                false => obj,
-            };
-            let mut res = reply(StatusCode::OK, obj);
-            res.headers_mut().insert(
-                auth::ANSWER_HEADER,
-                hyper::header::HeaderValue::from_str(&tag).expect("hex"),
-            );
-            res
+            signed(&group, &path, &nonce, obj)
         }
         None => reply(
             StatusCode::BAD_GATEWAY,
             Bytes::from_static(b"unavailable\n"),
         ),
     }
+}
+
+/// A 200 answer of `obj`, with its HMAC for the request of `path` and `nonce`.
+fn signed(group: &Group, path: &str, nonce: &str, obj: Bytes) -> Response<Full<Bytes>> {
+    let tag = group.auth.sign_answer(path, nonce, &obj);
+    let obj = match group.forge {
+        true => super::corrupt(obj),
+        false => obj,
+    };
+    let mut res = reply(StatusCode::OK, obj);
+    res.headers_mut().insert(
+        auth::ANSWER_HEADER,
+        hyper::header::HeaderValue::from_str(&tag).expect("hex"),
+    );
+    res
+}
+
+/// The answer to `?held_ranges=A-B,...` for block `key`: those bytes of its object, one after
+/// the other, if this member holds it (404 if not: nothing is fetched for a small read).
+async fn held_ranges(
+    group: &Group,
+    key: &str,
+    query: &str,
+    path: &str,
+    nonce: &str,
+) -> Response<Full<Bytes>> {
+    let bad = || reply(StatusCode::BAD_REQUEST, Bytes::from_static(b"bad ranges\n"));
+    let Some(list) = query
+        .strip_prefix(HELD_RANGES)
+        .and_then(|q| q.strip_prefix('='))
+    else {
+        return bad();
+    };
+    let ranges: Option<Vec<(usize, usize)>> = list
+        .split(',')
+        .take(4)
+        .map(|r| {
+            let (a, b) = r.split_once('-')?;
+            let (a, b) = (a.parse().ok()?, b.parse().ok()?);
+            (a <= b).then_some((a, b))
+        })
+        .collect();
+    let Some(ranges) = ranges else {
+        return bad();
+    };
+    let Some(obj) = group.holder.held(key).await else {
+        return reply(StatusCode::NOT_FOUND, Bytes::from_static(b"not held\n"));
+    };
+    if ranges.iter().any(|&(_, b)| b > obj.len()) {
+        return bad();
+    }
+    let mut body = Vec::with_capacity(ranges.iter().map(|(a, b)| b - a).sum());
+    for (a, b) in ranges {
+        body.extend_from_slice(&obj[a..b]);
+    }
+    if let Some(rate) = &group.rate {
+        rate.take(body.len() as u64).await;
+    }
+    group.stats.served.fetch_add(1, Relaxed);
+    group
+        .stats
+        .served_bytes
+        .fetch_add(body.len() as u64, Relaxed);
+    let body = match group.corrupt {
+        true => super::corrupt(Bytes::from(body)),
+        false => Bytes::from(body),
+    };
+    signed(group, path, nonce, body)
 }
