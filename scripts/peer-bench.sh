@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
 # The peer cache's figures (issue 37; recorded in docs/benchmarks.md), by hand:
-#   scripts/peer-bench.sh [SIZE_MIB] [peers|alone]
+#   scripts/peer-bench.sh [SIZE_MIB] [peers|alone|quarters]
 # A versitygw S3 server on 127.0.0.1 (scripts/servers.sh install), every request 20 ms late
 # (UNKAI_FAULTS), a volume of 4 MiB blocks holding one file of SIZE_MIB; then:
 #   1. one mount alone reads it cold: its time;
 #   2. four mounts (own cache directories; in a peer cache group unless `alone`) read it
 #      cold at the same moment: their time, and the bucket's GETs by their own counters;
-#   3. a fifth member reads it: the mean time of a block from a peer vs a GET of step 1.
+#   3. a fifth member reads it: the mean time of a block from a peer vs a GET of step 1;
+#   4. (peers) single-block probes, one at a time, no read-ahead: the first 4 KiB of each of
+#      PROBES one-block files, by the mount alone (a GET each) and by a mount that asks the
+#      group (--no-sharing: every block from its owner, which holds it); and 4 KiB at a
+#      random offset (a small random read) by a cold mount alone (ranged GETs) and by a cold
+#      mount asking the group (the owner answers the segments it holds).
+# `quarters`: the dataset (SIZE_MIB in four files) does not fit one member's disk cache
+# (--cache-size SIZE_MIB/2); four members each read a different quarter, then each reads
+# all of it: the bucket's GETs of each pass.
 # Everything runs as root in a temporary directory, removed at the end.
 set -euo pipefail
 SIZE=${1:-256}
@@ -37,7 +45,7 @@ mount_one() { # NAME [flags...]: mounts; its metrics port in $MPORT
   local name=$1; shift
   local mp=$T/mnt-$name mport; mport=$(port); MPORT=$mport
   mkdir -p "$mp"
-  "$BIN" mount --writeback off --cache-dir "$T/cache-$name" --metrics 127.0.0.1:$mport "$@" "$META" "$mp" >"$T/$name.log" 2>&1 &
+  "$BIN" mount --writeback off --free-space-ratio 0 --cache-dir "$T/cache-$name" --metrics 127.0.0.1:$mport "$@" "$META" "$mp" >"$T/$name.log" 2>&1 &
   PIDS+=($!); MPS+=("$mp")
   for _ in $(seq 300); do mountpoint -q "$mp" && break; sleep 0.1; done
 }
@@ -45,8 +53,62 @@ fig() { # PORT NAME [LABEL]: sum of the samples of NAME whose labels hold LABEL
   curl -s "http://127.0.0.1:$1/metrics" | grep "^$2{" | grep -F "${3:-}" | awk '{s+=$NF} END {printf "%.4f\n", s+0}'
 }
 gets() { echo "$(fig "$1" unkai_object_request_duration_seconds_count 'op="get"') + $(fig "$1" unkai_object_request_duration_seconds_count 'op="get_range"')" | bc; }
+PROBES=${PROBES:-24}
+# Seconds per read, one at a time: the first 4 KiB of each file (OFF=0), or 4 KiB at a
+# random offset past the first block's first quarter (OFF=rand).
+probe() { # DIR OFF
+  python3 - "$1" "$2" "$PROBES" <<'PY'
+import os, random, sys, time
+d, off, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+ts = []
+for i in range(n):
+    f = os.path.join(d, "p%03d" % i)
+    o = 0 if off == "0" else random.randrange(1 << 20, (4 << 20) - 4096) & ~4095
+    s = time.perf_counter()
+    fd = os.open(f, os.O_RDONLY)
+    os.pread(fd, 4096, o)
+    os.close(fd)
+    ts.append(time.perf_counter() - s)
+ts.sort()
+print("median %.1f ms, mean %.1f ms" % (1000 * ts[len(ts) // 2], 1000 * sum(ts) / len(ts)))
+PY
+}
 mount_one writer
+if [ "$MODE" = quarters ]; then
+  for q in 1 2 3 4; do
+    dd if=/dev/urandom of="$T/mnt-writer/q$q" bs=1M count=$((SIZE / 4)) status=none
+  done
+  umount "$T/mnt-writer"
+  export UNKAI_FAULTS=latency_ms=20
+  ports=()
+  for i in 1 2 3 4; do
+    mount_one m$i --peer-cache 127.0.0.1:0 --cache-size "$((SIZE / 2))M"; ports+=("$MPORT")
+  done
+  for p in "${ports[@]}"; do
+    for _ in $(seq 100); do [ "$(fig "$p" unkai_peer_members)" = "4.0000" ] && break; sleep 0.2; done
+  done
+  total() { local t=0; for p in "${ports[@]}"; do t=$(echo "$t + $(gets "$p")" | bc); done; echo "$t"; }
+  g0=$(total); s=$(date +%s.%N)
+  CATS=(); for i in 1 2 3 4; do cat "$T/mnt-m$i/q$i" >/dev/null & CATS+=($!); done; wait "${CATS[@]}"
+  e=$(date +%s.%N); g1=$(total); t1=$(echo "$e - $s" | bc)
+  s=$(date +%s.%N)
+  CATS=(); for i in 1 2 3 4; do cat "$T"/mnt-m$i/q[1234] >/dev/null & CATS+=($!); done; wait "${CATS[@]}"
+  e=$(date +%s.%N); g2=$(total); t2=$(echo "$e - $s" | bc)
+  P1=$(echo "$g1 - $g0" | bc); P2=$(echo "$g2 - $g1" | bc)
+  echo "dataset ${SIZE} MiB in quarters ($((SIZE / 4)) blocks of 4 MiB), --cache-size $((SIZE / 2))M each, store 20 ms late"
+  echo "first pass (each member its quarter): ${P1} GETs, ${t1} s"
+  echo "second pass (each member all of it): ${P2} GETs, ${t2} s ($(echo "scale=3; $P2 / $P1" | bc)x the first)"
+  for i in 1 2 3 4; do
+    echo "m$i disk cache: $(du -sm "$T/cache-m$i" | cut -f1) MiB; served $(fig "${ports[$((i-1))]}" unkai_peer_served_total) blocks"
+  done
+  exit 0
+fi
 dd if=/dev/urandom of="$T/mnt-writer/data" bs=1M count="$SIZE" status=none
+if [ "$MODE" = peers ]; then
+  for i in $(seq 0 $((PROBES - 1))); do
+    dd if=/dev/urandom of="$T/mnt-writer/$(printf p%03d "$i")" bs=1M count=4 status=none
+  done
+fi
 umount "$T/mnt-writer"
 BLOCKS=$(( (SIZE + 3) / 4 ))
 export UNKAI_FAULTS=latency_ms=20
@@ -54,7 +116,15 @@ mount_one alone; a=$MPORT
 s=$(date +%s.%N); cat "$T/mnt-alone/data" >/dev/null; e=$(date +%s.%N)
 ALONE=$(echo "$e - $s" | bc)
 GL=$(echo "scale=2; 1000 * $(fig "$a" unkai_object_request_duration_seconds_sum 'op="get"') / $(fig "$a" unkai_object_request_duration_seconds_count 'op="get"')" | bc)
-umount "$T/mnt-alone"
+if [ "$MODE" = peers ]; then
+  gs=$(fig "$a" unkai_object_request_duration_seconds_sum 'op="get"'); gc=$(fig "$a" unkai_object_request_duration_seconds_count 'op="get"')
+  PROBE_ALONE=$(probe "$T/mnt-alone" 0)
+  PROBE_GET=$(echo "scale=2; 1000 * ($(fig "$a" unkai_object_request_duration_seconds_sum 'op="get"') - $gs) / ($(fig "$a" unkai_object_request_duration_seconds_count 'op="get"') - $gc)" | bc)
+  umount "$T/mnt-alone"; rm -rf "$T/cache-alone"
+  mount_one alone2; a=$MPORT
+  SMALL_ALONE=$(probe "$T/mnt-alone2" rand)
+fi
+umount "$T/mnt-alone${PROBE_ALONE:+2}"
 PEER=()
 ports=()
 for i in 1 2 3 4; do
@@ -86,4 +156,24 @@ if [ "$MODE" = peers ]; then
   cat "$T/mnt-m5/data" >/dev/null
   pl=$(echo "scale=2; 1000 * $(fig "$f" unkai_peer_request_duration_seconds_sum) / $(fig "$f" unkai_peer_request_duration_seconds_count)" | bc)
   echo "sequential read, per block: from a peer ${pl} ms mean; a GET of the mount alone ${GL} ms mean ($(echo "scale=2; $pl / $GL" | bc)x)"
+  # The owners fetch the probe files' blocks and keep them; then a mount that only asks.
+  probe "$T/mnt-m1" 0 >/dev/null
+  mount_one asker --peer-cache 127.0.0.1:0 --no-sharing; q=$MPORT
+  for _ in $(seq 100); do [ "$(fig "$q" unkai_peer_members)" = "5.0000" ] && break; sleep 0.2; done
+  ps0=$(fig "$q" unkai_peer_request_duration_seconds_sum); pc0=$(fig "$q" unkai_peer_request_duration_seconds_count); g0=$(gets "$q")
+  PROBE_PEER=$(probe "$T/mnt-asker" 0)
+  pp=$(echo "scale=2; 1000 * ($(fig "$q" unkai_peer_request_duration_seconds_sum) - $ps0) / ($(fig "$q" unkai_peer_request_duration_seconds_count) - $pc0)" | bc)
+  g1=$(gets "$q")
+  echo "single-block probe (first 4 KiB of a one-block file, no read-ahead, ${PROBES} files one at a time):"
+  # The store's 20 ms are injected outside the request's timing (object::faulty).
+  echo "  mount alone (a whole-block GET each): ${PROBE_ALONE}; its GETs ${PROBE_GET} ms mean + 20 ms injected"
+  echo "  asking the group (owner holds it): ${PROBE_PEER}; peer requests ${pp} ms mean; bucket GETs $(echo "$g1 - $g0" | bc)"
+  echo "  ratio of the requests: $(echo "scale=2; $pp / ($PROBE_GET + 20)" | bc)x"
+  mount_one asker2 --peer-cache 127.0.0.1:0 --no-sharing; q=$MPORT
+  for _ in $(seq 100); do [ "$(fig "$q" unkai_peer_members)" = "5.0000" ] && break; sleep 0.2; done
+  g0=$(gets "$q")
+  SMALL_PEER=$(probe "$T/mnt-asker2" rand)
+  echo "small random read (4 KiB at a random offset, ${PROBES} files one at a time):"
+  echo "  mount alone (ranged GETs): ${SMALL_ALONE}"
+  echo "  asking the group (the owner holds it, answers the segments): ${SMALL_PEER}; bucket GETs $(echo "$(gets "$q") - $g0" | bc)"
 fi
