@@ -258,6 +258,16 @@ pub trait Engine: Send + Sync + 'static {
         self.write(lock, rename_lock, f)
     }
 
+    /// As [`Engine::write_grouped`] locking `parent`, for a change that makes an entry in the
+    /// directory `parent`: an engine may read the directory's other entries with its lock.
+    fn write_in_dir<T>(
+        &self,
+        parent: Ino,
+        f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        self.write_grouped(&[parent], false, f)
+    }
+
     /// As [`Engine::write_grouped`], for a change of the entry `hints.entry` names (its inode
     /// locked with [`Txn::lock_entry`], and if `hints.dir` its emptiness read with
     /// [`Txn::dir_is_empty`]) that may look up `hints.edges` ([`Txn::get_edge`]): an engine may

@@ -94,7 +94,7 @@ impl<E: Engine> EngineMeta<E> {
         let e = self.epoch();
         let mut after = None;
         self.engine
-            .write_grouped(&[parent], false, |tx| {
+            .write_in_dir(parent, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
                 self.check_not_trash(&p)?;
                 check_dir_change(&p, false)?;

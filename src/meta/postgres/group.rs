@@ -7,8 +7,8 @@
 //! committed is invisible to others; one locked `FOR UPDATE` cannot be changed by them). So
 //! while it is open, what this client knows of those rows is what every other client will
 //! find, and a change that touches only them is decided here: a create in a directory made
-//! in the group (every entry of it is known: "complete") cannot find its name taken unless
-//! this client took it; a chown of a file made in the group cannot meet another client's
+//! in the group, or read whole with its lock by the create that opened the group (every
+//! entry of it is known: "complete"), cannot find its name taken unless this client took it; a chown of a file made in the group cannot meet another client's
 //! change. Such a change is answered at once and its statements are held back, sent with the
 //! group's next message ("joined"). Any change that needs an answer from the server runs the
 //! ordinary way, after the group has committed ("no lock is held while waiting": nothing of
@@ -73,8 +73,8 @@ pub(super) struct Own {
 pub(super) struct Track {
     /// Rows held, oldest first.
     pub(super) owned: LinkedHashMap<Ino, Own>,
-    /// Directories held whose every entry is known (made in the group and held since): name
-    /// → inode.
+    /// Directories held whose every entry is known (made in the group, or read whole under
+    /// the lock, and held since): name → inode.
     pub(super) complete: HashMap<Ino, HashMap<Vec<u8>, Ino>>,
     /// Inodes made since the group last committed: their last close commits it (as a
     /// close-to-open file system promises, another client opening one after that close

@@ -153,8 +153,21 @@ struct Guess {
 }
 
 /// What a change that opens a group leaves it: the inodes and entries it made, whether it
-/// wrote xattrs, its counter changes.
-type Opened = (Vec<(Ino, Vec<u8>, Ino, Kind)>, bool, i64, i64);
+/// wrote xattrs, its counter changes, and the entries of a directory it read under its lock.
+type Opened = (
+    Vec<(Ino, Vec<u8>, Ino, Kind)>,
+    bool,
+    i64,
+    i64,
+    Option<Listed>,
+);
+
+/// A directory's entries, read under its lock: (directory, [(name, inode)]).
+type Listed = (Ino, Vec<(Vec<u8>, Ino)>);
+
+/// Entries a directory may have for a create in it to read them all with its lock (and the
+/// group it opens to know the directory whole; see `Postgres::write_in_dir`).
+const LIST_MAX: i64 = 1024;
 
 /// Commits the transaction on `c` now, with its counter changes (lazily).
 fn end_now(c: &mut Conn, used: i64, inodes: i64) -> Result<()> {
@@ -396,7 +409,9 @@ enum Arg {
 fn held_params(held: &[Held]) -> Vec<Vec<P<'_>>> {
     held.iter()
         .map(|h| match h {
-            Held::Stmt { args, .. } => args.iter().map(|a| a as P<'_>).collect(),
+            Held::Stmt { args, .. } | Held::List { args, .. } => {
+                args.iter().map(|a| a as P<'_>).collect()
+            }
             Held::Simple(_) => Vec::new(),
         })
         .collect()
@@ -408,7 +423,7 @@ fn held_steps<'a>(held: &'a [Held], params: &'a [Vec<P<'a>>]) -> Vec<Step<'a>> {
         .zip(params)
         .map(|(h, p)| match h {
             Held::Simple(q) => Step::Simple(q),
-            Held::Stmt { stmt, .. } => Step::Rows(stmt, p),
+            Held::Stmt { stmt, .. } | Held::List { stmt, .. } => Step::Rows(stmt, p),
         })
         .collect()
 }
@@ -425,6 +440,12 @@ enum Held {
         args: Vec<Arg>,
         name: bool,
         edge: Option<(Ino, Vec<u8>, Ino)>,
+    },
+    /// The entries of directory `dir` (name, inode), read: kept in [`Db::listed`].
+    List {
+        stmt: ::postgres::Statement,
+        args: Vec<Arg>,
+        dir: Ino,
     },
 }
 
@@ -460,6 +481,8 @@ struct Db<'a> {
     sent: bool,
     /// A joined change wants the group committed before it returns.
     commit_after: bool,
+    /// A directory's entries read with [`Held::List`].
+    listed: Option<Listed>,
 }
 
 /// What a change that tried to join a group without waiting fails with, when it cannot.
@@ -491,6 +514,7 @@ fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
         xattrs: false,
         sent: false,
         commit_after: false,
+        listed: None,
     }
 }
 
@@ -553,6 +577,25 @@ impl Db<'_> {
                     self.group_failed = true;
                 }
                 Err(e) => return Err(step_err(e, name)),
+                Ok(Answer::Rows(rows)) if matches!(h, Held::List { .. }) => {
+                    let Held::List { dir, .. } = h else {
+                        unreachable!("matched above")
+                    };
+                    // Each entry, and a row without a name that counts them (up to
+                    // LIST_MAX + 1: the entries come only under the limit).
+                    let mut names = Vec::with_capacity(rows.len());
+                    let mut whole = false;
+                    for r in &rows {
+                        let n = r.try_get::<_, i64>(1)?;
+                        match r.try_get::<_, Option<Vec<u8>>>(0)? {
+                            Some(name) => names.push((name, n as Ino)),
+                            None => whole = n <= LIST_MAX,
+                        }
+                    }
+                    if whole {
+                        self.listed = Some((*dir, names));
+                    }
+                }
                 // An entry made: its id, for `known`.
                 Ok(Answer::Rows(rows)) => {
                     if let (
@@ -724,6 +767,7 @@ impl Postgres {
         rename_lock: bool,
         lazy: bool,
         hints: Option<&EntryHints<'_>>,
+        list: bool,
         mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
         let lazy = lazy && self.shared.lazy_ok();
@@ -843,6 +887,22 @@ impl Postgres {
                         }
                     }
                 }
+                // A create that may open a group: the directory's entries, read under its
+                // lock (a group holding the directory then knows every entry of it).
+                if list && grouping {
+                    let stmt = tx.c.stmt(
+                        "WITH c AS (SELECT count(*) AS n FROM (SELECT 1 FROM unkai_edge
+                           WHERE parent = $1 LIMIT $2) x)
+                         SELECT NULL::BYTEA, c.n FROM c
+                         UNION ALL SELECT e.name, e.ino FROM unkai_edge e, c
+                           WHERE e.parent = $1 AND c.n < $2",
+                    )?;
+                    tx.held.push(Held::List {
+                        stmt,
+                        args: vec![Arg::Int(lock[0] as i64), Arg::Int(LIST_MAX + 1)],
+                        dir: lock[0],
+                    });
+                }
                 // Entries read with their inodes' locks.
                 for ((p, n), e) in &tx.c.entries {
                     if let Some((id, a)) = e {
@@ -856,7 +916,13 @@ impl Postgres {
                 let keep = grouping && !tx.made.is_empty() && !tx.learned.unsure();
                 let opened = if keep {
                     tx.finish()?;
-                    Some((std::mem::take(&mut tx.made), tx.xattrs, tx.used, tx.inodes))
+                    Some((
+                        std::mem::take(&mut tx.made),
+                        tx.xattrs,
+                        tx.used,
+                        tx.inodes,
+                        tx.listed.take(),
+                    ))
                 } else {
                     tx.commit()?;
                     None
@@ -873,8 +939,11 @@ impl Postgres {
                 let _ = lent.batch("ROLLBACK");
             }
             match attempt {
-                Ok((v, learned, Some((made, xattrs, used, inodes)))) => {
+                Ok((v, learned, Some((made, xattrs, used, inodes, listed)))) => {
                     let mut track = Track::default();
+                    if let Some((dir, names)) = listed {
+                        track.complete.insert(dir, names.into_iter().collect());
+                    }
                     track.apply(&learned, &made, xattrs);
                     self.shared.known.learn(learned);
                     let mut slot = self.group.slot.lock();
@@ -1006,9 +1075,17 @@ impl Postgres {
         tx.prefix = tx.held.len();
         let prefix = tx.prefix;
         tx.held.push(Held::Simple("SAVEPOINT unkai_w".into()));
-        let r = f(&mut tx).and_then(|v| tx.finish().map(|()| v));
+        let r = f(&mut tx);
+        // Nothing of `f` needed an answer: its statements go with the group's commit, one
+        // message in all (they write rows the group holds and slices of this client's).
+        let one = r.is_ok() && !tx.sent;
+        let r = if one {
+            r
+        } else {
+            r.and_then(|v| tx.finish().map(|()| v))
+        };
         let sent = tx.sent;
-        let unsent = std::mem::take(&mut tx.held);
+        let mut unsent = std::mem::take(&mut tx.held);
         let learned = std::mem::take(&mut tx.learned);
         let (used, inodes, xattrs, failed) = (tx.used, tx.inodes, tx.xattrs, tx.group_failed);
         drop(tx);
@@ -1021,6 +1098,10 @@ impl Postgres {
         }
         match r {
             Ok(v) => {
+                if one {
+                    unsent.remove(prefix);
+                    g.held = unsent;
+                }
                 g.used += used;
                 g.inodes += inodes;
                 g.track.apply(&learned, &[], xattrs);
@@ -1173,7 +1254,7 @@ impl Engine for Postgres {
         rename_lock: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, rename_lock, false, None, f)
+        self.transact(lock, rename_lock, false, None, false, f)
     }
 
     /// A namespace or attribute change: one transaction, committed at once (others see it)
@@ -1185,7 +1266,19 @@ impl Engine for Postgres {
         rename_lock: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, rename_lock, true, None, f)
+        self.transact(lock, rename_lock, true, None, false, f)
+    }
+
+    /// As `write_grouped`, reading the directory's entries (up to [`LIST_MAX`]) with its
+    /// lock in the same message: the group the create opens knows the directory whole, so
+    /// the creates after it in that directory join the group (a directory is otherwise
+    /// known whole only when made in the group).
+    fn write_in_dir<T>(
+        &self,
+        parent: Ino,
+        f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Result<T> {
+        self.transact(&[parent], false, true, None, true, f)
     }
 
     /// The entry, its inode's lock (and a directory's emptiness) and the other entries looked
@@ -1196,7 +1289,7 @@ impl Engine for Postgres {
         hints: &EntryHints<'_>,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, false, true, Some(hints), f)
+        self.transact(lock, false, true, Some(hints), false, f)
     }
 
     /// A lone statement is atomic on its own: no transaction to open; the statement makes
@@ -2081,11 +2174,27 @@ impl Txn for Db<'_> {
         Ok(Some(r.try_get(0)?))
     }
 
+    /// A file the open group holds as empty (no length, nothing stored: it has no chunk) gets
+    /// its chunk held back, answered here: the chunk is `recs`. (The group's row is as it was
+    /// before this change: every chunk one write appends is a different one.)
     fn append_chunk(&mut self, ino: Ino, index: u32, recs: &[SliceRec]) -> TxResult<Vec<SliceRec>> {
-        let r = self.query_one(
-            "INSERT INTO unkai_chunk (ino, indx, slices) VALUES ($1, $2, $3)
+        const APPEND: &str = "INSERT INTO unkai_chunk (ino, indx, slices) VALUES ($1, $2, $3)
              ON CONFLICT (ino, indx) DO UPDATE SET slices = unkai_chunk.slices || excluded.slices
-             RETURNING slices",
+             RETURNING slices";
+        if self
+            .own(ino)
+            .is_some_and(|o| o.attr.length == 0 && o.attr.stored == 0)
+        {
+            let args = vec![
+                Arg::Int(ino as i64),
+                Arg::Int(index as i64),
+                Arg::Bytes(slice::encode(recs)),
+            ];
+            self.hold(APPEND, args, false)?;
+            return Ok(recs.to_vec());
+        }
+        let r = self.query_one(
+            APPEND,
             &[&(ino as i64), &(index as i64), &slice::encode(recs)],
         )?;
         decode_chunk(r.try_get::<_, &[u8]>(0)?, ino, index)
