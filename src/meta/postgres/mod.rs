@@ -781,6 +781,8 @@ impl Postgres {
                 inos.dedup();
                 let held = inos.iter().all(|i| g.track.owned.contains_key(i));
                 let touched = inos.iter().any(|i| g.track.owned.contains_key(i));
+                // Changes joined it since it was last locked again: worth locking again.
+                let busy = g.ops > 0;
                 if grouping && held {
                     if let Some(r) = self.join(&mut slot, &inos, &mut f) {
                         return r;
@@ -791,8 +793,11 @@ impl Postgres {
                         return r;
                     }
                 }
-                // What the change locks must not be held by the group meanwhile.
-                let again = !touched && hints.is_none();
+                // What the change locks must not be held by the group meanwhile. A group
+                // nothing joined since it was last locked again is let go: locking it again
+                // for every change that does not touch it would keep rows of work long done
+                // held, and the group slot taken, for as long as such changes come.
+                let again = !touched && hints.is_none() && busy;
                 let _ = self.group.commit(&mut slot, again, false);
             }
         }
@@ -1305,10 +1310,11 @@ impl Engine for Postgres {
         if self.group.active() {
             let mut slot = self.group.slot.lock();
             if slot.is_some() {
+                let busy = slot.as_ref().is_some_and(|g| g.ops > 0);
                 if let Some(r) = self.join(&mut slot, &[], &mut f) {
                     return r;
                 }
-                let _ = self.group.commit(&mut slot, true, false);
+                let _ = self.group.commit(&mut slot, busy, false);
             }
         }
         self.on_conn(false, |c| {
