@@ -8,8 +8,9 @@
 //! while it is open, what this client knows of those rows is what every other client will
 //! find, and a change that touches only them is decided here: a create in a directory made
 //! in the group, or read whole with its lock by the create that opened the group (every
-//! entry of it is known: "complete"), cannot find its name taken unless this client took it; a chown of a file made in the group cannot meet another client's
-//! change. Such a change is answered at once and its statements are held back, sent with the
+//! entry of it is known: "complete"), cannot find its name taken unless this client took
+//! it; a chown of a file made in the group cannot meet another client's change. Such a
+//! change is answered at once and its statements are held back, sent with the
 //! group's next message ("joined"). Any change that needs an answer from the server runs the
 //! ordinary way, after the group has committed ("no lock is held while waiting": nothing of
 //! the group can then be undone by a deadlock of it).
