@@ -143,10 +143,13 @@ fn two_clients_race_to_the_capacity_on_postgres() {
     let (m1, m2) = (vol.mount(), vol.mount());
     fs::create_dir(m1.p("one")).unwrap();
     fs::create_dir(m1.p("two")).unwrap();
-    // The directories are committed before the second mount looks for them: a namespace
-    // change is seen by other clients at its group's commit (10 ms at most, or at a sync),
-    // not at its answer (docs/design.md, group commit).
-    nix::unistd::syncfs(File::open(&m1.path).unwrap()).unwrap();
+    // The second mount sees the directories before it writes in them: a namespace change
+    // is seen by other clients at its group's commit (10 ms at most), not at its answer
+    // (docs/design.md, group commit).
+    let seen = eventually(Duration::from_secs(30), || {
+        m2.p("one").is_dir() && m2.p("two").is_dir()
+    });
+    assert!(seen, "the second mount sees the first one's directories");
     let fill = |dir: std::path::PathBuf| {
         std::thread::spawn(move || {
             let mut whole = 0;
