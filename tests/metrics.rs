@@ -259,10 +259,10 @@ fn directories_open_and_list_in_one_round_trip(vol: &Volume) {
     assert_eq!(trips("opendir") + trips("releasedir"), 0.0, "{}", after.1);
     let listed = trips("readdir") + trips("readdirplus");
     match vol.db.is_some() {
-        // (A background store of access times may join a group, whose commit the next
-        // listing pays.)
+        // (The setup's group, which syncfs does not commit, and a background store of
+        // access times may each leave a group whose commit the next listing pays.)
         true => assert!(
-            listed <= D as f64 + 2.0,
+            listed <= D as f64 + 4.0,
             "{listed} round trips for {D} listings: {}",
             after.1
         ),
