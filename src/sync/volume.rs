@@ -301,14 +301,7 @@ impl Vol {
                 .map_err(err)?;
             self.vfs.flush(fh).map_err(err)?;
             self.vfs.release(fh).map_err(err)?;
-            let set = SetAttr {
-                mtime: Some(SetTime::At(mtime)),
-                mode,
-                ..Default::default()
-            };
-            self.vfs
-                .setattr(&self.ctx, a.ino, &set, None, false)
-                .map_err(err)?;
+            self.stamp(a.ino, mtime, mode)?;
             let (_, name) = self.parent(key, false).map_err(err)?;
             self.vfs
                 .rename(
@@ -357,13 +350,18 @@ impl Vol {
     pub fn mkdir(&self, key: &str, mtime: i64, mode: Option<u32>) -> anyhow::Result<()> {
         let a = paths::mkdir_all(&self.vfs, &self.ctx, self.root, key.as_bytes(), 0o777)
             .map_err(err)?;
+        self.stamp(a.ino, mtime, mode)
+    }
+
+    /// Sets `ino`'s mtime, and its mode when given (what a copy keeps of its source).
+    fn stamp(&self, ino: Ino, mtime: i64, mode: Option<u32>) -> anyhow::Result<()> {
         let set = SetAttr {
             mtime: Some(SetTime::At(mtime)),
             mode,
             ..Default::default()
         };
         self.vfs
-            .setattr(&self.ctx, a.ino, &set, None, false)
+            .setattr(&self.ctx, ino, &set, None, false)
             .map_err(err)?;
         Ok(())
     }
