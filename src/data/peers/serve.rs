@@ -99,14 +99,7 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
     }
     match group.serve_object(key).await {
         Some(obj) => {
-            if let Some(rate) = &group.rate {
-                rate.take(obj.len() as u64).await;
-            }
-            group.stats.served.fetch_add(1, Relaxed);
-            group
-                .stats
-                .served_bytes
-                .fetch_add(obj.len() as u64, Relaxed);
+            served(&group, obj.len()).await;
             let obj = match group.corrupt {
                 true => super::corrupt(obj),
                 false => obj,
@@ -173,17 +166,19 @@ async fn held_ranges(
     for (a, b) in ranges {
         body.extend_from_slice(&obj[a..b]);
     }
-    if let Some(rate) = &group.rate {
-        rate.take(body.len() as u64).await;
-    }
-    group.stats.served.fetch_add(1, Relaxed);
-    group
-        .stats
-        .served_bytes
-        .fetch_add(body.len() as u64, Relaxed);
+    served(&group, body.len()).await;
     let body = match group.corrupt {
         true => super::corrupt(Bytes::from(body)),
         false => Bytes::from(body),
     };
     signed(group, path, nonce, body)
+}
+
+/// An answer of `len` bytes about to be sent: the serving limit waited for, and counted.
+async fn served(group: &Group, len: usize) {
+    if let Some(rate) = &group.rate {
+        rate.take(len as u64).await;
+    }
+    group.stats.served.fetch_add(1, Relaxed);
+    group.stats.served_bytes.fetch_add(len as u64, Relaxed);
 }
