@@ -166,7 +166,7 @@ async fn held_ranges(
     for (a, b) in ranges {
         body.extend_from_slice(&obj[a..b]);
     }
-    served(&group, body.len()).await;
+    served(group, body.len()).await;
     let body = match group.corrupt {
         true => super::corrupt(Bytes::from(body)),
         false => Bytes::from(body),
