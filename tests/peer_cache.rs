@@ -66,7 +66,7 @@ fn http_get(url: &str, header: Option<(&str, String)>) -> (u16, Vec<u8>) {
     (status, body)
 }
 
-/// GET `url`: status, body, and the answer's HMAC header (a member's signature of it).
+/// GET `url`: status, body, and the answer's seal header (its IV and AES-GCM tag).
 fn http_get_signed(url: &str, header: Option<(&str, String)>) -> (u16, Vec<u8>, Option<String>) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -87,7 +87,7 @@ fn http_get_signed(url: &str, header: Option<(&str, String)>) -> (u16, Vec<u8>, 
         let status = res.status().as_u16();
         let tag = res
             .headers()
-            .get("x-unkai-peer-answer")
+            .get("x-unkai-peer-seal")
             .map(|v| v.to_str().unwrap().to_string());
         (status, res.bytes().await.unwrap().to_vec(), tag)
     })
@@ -249,11 +249,11 @@ fn a_member_answering_wrong_blocks_is_caught_named_and_bypassed() {
     bad.m.unmount();
 }
 
-/// An answer altered on the network after the member signed it (`forge`): the reader
-/// refuses it by its HMAC before anything else, names the member, reads the bucket instead
+/// An answer altered on the network after the member sealed it (`forge`): the reader
+/// refuses it by its seal (AES-GCM's tag) before anything else, names the member, reads the bucket instead
 /// and gets the right bytes.
 #[test]
-fn an_answer_altered_on_the_way_is_refused_by_its_hmac() {
+fn an_answer_altered_on_the_way_is_refused_by_its_seal() {
     let server = servers::s3(BUCKET);
     let vol = s3_volume(&server, &[]);
     let data = pattern(16 * MIB, 53);
@@ -267,8 +267,8 @@ fn an_answer_altered_on_the_way_is_refused_by_its_hmac() {
     assert!(
         reader.figure("unkai_peer_requests_total", "result=\"error\"") >= 1.0
             && log.contains(&format!("member 127.0.0.1:{} bypassed", bad.peer))
-            && log.contains("not signed with the group's key"),
-        "the altered answer was not refused by its HMAC: {}",
+            && log.contains("not sealed with the group's key"),
+        "the altered answer was not refused by its seal: {}",
         tail(&log, 20)
     );
     // Caught before decoding: no checksum failure was needed.
@@ -405,7 +405,8 @@ fn readers_go_on_when_a_member_is_killed_mid_read() {
 
 /// The member's listener answers only requests signed with the group's key, kept in the
 /// volume's metadata, once: none, another key, or the same request again are refused; its
-/// answer is signed for the request; it listens only where told.
+/// answer is sealed for the request (and unreadable without the key); it listens only where
+/// told.
 #[test]
 fn requests_without_the_groups_key_are_refused() {
     let server = servers::s3(BUCKET);
@@ -459,21 +460,33 @@ fn requests_without_the_groups_key_are_refused() {
         .expect("the key is in the volume's settings");
     let group_key = hex::decode(&stored_key).unwrap();
     let request = sign(&group_key, nonce);
-    let (status, body, tag) = http_get_signed(&url, Some(request.clone()));
+    let (status, body, seal) = http_get_signed(&url, Some(request.clone()));
     assert_eq!(status, 200);
-    assert!(
-        body == std::fs::read(&block).unwrap(),
-        "not the stored object"
-    );
-    // The answer is signed for this request: HMAC(key, path, nonce, body).
+    let stored = std::fs::read(&block).unwrap();
+    assert_eq!(body.len(), stored.len());
+    assert!(body != stored, "the block crossed the network in the clear");
+    // The answer is sealed for this request: AES-256-GCM under HMAC(key, path, nonce), and
+    // opens to the object as stored.
     let k = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &group_key);
-    let mut signed = format!("unkai-peer-v2-answer\n{path}\n{nonce}\n").into_bytes();
-    signed.extend_from_slice(&body);
-    let tag = hex::decode(tag.expect("the answer is signed")).unwrap();
-    assert!(
-        ring::hmac::verify(&k, &signed, &tag).is_ok(),
-        "the answer's HMAC is not the group's for this request"
+    let answer_key = ring::hmac::sign(
+        &k,
+        format!("unkai-peer-v3-answer\n{path}\n{nonce}").as_bytes(),
     );
+    let seal = seal.expect("the answer is sealed");
+    let (iv, tag) = seal.split_once('.').expect("IV.TAG");
+    let aes = ring::aead::LessSafeKey::new(
+        ring::aead::UnboundKey::new(&ring::aead::AES_256_GCM, answer_key.as_ref()).unwrap(),
+    );
+    let mut opened = body.clone();
+    aes.open_in_place_separate_tag(
+        ring::aead::Nonce::try_assume_unique_for_key(&hex::decode(iv).unwrap()).unwrap(),
+        ring::aead::Aad::empty(),
+        ring::aead::Tag::from(<[u8; 16]>::try_from(hex::decode(tag).unwrap().as_slice()).unwrap()),
+        &mut opened,
+        0..,
+    )
+    .expect("the answer is not sealed with the group's key for this request");
+    assert!(opened == stored, "not the stored object");
     // The same request sent again (captured on the network): refused.
     let (status, body) = http_get(&url, Some(request));
     assert_eq!(status, 403);

@@ -5,6 +5,7 @@
 //! Not for: the group's protocol, placement or trust (`peers`), or reads without a group
 //! (`data::fetch_uncached`).
 
+use std::ops::Range;
 use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
@@ -44,6 +45,63 @@ impl Holder for Held {
             if s.codec.is_none() {
                 if let Some(data) = s.cache.get(&key) {
                     return Some(s.encode(&key, data).concat().into());
+                }
+            }
+            None
+        })
+    }
+
+    fn held_ranges(
+        &self,
+        key: &str,
+        ranges: Vec<Range<usize>>,
+    ) -> BoxFuture<'static, Option<Vec<u8>>> {
+        let (shared, key) = (self.0.upgrade(), key.to_string());
+        Box::pin(async move {
+            let s = shared?;
+            let cut = |obj: &[u8]| -> Option<Vec<u8>> {
+                let mut out = Vec::with_capacity(ranges.iter().map(|r| r.len()).sum());
+                for r in &ranges {
+                    out.extend_from_slice(obj.get(r.clone())?);
+                }
+                Some(out)
+            };
+            // A staged block is read whole (it is on local disk, and rarely asked for).
+            if let Some(st) = s.stage.as_ref().filter(|st| !st.is_raw(&key)) {
+                if let Ok(Some(obj)) = st.read(&key) {
+                    return cut(&obj);
+                }
+            }
+            // From the disk cache only the ranges are read (4 KiB, not the 4 MiB object).
+            if let Some(d) = s.disk.clone().filter(|d| d.may_have(&key)) {
+                let (k, r) = (key.clone(), ranges.clone());
+                if let Ok(Some(got)) =
+                    tokio::task::spawn_blocking(move || d.get_object_ranges(&k, &r)).await
+                {
+                    return Some(got);
+                }
+            }
+            if s.codec.is_none() {
+                if let Some(data) = s.cache.get(&key) {
+                    // The object is the data then its checksums: a range may span both,
+                    // so the parts are cut where they meet, not joined (4 MiB copied).
+                    let parts = s.encode(&key, data);
+                    let total: usize = parts.iter().map(|p| p.len()).sum();
+                    if ranges.iter().any(|r| r.start > r.end || r.end > total) {
+                        return None;
+                    }
+                    let mut out = Vec::with_capacity(ranges.iter().map(|r| r.len()).sum());
+                    for r in &ranges {
+                        let mut base = 0;
+                        for part in &parts {
+                            let (a, b) = (r.start.max(base), r.end.min(base + part.len()));
+                            if a < b {
+                                out.extend_from_slice(&part[a - base..b - base]);
+                            }
+                            base += part.len();
+                        }
+                    }
+                    return Some(out);
                 }
             }
             None

@@ -255,6 +255,41 @@ impl DiskCache {
         }
     }
 
+    /// Byte ranges `ranges` of the object of block `key` as cached, one after the other, not
+    /// checked (for a reader that checks them itself: a peer cache member's small read); only
+    /// those bytes are read. None: not cached, unreadable, or a range past its end.
+    pub fn get_object_ranges(&self, key: &str, ranges: &[Range<usize>]) -> Option<Vec<u8>> {
+        let Some(path) = self.find(key) else {
+            self.stats.misses.fetch_add(1, Relaxed);
+            return None;
+        };
+        let read = || -> io::Result<Option<Vec<u8>>> {
+            let f = File::open(&path)?;
+            let size = f.metadata()?.len();
+            if ranges
+                .iter()
+                .any(|r| r.start > r.end || r.end as u64 > size)
+            {
+                return Ok(None);
+            }
+            let mut out = vec![0u8; ranges.iter().map(|r| r.len()).sum()];
+            let mut at = 0;
+            for r in ranges {
+                f.read_exact_at(&mut out[at..at + r.len()], r.start as u64)?;
+                at += r.len();
+            }
+            Ok(Some(out))
+        };
+        match read() {
+            Ok(Some(out)) => {
+                self.hit(out.len());
+                Some(out)
+            }
+            Ok(None) => None,
+            Err(e) => self.unreadable(key, &path, e).map(Vec::from),
+        }
+    }
+
     /// Bytes `range` of block `key` (`len` bytes, checked with `sums`), if cached and intact:
     /// only the checksum segments they fall in are read and verified.
     pub fn get_range(

@@ -1,8 +1,8 @@
 //! Asking a member of the group for a block: one HTTP GET (reqwest, the client the object
 //! stores use; HTTP/1.1 over a pooled connection) signed with the group's key, within a time
-//! limit, its answer the object as the bucket stores it, taken only with the member's HMAC
-//! of it for this very request (`auth`); or ranges of it, only if the member holds it (a
-//! small read's segments and their checksums).
+//! limit, its answer the object as the bucket stores it, sealed by the member for this very
+//! request and taken only if it opens (`auth`); or ranges of it, only if the member holds it
+//! (a small read's segments and their checksums).
 //!
 //! Not for: checking the answer (the caller decodes it as any stored object), or what to
 //! do when a member fails (`peers` bypasses it).
@@ -10,9 +10,9 @@
 use std::net::SocketAddr;
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::auth::{self, Auth};
 
@@ -71,9 +71,11 @@ impl Asker {
         self.get(member, path).await
     }
 
-    /// GET `path` (and query) of `member`, signed; the answer's body if its HMAC holds (None:
-    /// 404, the member has no such block).
+    /// GET `path` (and query) of `member`, signed; the answer's body, opened, if it was
+    /// sealed with the group's key for this request (None: 404, the member has no such
+    /// block).
     async fn get(&self, member: SocketAddr, path: String) -> Result<Option<Bytes>, String> {
+        let start = Instant::now();
         let signed = self.auth.sign("GET", &path);
         let res = self
             .client
@@ -89,20 +91,36 @@ impl Asker {
         if !status.is_success() {
             return Err(format!("answered {status}"));
         }
-        let tag = res
+        let seal = res
             .headers()
             .get(auth::ANSWER_HEADER)
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
+        let head = start.elapsed();
         let body = res.bytes().await.map_err(|e| describe(&e))?;
+        let got = start.elapsed();
+        // Opened in place: the body is ours alone unless the HTTP stack kept a share of it.
+        let mut body = body
+            .try_into_mut()
+            .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
         if !self
             .auth
-            .check_answer(&path, &signed.nonce, &body, tag.as_deref())
+            .open_answer(&path, &signed.nonce, &mut body, seal.as_deref())
         {
-            return Err("its answer is not signed with the group's key for this request                         (altered on the way, or not a member)"
-                .into());
+            return Err(
+                "its answer is not sealed with the group's key for this request \
+                        (altered on the way, or not a member)"
+                    .into(),
+            );
         }
-        Ok(Some(body))
+        tracing::debug!(
+            "peer cache: {path} from {member}: {} bytes; headers in {head:?}, body in {:?}, \
+             opened in {:?}",
+            body.len(),
+            got - head,
+            start.elapsed() - got
+        );
+        Ok(Some(body.freeze()))
     }
 }
 

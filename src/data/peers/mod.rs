@@ -5,9 +5,9 @@
 //! misses a block in its own caches asks its owner ([`Group::object`]); the owner answers from
 //! what it holds (staged, cached) or fetches the block from the bucket once for everyone who
 //! asks at the same time (`flight`) and keeps it in its disk cache, so that the members'
-//! caches add up. Requests and answers are signed with the group's key (`auth`: a request
-//! once, an answer for its request); answers are the objects as the bucket stores them
-//! (encrypted stays encrypted) and the asker decodes and checks them as any stored object: a
+//! caches add up. Requests are signed with the group's key and answers sealed with it (`auth`:
+//! a request once, an answer for its request, AES-GCM); answers are the objects as the bucket
+//! stores them (encrypted stays encrypted) and the asker decodes and checks them as any stored object: a
 //! wrong answer costs a fetch from the bucket, and a member that fails or is slow is bypassed
 //! (a time limit, then [`DOWN_FOR`] without asking it).
 //!
@@ -40,8 +40,8 @@ pub const DOWN_FOR: Duration = Duration::from_secs(10);
 const RECENT_BYTES: usize = 64 << 20;
 
 /// Set to `corrupt` (tests only): every block this member serves has a byte flipped, and is
-/// signed so (a member that answers wrong). `forge`: the byte is flipped after the answer is
-/// signed (an answer altered on the network).
+/// sealed so (a member that answers wrong). `forge`: the byte is flipped after the answer is
+/// sealed (an answer altered on the network).
 pub const FAULTS_ENV: &str = "UNKAI_PEER_FAULTS";
 
 /// How a client takes part in a group; every field already checked by the caller.
@@ -61,6 +61,14 @@ pub struct Config {
 pub trait Holder: Send + Sync + 'static {
     /// The object of block `key` if this member has it (staged, cached).
     fn held(&self, key: &str) -> BoxFuture<'static, Option<Bytes>>;
+    /// Byte ranges `ranges` of the object of block `key`, one after the other, if this member
+    /// has it (staged, cached; None: it does not, or a range is past its end): a small
+    /// read's, read without the rest of the object where it can be.
+    fn held_ranges(
+        &self,
+        key: &str,
+        ranges: Vec<std::ops::Range<usize>>,
+    ) -> BoxFuture<'static, Option<Vec<u8>>>;
     /// The object of block `key` from the bucket.
     fn fetch(&self, key: &str) -> BoxFuture<'static, object::Result<Bytes>>;
     /// Keeps the object of block `key`, fetched from the bucket (in the disk cache).
@@ -126,7 +134,7 @@ pub struct Group {
     flights: flight::Flights,
     holder: Box<dyn Holder>,
     rate: Option<Rate>,
-    /// Fault injection (tests): blocks served are damaged, before or after they are signed.
+    /// Fault injection (tests): blocks served are damaged, before or after they are sealed.
     corrupt: bool,
     forge: bool,
     pub stats: Stats,

@@ -1,6 +1,6 @@
 //! Serving the group: an HTTP/1.1 server (hyper, as `/metrics`) on the address the member
 //! was told to listen on, answering `GET /v1/blocks/KEY` with the block's object as the
-//! bucket stores it (an encrypted volume's stays encrypted), with its HMAC for that request,
+//! bucket stores it (an encrypted volume's stays encrypted), sealed for that request (`auth`),
 //! to requests signed with the group's key and not seen before, within the serving bandwidth
 //! limit; or byte ranges of a block it holds (`?held_ranges=`, a small read's). Anything else
 //! is refused.
@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Weak;
 use std::sync::atomic::Ordering::Relaxed;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode};
 
@@ -97,14 +97,21 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
     if let Some(q) = query {
         return held_ranges(&group, key, q, &path, &nonce).await;
     }
+    let start = std::time::Instant::now();
     match group.serve_object(key).await {
         Some(obj) => {
+            let got = start.elapsed();
             served(&group, obj.len()).await;
             let obj = match group.corrupt {
                 true => super::corrupt(obj),
                 false => obj,
             };
-            signed(&group, &path, &nonce, obj)
+            let res = sealed(&group, &path, &nonce, obj);
+            tracing::debug!(
+                "peer cache: served block {key} to {from}: had it in {got:?}, sealed in {:?}",
+                start.elapsed() - got
+            );
+            res
         }
         None => reply(
             StatusCode::BAD_GATEWAY,
@@ -113,17 +120,21 @@ async fn answer<B>(group: Weak<Group>, req: Request<B>, from: SocketAddr) -> Res
     }
 }
 
-/// A 200 answer of `obj`, with its HMAC for the request of `path` and `nonce`.
-fn signed(group: &Group, path: &str, nonce: &str, obj: Bytes) -> Response<Full<Bytes>> {
-    let tag = group.auth.sign_answer(path, nonce, &obj);
-    let obj = match group.forge {
-        true => super::corrupt(obj),
-        false => obj,
+/// A 200 answer of `obj`, sealed for the request of `path` and `nonce` (in place when this
+/// is its only holder, else a copy).
+fn sealed(group: &Group, path: &str, nonce: &str, obj: Bytes) -> Response<Full<Bytes>> {
+    let mut body = obj
+        .try_into_mut()
+        .unwrap_or_else(|shared| BytesMut::from(&shared[..]));
+    let seal = group.auth.seal_answer(path, nonce, &mut body);
+    let body = match group.forge {
+        true => super::corrupt(body.freeze()),
+        false => body.freeze(),
     };
-    let mut res = reply(StatusCode::OK, obj);
+    let mut res = reply(StatusCode::OK, body);
     res.headers_mut().insert(
         auth::ANSWER_HEADER,
-        hyper::header::HeaderValue::from_str(&tag).expect("hex"),
+        hyper::header::HeaderValue::from_str(&seal).expect("hex"),
     );
     res
 }
@@ -144,34 +155,28 @@ async fn held_ranges(
     else {
         return bad();
     };
-    let ranges: Option<Vec<(usize, usize)>> = list
+    let ranges: Option<Vec<std::ops::Range<usize>>> = list
         .split(',')
         .take(4)
         .map(|r| {
             let (a, b) = r.split_once('-')?;
             let (a, b) = (a.parse().ok()?, b.parse().ok()?);
-            (a <= b).then_some((a, b))
+            (a <= b).then_some(a..b)
         })
         .collect();
     let Some(ranges) = ranges else {
         return bad();
     };
-    let Some(obj) = group.holder.held(key).await else {
+    // Only those bytes are read, never the whole object for a small read.
+    let Some(body) = group.holder.held_ranges(key, ranges).await else {
         return reply(StatusCode::NOT_FOUND, Bytes::from_static(b"not held\n"));
     };
-    if ranges.iter().any(|&(_, b)| b > obj.len()) {
-        return bad();
-    }
-    let mut body = Vec::with_capacity(ranges.iter().map(|(a, b)| b - a).sum());
-    for (a, b) in ranges {
-        body.extend_from_slice(&obj[a..b]);
-    }
     served(group, body.len()).await;
     let body = match group.corrupt {
         true => super::corrupt(Bytes::from(body)),
         false => Bytes::from(body),
     };
-    signed(group, path, nonce, body)
+    sealed(group, path, nonce, body)
 }
 
 /// An answer of `len` bytes about to be sent: the serving limit waited for, and counted.
