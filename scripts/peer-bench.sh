@@ -11,7 +11,12 @@
 #      PROBES one-block files, by the mount alone (a GET each) and by a mount that asks the
 #      group (--no-sharing: every block from its owner, which holds it); and 4 KiB at a
 #      random offset (a small random read) by a cold mount alone (ranged GETs) and by a cold
-#      mount asking the group (the owner answers the segments it holds).
+#      mount asking the group (the owner answers the segments it holds); and signed GETs of
+#      held blocks sent straight to their owners by Python (the owner's and loopback's share
+#      of a block from a peer, without the asker's HTTP stack).
+# PERF=FILE: `perf record -a` while the four mounts read (step 2), into FILE.
+# UNKAI_LOG=info,unkai::data::peers=debug: each peer request's phases in the mounts' logs
+# (kept in /tmp/peer-bench-logs).
 # `quarters`: the dataset (SIZE_MIB in four files) does not fit one member's disk cache
 # (--cache-size SIZE_MIB/2); four members each read a different quarter, then each reads
 # all of it: the bucket's GETs of each pass.
@@ -71,6 +76,48 @@ for i in range(n):
     ts.append(time.perf_counter() - s)
 ts.sort()
 print("median %.1f ms, mean %.1f ms" % (1000 * ts[len(ts) // 2], 1000 * sum(ts) / len(ts)))
+PY
+}
+# Signed GETs of PROBES held 4 MiB blocks, one at a time, sent straight to their owners
+# (rendezvous as data::peers::place) by Python: the owner's and loopback's share.
+raw_probe() { # (no arguments)
+  python3 - "$T" "$PROBES" <<'PY'
+import hashlib, hmac, http.client, os, re, sqlite3, sys, time, glob
+T = sys.argv[1]
+n = int(sys.argv[2]) if len(sys.argv) > 2 else 24
+key = bytes.fromhex(sqlite3.connect(T + "/meta.db").execute("SELECT value FROM setting WHERE name='peerKey'").fetchone()[0])
+members = []
+for log in glob.glob(T + "/m[1-4].log"):
+    m = re.search(r"serving blocks on (127\.0\.0\.1:\d+)", open(log).read())
+    if m: members.append(m.group(1))
+root = T + "/s3/bench/vols/"
+keys = []
+for dp, dn, fn in os.walk(root):
+    for f in fn:
+        keys.append(os.path.join(dp, f)[len(root):])
+# Whole 4 MiB blocks (ID_INDEX_LEN), held by their owners after the reads above.
+keys = sorted(k for k in keys if k.endswith("_4194304"))[:n]
+def owner(k):
+    return max(members, key=lambda m: (int.from_bytes(hashlib.sha256(m.encode() + b"\0" + k.encode()).digest()[:8], "big"), m))
+conns = {}
+ttfb, tot = [], []
+for k in keys:
+    o = owner(k)
+    path = "/v1/blocks/" + k
+    t = int(time.time()); nonce = os.urandom(16).hex()
+    tag = hmac.new(key, f"unkai-peer-v2\nGET\n{path}\n{t}\n{nonce}".encode(), hashlib.sha256).hexdigest()
+    c = conns.get(o) or http.client.HTTPConnection(*o.split(":"))
+    conns[o] = c
+    s = time.perf_counter()
+    c.request("GET", path, headers={"x-unkai-peer-auth": f"{t}.{nonce}.{tag}"})
+    r = c.getresponse()
+    f = time.perf_counter()
+    body = r.read()
+    e = time.perf_counter()
+    assert r.status == 200, (r.status, body[:100])
+    ttfb.append(1000 * (f - s)); tot.append(1000 * (e - s))
+ttfb.sort(); tot.sort()
+print("raw signed GETs to owners (%d, python): first byte median %.1f ms, whole median %.1f ms, mean %.1f ms" % (len(tot), ttfb[len(ttfb)//2], tot[len(tot)//2], sum(tot)/len(tot)))
 PY
 }
 mount_one writer
@@ -137,10 +184,15 @@ if [ "$MODE" = peers ]; then
   done
 fi
 before=0; for p in "${ports[@]}"; do before=$(echo "$before + $(gets "$p")" | bc); done
+if [ -n "${PERF:-}" ]; then
+  perf record -F 2000 -a -o "$PERF" 2>/dev/null & PERFPID=$!
+  sleep 0.5
+fi
 s=$(date +%s.%N)
 CATS=()
 for i in 1 2 3 4; do cat "$T/mnt-m$i/data" >/dev/null & CATS+=($!); done
 wait "${CATS[@]}"
+if [ -n "${PERF:-}" ]; then kill -INT "$PERFPID"; wait "$PERFPID" || true; fi
 e=$(date +%s.%N)
 FOUR=$(echo "$e - $s" | bc)
 after=0; for p in "${ports[@]}"; do after=$(echo "$after + $(gets "$p")" | bc); done
@@ -164,6 +216,7 @@ if [ "$MODE" = peers ]; then
   PROBE_PEER=$(probe "$T/mnt-asker" 0)
   pp=$(echo "scale=2; 1000 * ($(fig "$q" unkai_peer_request_duration_seconds_sum) - $ps0) / ($(fig "$q" unkai_peer_request_duration_seconds_count) - $pc0)" | bc)
   g1=$(gets "$q")
+  raw_probe || true
   echo "single-block probe (first 4 KiB of a one-block file, no read-ahead, ${PROBES} files one at a time):"
   # The store's 20 ms are injected outside the request's timing (object::faulty).
   echo "  mount alone (a whole-block GET each): ${PROBE_ALONE}; its GETs ${PROBE_GET} ms mean + 20 ms injected"
