@@ -14,6 +14,11 @@
 //! Bounded: an LRU of inodes, each with its known names and extended attributes; the
 //! least recently used inodes go when the count of entries passes the limit.
 //!
+//! Pages of listings are kept too, for as long as nothing changes at all (the epoch they
+//! were read at): a listing asked again before any write of this client or any pushed
+//! change (`rm -rf` opens each directory twice, `ls` then `ls -l`) is answered from memory,
+//! exactly as the engine would answer it. A few pages only, each of a bounded size.
+//!
 //! Not for: file contents (`data`), the kernel's caches (`fuse`), or deciding when the
 //! volume is shared (the mount decides and calls [`Cache::set_on`]).
 
@@ -22,12 +27,25 @@ use std::collections::HashMap;
 use lru::LruCache;
 use parking_lot::Mutex;
 
-use super::{Attr, Change, Ino};
+use super::{Attr, Change, DirEntry, Ino};
 
 /// Entries (an inode, a name, an extended attribute) kept by default: about 20 MiB.
 pub const DEFAULT_ENTRIES: usize = 100_000;
 /// Extended attribute values longer than this are not kept.
 const MAX_XATTR_KEPT: usize = 512;
+/// Pages of listings kept (all of one epoch), and the most entries one may have.
+const PAGES_KEPT: usize = 8;
+const PAGE_ENTRIES_KEPT: usize = 1024;
+
+/// What a page of a listing answers: the directory, the cookie it starts after, the most
+/// entries asked, and whether with attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PageKey {
+    pub dir: Ino,
+    pub cookie: u64,
+    pub limit: usize,
+    pub plus: bool,
+}
 
 /// What a write of this client made true.
 #[derive(Clone, Debug)]
@@ -75,6 +93,9 @@ struct Inner {
     /// Sum of the nodes' weights.
     weight: usize,
     limit: usize,
+    /// Pages of listings read at `pages_epoch`, newest last.
+    pages: Vec<(PageKey, Vec<DirEntry>)>,
+    pages_epoch: u64,
 }
 
 pub struct Cache {
@@ -97,6 +118,8 @@ impl Cache {
                 nodes: LruCache::unbounded(),
                 weight: 0,
                 limit: limit.max(1),
+                pages: Vec::new(),
+                pages_epoch: 0,
             }),
         }
     }
@@ -160,6 +183,34 @@ impl Cache {
         let n = c.nodes.get(&ino)?;
         let (_, v) = n.xattrs.iter().find(|(k, _)| &**k == name)?;
         Some(v.as_ref().map(|v| v.to_vec()))
+    }
+
+    /// A page of a listing read since nothing changed, if kept (`epoch` taken just before).
+    pub fn page(&self, epoch: Option<u64>, key: PageKey) -> Option<Vec<DirEntry>> {
+        let c = self.inner.lock();
+        if !c.on || epoch != Some(c.epoch) || c.pages_epoch != c.epoch {
+            return None;
+        }
+        let (_, v) = c.pages.iter().find(|(k, _)| *k == key)?;
+        Some(v.clone())
+    }
+
+    /// Keeps a page of a listing, unless anything changed since `epoch` was taken (before
+    /// the read).
+    pub fn fill_page(&self, epoch: Option<u64>, key: PageKey, entries: &[DirEntry]) {
+        let mut c = self.inner.lock();
+        if !c.on || epoch != Some(c.epoch) || entries.len() > PAGE_ENTRIES_KEPT {
+            return;
+        }
+        if c.pages_epoch != c.epoch {
+            c.pages.clear();
+            c.pages_epoch = c.epoch;
+        }
+        c.pages.retain(|(k, _)| *k != key);
+        if c.pages.len() == PAGES_KEPT {
+            c.pages.remove(0);
+        }
+        c.pages.push((key, entries.to_vec()));
     }
 
     /// Records what a read found, unless anything changed since `epoch` was taken.
@@ -227,6 +278,7 @@ impl Inner {
 
     fn clear(&mut self) {
         self.nodes.clear();
+        self.pages.clear();
         self.weight = 0;
         self.epoch += 1;
     }
@@ -381,6 +433,58 @@ mod tests {
         c.learn(b, &[Fact::Attr(attr(5, 2))]);
         c.learn(a, &[Fact::Attr(attr(5, 1))]);
         assert!(c.attr(5).is_none());
+    }
+
+    fn page(name: &[u8], cookie: u64) -> DirEntry {
+        DirEntry {
+            name: name.to_vec(),
+            ino: 9,
+            kind: Kind::File,
+            cookie,
+            attr: None,
+        }
+    }
+
+    #[test]
+    fn a_page_of_a_listing_lasts_until_anything_changes() {
+        let c = Cache::new(100);
+        let key = PageKey {
+            dir: 7,
+            cookie: 0,
+            limit: 100,
+            plus: true,
+        };
+        let e = c.epoch();
+        c.fill_page(e, key, &[page(b"a", 3)]);
+        assert!(c.page(c.epoch(), key).is_none(), "off keeps nothing");
+        c.set_on(true);
+        let e = c.epoch();
+        c.fill_page(e, key, &[page(b"a", 3)]);
+        assert_eq!(c.page(c.epoch(), key).unwrap()[0].name, b"a");
+        assert!(c.page(c.epoch(), PageKey { plus: false, ..key }).is_none());
+        assert!(c.page(c.epoch(), PageKey { cookie: 3, ..key }).is_none());
+        // Any write of this client, or any pushed change, ends every page.
+        c.learn(c.epoch(), &[Fact::Attr(attr(5, 1))]);
+        assert!(c.page(c.epoch(), key).is_none(), "a write of this client");
+        c.fill_page(c.epoch(), key, &[page(b"b", 3)]);
+        assert_eq!(c.page(c.epoch(), key).unwrap()[0].name, b"b");
+        c.changed(&Change::Entry {
+            parent: 1,
+            name: b"x".to_vec(),
+        });
+        assert!(c.page(c.epoch(), key).is_none(), "another client's change");
+        // A read that overlapped a change is not kept.
+        let before = c.epoch();
+        c.learn(c.epoch(), &[Fact::Attr(attr(5, 2))]);
+        c.fill_page(before, key, &[page(b"c", 3)]);
+        assert!(c.page(c.epoch(), key).is_none());
+        // A few pages are kept, the oldest go first.
+        let e = c.epoch();
+        for d in 0..=PAGES_KEPT as u64 {
+            c.fill_page(e, PageKey { dir: d, ..key }, &[page(b"d", 3)]);
+        }
+        assert!(c.page(e, PageKey { dir: 0, ..key }).is_none());
+        assert!(c.page(e, PageKey { dir: 1, ..key }).is_some());
     }
 
     #[test]

@@ -845,6 +845,18 @@ impl<E: Engine> EngineMeta<E> {
         limit: usize,
         plus: bool,
     ) -> Result<Vec<DirEntry>> {
+        // Asked again before anything changed (rm -rf opens each directory twice): the
+        // page read then.
+        let e = self.epoch();
+        let key = PageKey {
+            dir: ino,
+            cookie,
+            limit,
+            plus,
+        };
+        if let Some(page) = self.cache.page(e, key) {
+            return Ok(page);
+        }
         let dot = cookie < 1 && limit > 0;
         let dotdot = cookie < 2 && limit > usize::from(dot);
         let want = limit - usize::from(dot) - usize::from(dotdot);
@@ -878,6 +890,7 @@ impl<E: Engine> EngineMeta<E> {
                 .into_iter()
                 .filter(|e| ino != ROOT_INO || e.name != trash::TRASH_NAME),
         );
+        self.cache.fill_page(e, key, &out);
         Ok(out)
     }
 
