@@ -85,7 +85,8 @@ pub struct Args {
     scan: super::scan::ScanArgs,
     /// The kernel's writeback cache: small writes gather in the page cache and reach unkai
     /// in large batches; close and fsync still flush everything (the durability contract
-    /// holds). `auto` turns it on when this mount has the volume to itself. With it,
+    /// holds). `auto` turns it on when this mount starts with the volume to itself and the
+    /// volume has no capacity or quotas (write() itself must fail past them). With it,
     /// SEEK_DATA/SEEK_HOLE report no holes, and a write past the largest file size fails at
     /// close or fsync instead of at once.
     #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK_CACHE")]

@@ -300,6 +300,20 @@ impl Adapter {
         }
     }
 
+    /// The entries naming file `ino` (none if they cannot be read: logged).
+    fn names_of(&self, ino: u64) -> Vec<(u64, Vec<u8>)> {
+        self.vfs.names_of(ino).unwrap_or_else(|e| {
+            tracing::error!("inode {ino}: names of a file the kernel must forget: {e}");
+            Vec::new()
+        })
+    }
+
+    /// Makes the kernel forget bytes of file `ino` its writeback cache handed over and we
+    /// refused, if any; whether there were.
+    fn forget_refused(&self, ino: u64) -> bool {
+        self.cache.writeback && self.coherence.forget_refused(ino, || self.names_of(ino))
+    }
+
     /// FOPEN flags of an open: the kernel keeps the file's pages only if the file has not
     /// changed elsewhere since this mount last saw it (`keep`); otherwise its cached size
     /// and times go too, so the open sees what the last close elsewhere left (close-to-open).
@@ -483,7 +497,7 @@ impl Adapter {
                 &self.attr_ttl(&a),
                 &self.entry_ttl(a.parent),
                 &self.kernel_attr(&a),
-                Generation(0),
+                self.coherence.generation(a.ino),
             ),
             Err(e) => reply.error(errno(&e)),
         }
@@ -652,7 +666,7 @@ impl Filesystem for Adapter {
         size: Option<u64>,
         atime: Option<TimeOrNow>,
         mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
+        ctime: Option<SystemTime>,
         _fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
         _chgtime: Option<SystemTime>,
@@ -675,6 +689,8 @@ impl Filesystem for Adapter {
             gid,
             atime: atime.map(set_time),
             mtime: mtime.map(set_time),
+            // Sent only by a kernel with the writeback cache, whose ctime `stat` shows.
+            ctime: ctime.filter(|_| self.cache.writeback).map(setattr_nanos),
         };
         match self.vfs.setattr(&ctx(req), ino, &set, size, chown) {
             Ok(a) => {
@@ -969,7 +985,13 @@ impl Filesystem for Adapter {
                 self.export.requests().written(Proto::Fuse, n as usize);
                 reply.written(n)
             }
-            Err(e) => reply.error(op.failed_with(errno(&e))),
+            Err(e) => {
+                if !stamp {
+                    // From the writeback cache: the kernel keeps the refused bytes.
+                    self.coherence.refused(ino);
+                }
+                reply.error(op.failed_with(errno(&e)))
+            }
         }
     }
 
@@ -1093,6 +1115,9 @@ impl Filesystem for Adapter {
             .vfs
             .flush(fh.0)
             .and(self.vfs.locks_closed_by(ino, lock_owner.0));
+        // Before the reply: close(2) returns only once the kernel forgot refused bytes (its
+        // pages are written back by now; no lock of the kernel's is held during a flush).
+        self.forget_refused(ino);
         match res {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(op.failed_with(errno(&e))),
@@ -1120,7 +1145,11 @@ impl Filesystem for Adapter {
         let op = self.op(req, "release", || format!("({},{})", ino.0, fh.0));
         let ino = self.inodes.volume(ino);
         // Stored first (release flushes), then the locks go.
-        let res = self.vfs.release(fh.0);
+        let res = self.vfs.release_dropping(fh.0);
+        if !self.forget_refused(ino) && matches!(res, Ok(true)) && self.cache.writeback {
+            // The kernel still holds the dropped bytes and the size they made.
+            self.coherence.forget_dropped(ino, &self.names_of(ino));
+        }
         if let Some(p) = &self.passthrough {
             p.release(fh.0);
         }
@@ -1128,7 +1157,7 @@ impl Filesystem for Adapter {
             tracing::error!("inode {}: locks of a released file: {e}", ino);
         }
         match res {
-            Ok(()) => reply.ok(),
+            Ok(_) => reply.ok(),
             Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
@@ -1223,7 +1252,7 @@ impl Filesystem for Adapter {
                     OsStr::from_bytes(&e.name),
                     &self.entry_ttl(ino),
                     &self.kernel_attr(a),
-                    Generation(0),
+                    self.coherence.generation(a.ino),
                 ) {
                     return reply.ok();
                 }
@@ -1415,7 +1444,7 @@ impl Filesystem for Adapter {
                 reply.created(
                     &self.attr_ttl(&a).min(self.entry_ttl(parent)),
                     &self.kernel_attr(&a),
-                    Generation(0),
+                    self.coherence.generation(a.ino),
                     FileHandle(fh),
                     f,
                 )

@@ -11,13 +11,21 @@
 //! adapter hands out short TTLs until they flow again ([`Coherence::pushed`]). On a volume of
 //! one machine (SQLite), whether this mount is alone on it ([`Coherence::alone`]) also moves
 //! the TTLs, as other mounts come and go.
+//!
+//! Writes this mount dropped (a close reported them failed; see `Vfs::release_dropping`)
+//! are undone in the kernel too ([`Coherence::forget_dropped`]): under the writeback cache
+//! the kernel keeps a file's size as its own and takes none from replies, so only a new
+//! inode clears it. The file's generation moves on and its names are invalidated: the next
+//! lookup answers the new generation and the kernel sets the old inode aside.
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use fuser::{INodeNo, Notifier};
+use fuser::{Generation, INodeNo, Notifier};
+use parking_lot::Mutex;
 
 use super::inodes::Inodes;
 use crate::meta::{Change, ChangeSink, Ino};
@@ -30,6 +38,12 @@ pub struct Coherence {
     alone: AtomicBool,
     /// Told of each inode whose contents another client changed (passthrough's copies).
     on_data: OnceLock<DataHook>,
+    /// The generation of each inode whose dropped writes made the kernel set an inode
+    /// aside (0, the default, for every other).
+    generations: Mutex<HashMap<Ino, u64>>,
+    /// Files whose writes from the kernel's writeback cache we refused (a capacity or quota
+    /// set while mounted, the store down): the kernel's pages and size still hold them.
+    refused: Mutex<HashSet<Ino>>,
 }
 
 /// What [`Coherence::on_data`] calls.
@@ -98,6 +112,48 @@ impl Coherence {
                 tracing::debug!("invalidating inode {ino}: {e}");
             }
         }
+    }
+
+    /// The generation entry replies give the volume's inode `ino`.
+    pub fn generation(&self, ino: Ino) -> Generation {
+        Generation(self.generations.lock().get(&ino).copied().unwrap_or(0))
+    }
+
+    /// Makes the kernel forget what it caches of file `ino`, whose writes this mount dropped
+    /// (a close reported them failed): its pages, and, as the kernel takes no size from our
+    /// replies under the writeback cache, the inode itself: a new generation, and the
+    /// entries naming it (`names`, as (directory, name)) invalidated, so that the next
+    /// lookup finds the new generation and the kernel makes a fresh inode with our size,
+    /// setting the old one aside (any descriptor still open on it then fails with EIO).
+    /// Called at the last release of the file, before its reply: no descriptor is open, and
+    /// the kernel holds no lock a notification waits for.
+    pub fn forget_dropped(&self, ino: Ino, names: &[(Ino, Vec<u8>)]) {
+        *self.generations.lock().entry(ino).or_insert(0) += 1;
+        self.forget_file(ino);
+        for (dir, name) in names {
+            if let Some((n, k)) = self.target(*dir) {
+                if let Err(e) = n.inval_entry(k, OsStr::from_bytes(name)) {
+                    tracing::debug!("invalidating the entry of inode {ino} in {dir}: {e}");
+                }
+            }
+        }
+    }
+
+    /// Notes that a write of file `ino` the kernel's writeback cache handed over was refused
+    /// (the kernel keeps the bytes in its pages: written back is clean to it). Forgotten by
+    /// [`Coherence::forget_refused`] at the next flush or release, outside the write.
+    pub fn refused(&self, ino: Ino) {
+        self.refused.lock().insert(ino);
+    }
+
+    /// If writes of file `ino` were refused since the last call, makes the kernel forget them
+    /// ([`Coherence::forget_dropped`]; `names` gives the file's entries); whether it did.
+    pub fn forget_refused(&self, ino: Ino, names: impl FnOnce() -> Vec<(Ino, Vec<u8>)>) -> bool {
+        if !self.refused.lock().remove(&ino) {
+            return false;
+        }
+        self.forget_dropped(ino, &names());
+        true
     }
 
     /// Calls `hook` with each inode whose contents another client changed, after the

@@ -296,10 +296,14 @@ pub struct SetAttr {
     pub gid: Option<u32>,
     pub atime: Option<SetTime>,
     pub mtime: Option<SetTime>,
+    /// The kernel's own ctime of the change, under its writeback cache: it owns the times of
+    /// the files it caches, shows its own and takes none from us, so the one kept is its.
+    pub ctime: Option<Nanos>,
 }
 
 impl SetAttr {
-    /// Applies the change to `a`; true if anything changed (then ctime is `now`).
+    /// Applies the change to `a`; true if anything changed (then ctime is `now`, or the one
+    /// given).
     pub fn apply(&self, a: &mut Attr, now: Nanos) -> bool {
         let time = |t: SetTime| match t {
             SetTime::Now => now,
@@ -327,7 +331,7 @@ impl SetAttr {
             changed = true;
         }
         if changed {
-            a.ctime = now;
+            a.ctime = self.ctime.unwrap_or(now);
         }
         changed
     }

@@ -459,7 +459,15 @@ impl Vfs {
             // Pending writes commit first: a truncate cuts them, and an mtime set after them
             // (utimensat, or the kernel's writeback cache handing over the times it kept)
             // must not be overwritten by their commit.
-            self.flush_ino(ino)?;
+            if let Err(e) = self.flush_ino(ino) {
+                // Under the kernel's writeback cache, close(2) hands the times over with this
+                // setattr before its flush, and fails with its error (the flush is not even
+                // sent): the application is told its writes failed, as by a failed flush.
+                if let Some(w) = self.writer(ino) {
+                    w.lock().set_close_failed();
+                }
+                return Err(e);
+            }
         }
         if let Some(size) = size {
             attr = Some(self.meta.truncate(ctx, ino, size)?);
@@ -1058,6 +1066,13 @@ impl Vfs {
     }
 
     pub fn release(&self, fh: u64) -> Result<()> {
+        self.release_dropping(fh).map(|_| ())
+    }
+
+    /// [`Vfs::release`], saying whether it dropped writes a failed close reported (the
+    /// caller's caches of the file, such as the kernel's pages and size under its writeback
+    /// cache, still hold them and must forget them).
+    pub fn release_dropping(&self, fh: u64) -> Result<bool> {
         let Some(h) = self.handles.remove(fh) else {
             return sys(libc::EBADF);
         };
@@ -1105,7 +1120,12 @@ impl Vfs {
             }
         }
         self.meta.close_inode(h.ino)?;
-        res
+        res.map(|()| told)
+    }
+
+    /// The entries naming file `ino`: (directory, name), one per hard link.
+    pub fn names_of(&self, ino: Ino) -> Result<Vec<(Ino, Vec<u8>)>> {
+        Ok(self.meta.names_of(ino)?)
     }
 
     // ---- file locks (shared by every client of the volume; see [`locks`]) ----

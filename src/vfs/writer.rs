@@ -210,8 +210,9 @@ pub struct FileWriter {
     committed: Option<Attr>,
     /// What the small pending slices were sent as at flush (see `pack`).
     packs: Vec<Packed>,
-    /// A close (FUSE flush) told the application these writes failed, and no flush has
-    /// succeeded since: they are dropped at the last release, never committed later.
+    /// A close (FUSE flush, or the setattr of times the kernel's writeback cache sends
+    /// first) told the application these writes failed, and no flush has succeeded since:
+    /// they are dropped at the last release, never committed later.
     close_failed: bool,
     /// A commit of the pending slices failed without a POSIX answer (the engine's error: a
     /// connection lost after its COMMIT was sent, in a database failover): it may have

@@ -145,10 +145,17 @@ fn ttls_follow(cfg: &MountConfig, engine: EngineKind) -> bool {
 /// The kernel's cache settings for a mount shared as `sharing`, with the user's overrides.
 /// With `follow`, the TTLs are the shared ones, raised while the mount is alone
 /// ([`CacheConfig::alone_ttl`]); the writeback cache stays as `sharing` decided.
-fn cache_config(cfg: &MountConfig, sharing: Sharing, follow: bool) -> anyhow::Result<CacheConfig> {
+/// `limited`: the volume has a capacity or quotas, which `write` itself must keep (the
+/// writeback cache takes writes the kernel only hands over later, so `auto` leaves it off).
+fn cache_config(
+    cfg: &MountConfig,
+    sharing: Sharing,
+    follow: bool,
+    limited: bool,
+) -> anyhow::Result<CacheConfig> {
     let exclusive = sharing == Sharing::Exclusive;
     let writeback = match cfg.writeback_cache {
-        Writeback::Auto => exclusive,
+        Writeback::Auto => exclusive && !limited,
         Writeback::On => true,
         Writeback::Off => false,
     };
@@ -262,7 +269,7 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         let sharing = sharing(&**meta, &coherence)?;
         coherence.start_alone(sharing == Sharing::Exclusive);
         meta.set_alone(sharing == Sharing::Exclusive);
-        let cache = cache_config(cfg, sharing, follow)?;
+        let cache = cache_config(cfg, sharing, follow, meta.limited())?;
         let now = |t: Duration| match cache.alone_ttl {
             Some(a) if sharing == Sharing::Exclusive => a,
             _ => t,
@@ -423,11 +430,14 @@ mod tests {
 
     #[test]
     fn ttl_defaults_and_overrides() {
-        let c = cache_config(&cfg(), Sharing::Exclusive, false).unwrap();
+        let c = cache_config(&cfg(), Sharing::Exclusive, false, false).unwrap();
         assert_eq!(c.attr_ttl, Duration::from_secs(30));
         assert_eq!(c.negative_ttl, Duration::from_secs(30));
         assert!(c.writeback && !c.shared && c.fallback_ttl.is_none());
-        let c = cache_config(&cfg(), Sharing::Pushed, false).unwrap();
+        // A capacity or quotas: write() itself must fail past them, which the cache cannot.
+        let c = cache_config(&cfg(), Sharing::Exclusive, false, true).unwrap();
+        assert!(!c.writeback);
+        let c = cache_config(&cfg(), Sharing::Pushed, false, false).unwrap();
         assert_eq!(c.entry_ttl, Duration::from_secs(5));
         assert_eq!(c.fallback_ttl, Some(Duration::from_secs(1)));
         assert!(!c.writeback && c.shared);
@@ -435,7 +445,7 @@ mod tests {
         o.attr_ttl = Some(2.0);
         o.negative_ttl = Some(0.0);
         o.writeback_cache = Writeback::On;
-        let c = cache_config(&o, Sharing::Shared, false).unwrap();
+        let c = cache_config(&o, Sharing::Shared, false, false).unwrap();
         assert_eq!(c.attr_ttl, Duration::from_secs(2));
         assert_eq!(c.entry_ttl, Duration::from_secs(2));
         assert_eq!(c.negative_ttl, Duration::ZERO);
@@ -444,11 +454,11 @@ mod tests {
         assert!(ttls_follow(&cfg(), EngineKind::Sqlite));
         assert!(!ttls_follow(&o, EngineKind::Sqlite));
         assert!(!ttls_follow(&cfg(), EngineKind::Postgres));
-        let c = cache_config(&cfg(), Sharing::Shared, true).unwrap();
+        let c = cache_config(&cfg(), Sharing::Shared, true, false).unwrap();
         assert_eq!(c.attr_ttl, Duration::from_secs(1));
         assert_eq!(c.alone_ttl, Some(Duration::from_secs(30)));
         assert!(!c.writeback && c.shared);
-        let c = cache_config(&cfg(), Sharing::Exclusive, true).unwrap();
+        let c = cache_config(&cfg(), Sharing::Exclusive, true, false).unwrap();
         assert_eq!(c.alone_ttl, Some(Duration::from_secs(30)));
         assert!(c.writeback);
     }
