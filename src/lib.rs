@@ -20,6 +20,7 @@ pub mod data;
 pub mod fuse;
 pub mod garbage;
 pub mod gateway;
+pub mod import;
 pub mod meta;
 pub mod metrics;
 pub mod nfs;

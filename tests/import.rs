@@ -1,8 +1,16 @@
-//! `unkai import`'s layers against a real S3 server (versitygw). So far its first layer:
-//! reads pinned to the version of an object that was imported (`object::get_pinned`), which
-//! must never return bytes of another version.
+//! `unkai import` against a real S3 server (versitygw): reads pinned to the version of an
+//! object that was imported (`object::get_pinned`), which must never return bytes of another
+//! version; then the command as a user runs it: objects imported as files without copying a
+//! byte, read through a real mount (bytes compared), a file overwritten (copy on write: the
+//! object unchanged), an object changed behind unkai (EIO and a log line naming it), deleted
+//! behind it, `--refresh`, then fsck, gc and destroy leaving every imported object alone.
 
 mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::*;
@@ -11,8 +19,8 @@ use unkai::object::{Error, ObjectStorage, Pin};
 #[test]
 fn pinned_reads_on_s3_never_return_another_version() {
     let server = servers::s3("pinned");
-    // The only test of this binary: the store reads its endpoint and keys from the
-    // environment, set before any other thread runs.
+    // The store reads its endpoint and keys from the environment (the other test of this
+    // binary gives its commands theirs explicitly).
     for (k, v) in &server.env {
         unsafe { std::env::set_var(k, v) };
     }
@@ -59,4 +67,277 @@ fn pinned_reads_on_s3_never_return_another_version() {
             Err(Error::NotFound(_))
         ));
     });
+}
+
+/// Every file under `dir` with its contents, by relative path.
+fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
+    out
+}
+
+/// The count before `what` in the closing summary line ("3 imported").
+fn count(out: &str, what: &str) -> u64 {
+    let line = out
+        .lines()
+        .find(|l| l.contains("objects listed"))
+        .unwrap_or_else(|| panic!("no summary line in {out:?}"));
+    let at = line
+        .find(&format!(" {what}"))
+        .unwrap_or_else(|| panic!("no '{what}' in {line}"));
+    let digits: String = line[..at]
+        .chars()
+        .rev()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits.chars().rev().collect::<String>().parse().unwrap()
+}
+
+fn import(vol: &Volume, extra: &[&str]) -> String {
+    let mut args = vec!["import", "--quiet"];
+    args.extend_from_slice(extra);
+    let (ok, out, err) = run_env(&args, &vol.env);
+    assert!(ok, "unkai {args:?} failed: {out}\n{err}");
+    out
+}
+
+#[test]
+fn import_read_copy_on_write_changed_behind_refresh_then_gc_leaves_objects() {
+    let server = servers::s3("imports");
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    let files: &[(&str, usize)] = &[
+        ("a.txt", 100),
+        ("dir/b.bin", (3 << 20) + 7),
+        ("dir/sub/c.bin", 200_000),
+        ("gone.txt", 5000),
+        ("empty", 0),
+    ];
+    for (i, (name, len)) in files.iter().enumerate() {
+        let p = src.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, pattern(*len, i as u64 + 1)).unwrap();
+    }
+    // Blocks of 256 KiB: the larger object is many blocks, read ahead.
+    let vol = Volume::with_env(&["--block-size", "256K"], server.env.clone());
+    let (ok, out, err) = run_env(
+        &[
+            "sync",
+            "--quiet",
+            src.to_str().unwrap(),
+            "s3://imports/data",
+        ],
+        &vol.env,
+    );
+    assert!(ok, "sync into the bucket: {out}{err}");
+    let objects = server.dir.path().join("root/imports/data");
+    let original = tree(&objects);
+    assert_eq!(original, tree(&src));
+
+    // Bad input: one line naming the fix, and nothing changed.
+    let bad = |args: &[&str], env: &[(String, String)], says: &str| {
+        let mut all = vec!["import", "--quiet"];
+        all.extend_from_slice(args);
+        let (ok, out, err) = run_env(&all, env);
+        assert!(!ok, "{all:?} succeeded: {out}");
+        let line = err.trim().lines().last().unwrap_or("").to_string();
+        assert!(line.contains(says), "{all:?}: {err}");
+    };
+    let meta = vol.meta_url.as_str();
+    bad(
+        &[meta, "s3://nosuchbucket/x", "--at", "/data"],
+        &vol.env,
+        "the bucket does not exist",
+    );
+    bad(
+        &[meta, "s3://imports/data", "--at", "/data/../../x"],
+        &vol.env,
+        "stays inside it",
+    );
+    let mut wrong = vol.env.clone();
+    for (k, v) in wrong.iter_mut() {
+        if k == "AWS_SECRET_ACCESS_KEY" {
+            *v = "not-the-secret".into();
+        }
+    }
+    bad(
+        &[meta, "s3://imports/data", "--at", "/data"],
+        &wrong,
+        "credentials",
+    );
+
+    let mut unreachable = vol.env.clone();
+    for (k, v) in unreachable.iter_mut() {
+        if k == "AWS_ENDPOINT_URL" {
+            // Nothing listens on port 1 of the loopback (binding it needs root).
+            *v = "http://127.0.0.1:1".into();
+        }
+    }
+    bad(
+        &[meta, "s3://imports/data", "--at", "/data"],
+        &unreachable,
+        "the endpoint (reachable?)",
+    );
+    // None of it made the directory.
+    let m = vol.mount();
+    assert!(!m.p("data").exists(), "bad input changed the volume");
+    m.unmount();
+
+    // The import: every object a file, no byte copied into the volume's bucket.
+    let out = import(&vol, &[meta, "s3://imports/data", "--at", "/data"]);
+    assert_eq!(count(&out, "imported"), 5, "{out}");
+    assert_eq!(count(&out, "failed"), 0, "{out}");
+    // Again: nothing new.
+    let out = import(&vol, &[meta, "s3://imports/data", "--at", "/data"]);
+    assert_eq!(
+        (count(&out, "imported"), count(&out, "kept")),
+        (0, 5),
+        "{out}"
+    );
+    assert!(
+        vol.objects().is_empty(),
+        "bytes were copied: {:?}",
+        vol.objects()
+    );
+
+    let m = vol.mount();
+    // c.bin is not read before it changes behind unkai (no cached block of it).
+    for (name, _) in files.iter().filter(|(n, _)| *n != "dir/sub/c.bin") {
+        let got = std::fs::read(m.p(&format!("data/{name}"))).unwrap();
+        assert!(
+            got == src_bytes(&src, name),
+            "{name} read through the mount"
+        );
+    }
+    assert_eq!(
+        std::fs::metadata(m.p("data/dir/sub/c.bin")).unwrap().len(),
+        200_000
+    );
+    // A random read in the middle of the large file.
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(m.p("data/dir/b.bin")).unwrap();
+        f.seek(SeekFrom::Start(1_000_003)).unwrap();
+        let mut buf = vec![0u8; 70_000];
+        f.read_exact(&mut buf).unwrap();
+        assert_eq!(buf, src_bytes(&src, "dir/b.bin")[1_000_003..1_070_003]);
+    }
+    assert!(vol.objects().is_empty(), "a read copied bytes");
+    // `unkai info` shows where the bytes are.
+    let (ok, out, err) = run(&["info", m.p("data/dir/b.bin").to_str().unwrap()]);
+    assert!(ok, "{out}{err}");
+    assert!(
+        out.contains("imported at 0") && out.contains("s3://imports/data/dir/b.bin"),
+        "{out}"
+    );
+
+    // Copy on write: the file changes, the object does not.
+    {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(m.p("data/a.txt"))
+            .unwrap();
+        f.seek(SeekFrom::Start(10)).unwrap();
+        f.write_all(b"HELLO").unwrap();
+        f.sync_all().unwrap();
+    }
+    let mut a = src_bytes(&src, "a.txt");
+    a[10..15].copy_from_slice(b"HELLO");
+    assert_eq!(std::fs::read(m.p("data/a.txt")).unwrap(), a);
+    assert_eq!(tree(&objects), original, "the write reached the bucket");
+
+    // Changed behind unkai (another size), and one deleted: EIO, and the log names it.
+    let change = t.path().join("change");
+    std::fs::create_dir_all(change.join("dir/sub")).unwrap();
+    let c_new = pattern(210_000, 99);
+    std::fs::write(change.join("dir/sub/c.bin"), &c_new).unwrap();
+    let (ok, out, err) = run_env(
+        &[
+            "sync",
+            "--quiet",
+            change.to_str().unwrap(),
+            "s3://imports/data",
+        ],
+        &vol.env,
+    );
+    assert!(ok, "{out}{err}");
+    std::fs::remove_file(objects.join("gone.txt")).unwrap();
+    let e = std::fs::read(m.p("data/dir/sub/c.bin")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert!(
+        eventually(Duration::from_secs(30), || m.log_text().contains(
+            "imported object s3://imports/data/dir/sub/c.bin changed behind unkai"
+        )),
+        "no log line naming the object: {}",
+        tail(&m.log_text(), 20)
+    );
+    m.unmount();
+    // The written bytes are the volume's own (uploaded by the time the mount ends).
+    assert!(
+        !vol.objects().is_empty(),
+        "the written bytes are not in the volume"
+    );
+    // fsck names them, and the volume is consistent.
+    let (ok, out, err) = vol.cmd("fsck", &["--quiet"]);
+    assert!(ok, "{out}{err}");
+    assert!(out.contains("external slices"), "{out}");
+    assert!(
+        out.contains("CHANGED imported object s3://imports/data/dir/sub/c.bin"),
+        "{out}"
+    );
+    assert!(
+        out.contains("CHANGED imported object s3://imports/data/gone.txt"),
+        "{out}"
+    );
+
+    // Refresh: c.bin re-pointed, gone.txt unlinked, a.txt (written) kept, the rest unchanged.
+    let out = import(
+        &vol,
+        &["--refresh", meta, "s3://imports/data", "--at", "/data"],
+    );
+    assert_eq!(count(&out, "changed"), 1, "{out}");
+    assert_eq!(count(&out, "deleted"), 1, "{out}");
+    assert_eq!(count(&out, "kept"), 1, "{out}");
+    assert_eq!(count(&out, "unchanged"), 2, "{out}");
+    let m = vol.mount();
+    assert_eq!(std::fs::read(m.p("data/dir/sub/c.bin")).unwrap(), c_new);
+    assert!(!m.p("data/gone.txt").exists());
+    assert_eq!(std::fs::read(m.p("data/a.txt")).unwrap(), a);
+    m.unmount();
+
+    // gc, fsck and destroy leave every imported object alone.
+    let now = tree(&objects);
+    assert!(now.contains_key("a.txt") && now.contains_key("dir/b.bin"));
+    let (ok, out, err) = vol.cmd("gc", &["--delete", "--quiet"]);
+    assert!(ok, "{out}{err}");
+    let (ok, out, err) = vol.cmd("fsck", &["--quiet"]);
+    assert!(ok && out.contains("volume is consistent"), "{out}{err}");
+    assert!(!out.contains("CHANGED"), "{out}");
+    assert_eq!(tree(&objects), now, "gc or fsck touched an imported object");
+    let (ok, out, err) = vol.cmd("status", &["--json"]);
+    assert!(ok, "{out}{err}");
+    let st: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let uuid = st["format"]["uuid"].as_str().unwrap().to_string();
+    let (ok, out, err) = run_env(&["destroy", "--yes", "--quiet", meta, &uuid], &vol.env);
+    assert!(ok, "{out}{err}");
+    assert!(
+        vol.objects().is_empty(),
+        "destroy left the volume's own objects"
+    );
+    assert_eq!(tree(&objects), now, "destroy touched an imported object");
+}
+
+fn src_bytes(src: &Path, rel: &str) -> Vec<u8> {
+    std::fs::read(src.join(rel)).unwrap()
 }

@@ -51,7 +51,8 @@ pub fn destroy(meta: &dyn Meta, obj: &ObjectStorage, quiet: bool) -> anyhow::Res
             .into_iter()
             .map(|(id, size, _)| (id, size))
             .chain(meta.all_dead_slices()?.into_iter().map(|d| (d.id, d.size)));
-        for (id, size) in slices {
+        // External slices' objects (`unkai import`) are not the volume's: never named.
+        for (id, size) in slices.filter(|(id, _)| !crate::meta::slice::is_external(*id)) {
             for (i, len) in layout.blocks_of(size) {
                 named.insert(layout.block_key(id, i, len));
             }

@@ -56,6 +56,12 @@ pub struct Report {
     /// Blocks of committed slices not in the bucket yet, staged for upload (write-back) on
     /// this machine or by a live client: not a problem.
     pub staged: u64,
+    /// External slices referenced (`unkai import`: bytes of objects outside the volume).
+    pub external_slices: u64,
+    /// Imported objects changed or gone behind unkai, each with the file it feeds and what
+    /// changed (their files read as EIO until `unkai import --refresh`; the volume itself is
+    /// consistent).
+    pub external_changed: Vec<String>,
 }
 
 impl Report {
@@ -188,6 +194,7 @@ pub fn check(
     let table = SliceTable::load(meta)?;
     check_slice_table(&ns, &slices, &table, &mut r);
     check_stored(&ns, &slices, &mut r);
+    check_externals(meta, &ns, &slices, objects.is_some(), &mut r)?;
     if let Some(obj) = objects {
         let listed = list_objects(obj, &fmt, quiet)?;
         let reserved = Reserved::load(meta)?;
@@ -678,9 +685,90 @@ struct BlockRef {
     key: String,
 }
 
-/// Every block of every referenced slice, slices in order of id.
+/// External slices (`unkai import`): each referenced one has its row; with `probe`, each
+/// imported object is read (one byte, pinned to its imported version) and those changed or
+/// gone behind unkai are reported with the files they feed.
+fn check_externals(
+    meta: &dyn Meta,
+    ns: &Namespace,
+    slices: &SliceRefs,
+    probe: bool,
+    r: &mut Report,
+) -> anyhow::Result<()> {
+    let mut ids: Vec<u64> = slices
+        .counted
+        .keys()
+        .copied()
+        .filter(|id| crate::meta::slice::is_external(*id))
+        .collect();
+    r.external_slices = ids.len() as u64;
+    if ids.is_empty() {
+        return Ok(());
+    }
+    ids.sort();
+    let rows: HashMap<u64, crate::meta::External> =
+        meta.externals()?.into_iter().map(|e| (e.id, e)).collect();
+    let mut objects: std::collections::BTreeMap<(String, String, String, u64), u64> =
+        Default::default();
+    for id in &ids {
+        let owner = ns.names.path(slices.owner[id]);
+        match rows.get(id) {
+            Some(e) => {
+                let k = (e.url.clone(), e.key.clone(), e.etag.clone(), e.object_size);
+                objects.entry(k).or_insert(*id);
+            }
+            None => r.error(
+                format!("external slice {id} of {owner} has no row: its bytes cannot be read"),
+                vec![],
+            ),
+        }
+    }
+    if !probe {
+        return Ok(());
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let mut stores: HashMap<String, Option<ObjectStorage>> = HashMap::new();
+    for ((url, key, etag, size), id) in objects {
+        if size == 0 {
+            continue;
+        }
+        let name = crate::data::external::object_name(&rows[&id]);
+        let owner = ns.names.path(slices.owner[&id]);
+        let store = stores
+            .entry(url.clone())
+            .or_insert_with(|| ObjectStorage::open(&url, false).ok());
+        let Some(store) = store else {
+            r.external_changed.push(format!(
+                "imported object {name} of {owner}: its store cannot be opened"
+            ));
+            continue;
+        };
+        let pin = crate::object::Pin { etag, size };
+        match rt.block_on(store.get_pinned(&key, 0..1, &pin)) {
+            Ok(_) => {}
+            Err(crate::object::Error::Changed { what, .. }) => r.external_changed.push(format!(
+                "imported object {name} of {owner} changed behind unkai ({what}): its reads \
+                 fail with EIO until unkai import --refresh"
+            )),
+            Err(e) => r.external_changed.push(format!(
+                "imported object {name} of {owner} cannot be read: {}",
+                crate::object::one_line(&e.to_string())
+            )),
+        }
+    }
+    Ok(())
+}
+
+/// Every block of every referenced slice, slices in order of id (external slices' objects
+/// are not the volume's: left out).
 fn referenced_blocks(layout: &Layout, slices: &SliceRefs) -> Vec<BlockRef> {
-    let mut ids: Vec<_> = slices.counted.iter().collect();
+    let mut ids: Vec<_> = slices
+        .counted
+        .iter()
+        .filter(|(id, _)| !crate::meta::slice::is_external(**id))
+        .collect();
     ids.sort();
     ids.into_iter()
         .flat_map(|(&id, &(size, _))| {

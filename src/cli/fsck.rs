@@ -175,6 +175,16 @@ pub fn run(a: Args) -> anyhow::Result<()> {
             staged.len()
         );
     }
+    if report.external_slices > 0 {
+        println!(
+            "{} external slices (objects imported by reference: read in place, never deleted \
+             by unkai)",
+            report.external_slices
+        );
+    }
+    for line in &report.external_changed {
+        println!("CHANGED {line}");
+    }
     let leaked_bytes: u64 = report.leaked.iter().map(|o| o.size).sum();
     if !report.leaked.is_empty() {
         println!(

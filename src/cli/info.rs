@@ -120,7 +120,17 @@ pub fn info(a: InfoArgs) -> anyhow::Result<()> {
                     .flatten()
                     .filter_map(|k| k.as_str())
                     .collect();
-                if n(s, "id") == 0 {
+                if let Some(e) = s.get("external").filter(|e| e.is_object()) {
+                    println!(
+                        "    imported at {}: {} bytes from byte {} of {} (ETag {}, not \
+                         copied: never deleted by unkai)",
+                        n(s, "pos"),
+                        n(s, "len"),
+                        n(e, "from"),
+                        e["object"].as_str().unwrap_or(""),
+                        e["etag"].as_str().unwrap_or("")
+                    );
+                } else if n(s, "id") == 0 {
                     println!("    zeros at {}: {} bytes", n(s, "pos"), n(s, "len"));
                 } else {
                     println!(

@@ -16,6 +16,7 @@ mod fsck;
 mod gateway;
 mod gc;
 mod helper;
+mod import;
 mod info;
 mod load;
 mod mount;
@@ -84,6 +85,7 @@ enum Command {
     Bench(bench::Args),
     Warmup(warmup::Args),
     Sync(sync::Args),
+    Import(import::Args),
     Webdav(webdav::Args),
     Csi(csi::Args),
     Completion(completion::Args),
@@ -288,6 +290,7 @@ pub fn main() -> i32 {
         Command::Bench(a) => bench::run(a),
         Command::Warmup(a) => warmup::run(a),
         Command::Sync(a) => sync::run(a),
+        Command::Import(a) => import::run(a),
         Command::Webdav(a) => webdav::run(a),
         Command::Csi(a) => csi::run(a),
         Command::Completion(a) => completion::run(a, Cli::command()),

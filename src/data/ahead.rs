@@ -53,12 +53,18 @@ impl DataStore {
     /// cache lacks (whole blocks, into the cache). Returns at once.
     pub fn fetch_ahead(&self, ranges: &[SliceRange]) {
         let bs = self.block_size() as u64;
+        let external = ranges.iter().map(|r| r.id);
+        let external = external.filter(|id| crate::meta::slice::is_external(*id));
+        if let Err(e) = self.shared.externals.learn(external) {
+            tracing::debug!("no read-ahead of imported objects: {e}");
+            return;
+        }
         for r in ranges {
             let (start, end) = (r.start as u64, r.start as u64 + r.len as u64);
             let mut b = start / bs;
             while b * bs < end {
                 let blen = (r.size as u64 - b * bs).min(bs) as usize;
-                let key = self.shared.layout.block_key(r.id, b as u32, blen as u32);
+                let key = self.shared.block_key(r.id, b as u32, blen as u32);
                 self.start_ahead(key, blen);
                 b += 1;
             }

@@ -15,6 +15,7 @@ mod budget;
 pub mod buffers;
 pub mod cache;
 pub mod codec;
+pub mod external;
 mod grouped;
 pub mod keys;
 pub mod layout;
@@ -53,6 +54,9 @@ pub enum Error {
     Corrupt { key: String, problem: String },
     #[error("upload task failed: {0}")]
     Task(String),
+    /// An external slice (`unkai import`) cannot be read: its row is missing or unreadable.
+    #[error("{0}")]
+    External(String),
     /// Staging had no room for a block, and the bucket refused it too.
     #[error("{stage}; storing the block directly failed too: {put}")]
     NoRoom { stage: String, put: String },
@@ -243,9 +247,21 @@ pub(crate) struct Shared {
     pub(crate) room: room::Room,
     /// The peer cache group this store is a member of, once it joins one.
     pub(crate) peers: std::sync::OnceLock<Arc<peers::Group>>,
+    /// External slices read (`unkai import`) and how their rows are found.
+    pub(crate) externals: external::Externals,
 }
 
 impl Shared {
+    /// The cache key of block `index` (of `len` bytes) of slice `id`: its key in the bucket,
+    /// or for an external slice its key in the caches alone (`external`).
+    pub(crate) fn block_key(&self, id: u64, index: u32, len: u32) -> String {
+        if crate::meta::slice::is_external(id) {
+            external::block_key(id, index, len)
+        } else {
+            self.layout.block_key(id, index, len)
+        }
+    }
+
     /// Counts slice `id` in flight once more (a block of it staged, not yet uploaded).
     pub(crate) fn hold(&self, id: u64) {
         *self.in_flight.lock().entry(id).or_default() += 1;
@@ -393,6 +409,7 @@ impl DataStore {
             stage_wait,
             stages_blocks,
             peers: Default::default(),
+            externals: Default::default(),
         });
         if shared.packer.is_some() {
             // Seals a pack that has gone quiet; ends with the data store.
@@ -661,6 +678,10 @@ impl DataStore {
     /// caches whole blocks (sequential access); otherwise only the bytes asked for are fetched.
     pub fn read(&self, parts: &mut [(SliceRange, &mut [u8])], whole_blocks: bool) -> Result<()> {
         let bs = self.block_size() as u64;
+        let external = parts.iter().map(|(r, _)| r.id);
+        self.shared
+            .externals
+            .learn(external.filter(|id| crate::meta::slice::is_external(*id)))?;
         // Each block once, over the span its pieces need: the pieces of a chunk of packed
         // random writes are many small ranges of few blocks, and a fetch per piece held a
         // whole block per piece at once (gigabytes for one compaction).
@@ -673,7 +694,7 @@ impl DataStore {
             let mut b = start / bs;
             while b * bs < end {
                 let blen = (r.size as u64 - b * bs).min(bs) as u32;
-                let key = self.shared.layout.block_key(r.id, b as u32, blen);
+                let key = self.shared.block_key(r.id, b as u32, blen);
                 let (s, e) = (
                     (start.max(b * bs) - b * bs) as usize,
                     (end.min(b * bs + blen as u64) - b * bs) as usize,
@@ -729,9 +750,20 @@ impl DataStore {
         Ok(())
     }
 
-    /// Deletes the blocks of a dead slice.
+    /// Deletes the blocks of a dead slice. An external slice's object is not the volume's:
+    /// only what the caches hold of it goes.
     pub fn delete_slice(&self, id: u64, size: u32) -> Result<()> {
         let layout = &self.shared.layout;
+        if crate::meta::slice::is_external(id) {
+            for (i, len) in layout.blocks_of(size) {
+                let k = external::block_key(id, i, len);
+                self.shared.cache.remove(&k);
+                if let Some(d) = &self.shared.disk {
+                    d.remove(&k);
+                }
+            }
+            return Ok(());
+        }
         let keys: Vec<String> = layout
             .blocks_of(size)
             .map(|(i, len)| layout.block_key(id, i, len))
@@ -819,6 +851,9 @@ async fn fetch_uncached(
     range: std::ops::Range<usize>,
     whole: bool,
 ) -> Result<(Bytes, bool)> {
+    if let Some(got) = external::fetch(shared, key, blen, range.clone(), whole).await {
+        return Ok((got?, true));
+    }
     let checksums = shared.format.checksums;
     let sums = shared.layout.sums(key);
     let decoder = shared.decoder(key, blen);

@@ -457,6 +457,18 @@ fn dead_slice_rows(rows: &[SqlRow]) -> TxResult<Vec<DeadSlice>> {
         .collect()
 }
 
+fn external_from(r: &SqlRow) -> TxResult<super::External> {
+    Ok(super::External {
+        id: r.int(0)? as u64,
+        url: r.text(1)?,
+        key: r.text(2)?,
+        etag: r.text(3)?,
+        object_size: r.int(4)? as u64,
+        base: r.int(5)? as u64,
+        size: r.int(6)? as u32,
+    })
+}
+
 fn quota_from(r: &SqlRow) -> TxResult<Quota> {
     Ok(Quota {
         ino: r.int(0)? as Ino,
@@ -669,6 +681,7 @@ pub trait Txn {
             "DELETE FROM unkai_chunk",
             "DELETE FROM unkai_slice_ref",
             "DELETE FROM unkai_dead_slice",
+            "DELETE FROM unkai_external",
             "DELETE FROM unkai_symlink",
             "DELETE FROM unkai_edge",
             "DELETE FROM unkai_node",
@@ -1207,6 +1220,52 @@ pub trait Txn {
             &[Val::Int(limit.min(i64::MAX as usize) as i64)],
         )?;
         dead_slice_rows(&rows)
+    }
+    /// Records an external slice's row (`unkai import`).
+    fn insert_external(&mut self, e: &super::External) -> TxResult<()> {
+        self.exec(
+            "INSERT INTO unkai_external (id, url, object_key, etag, object_size, base, size)
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            &[
+                Val::Int(e.id as i64),
+                Val::Text(&e.url),
+                Val::Text(&e.key),
+                Val::Text(&e.etag),
+                Val::Int(e.object_size as i64),
+                Val::Int(e.base as i64),
+                Val::Int(e.size as i64),
+            ],
+        )?;
+        Ok(())
+    }
+    /// The row of external slice `id`, if any.
+    fn external(&mut self, id: u64) -> TxResult<Option<super::External>> {
+        let r = self.row(
+            "SELECT id, url, object_key, etag, object_size, base, size FROM unkai_external
+             WHERE id=$1",
+            &[Val::Int(id as i64)],
+        )?;
+        r.map(|r| external_from(&r)).transpose()
+    }
+    /// Every external slice's row, by id.
+    fn externals(&mut self) -> TxResult<Vec<super::External>> {
+        let rows = self.rows(
+            "SELECT id, url, object_key, etag, object_size, base, size FROM unkai_external
+             ORDER BY id",
+            &[],
+        )?;
+        rows.iter().map(external_from).collect()
+    }
+    /// Drops the rows of external slices no longer referenced (their objects are never
+    /// deleted: they are not the volume's).
+    fn forget_externals(&mut self, ids: &[u64]) -> TxResult<()> {
+        for id in ids.iter().filter(|i| slice::is_external(**i)) {
+            self.exec(
+                "DELETE FROM unkai_external WHERE id=$1",
+                &[Val::Int(*id as i64)],
+            )?;
+        }
+        Ok(())
     }
     /// Removes slices from the deletion queue.
     fn forget_dead(&mut self, ids: &[u64]) -> TxResult<()> {

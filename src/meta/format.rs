@@ -243,4 +243,7 @@ pub const LAYOUT_VERSION: u32 = LAYOUT_ENCODED;
 /// `stored`), counted from the chunks when an older volume is upgraded. 5: directory quotas
 /// (`quota`/`unkai_quota`) and an index of entries by inode (a file's parents, whose quotas
 /// its writes count in); binaries that do not keep quotas' usage must refuse such volumes.
-pub const SCHEMA_VERSION: u32 = 5;
+/// 6: external slices (`external`/`unkai_external`, `unkai import`): slice ids with bit 62
+/// set whose bytes are an object outside the volume; older binaries would take them for
+/// blocks of the volume, so they must refuse such volumes.
+pub const SCHEMA_VERSION: u32 = 6;

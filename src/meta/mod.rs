@@ -533,6 +533,24 @@ pub struct DeadSlice {
     pub size: u32,
 }
 
+/// An external slice (`unkai import`): slice `id` (with [`slice::EXTERNAL`] set) is bytes
+/// `[base, base + size)` of object `key` of the store `url`, whose ETag and size were `etag`
+/// and `object_size` when it was imported. Rows never change: a refreshed object gets new ids.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct External {
+    pub id: u64,
+    /// The store, as `ObjectStorage::open` takes it (e.g. `s3://bucket/prefix`).
+    pub url: String,
+    /// The object's key in that store.
+    pub key: String,
+    pub etag: String,
+    pub object_size: u64,
+    /// Offset in the object of the slice's first byte.
+    pub base: u64,
+    /// The slice's bytes (at most a chunk).
+    pub size: u32,
+}
+
 /// A change another client made to the volume, or news about the flow of such changes (see
 /// [`Meta::watch`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -779,6 +797,15 @@ pub trait Meta: Send + Sync {
         slices: &[(u32, SliceRec)],
         mtime: Option<Nanos>,
     ) -> Result<Attr>;
+    /// Makes regular file `ino` (empty) the bytes of an object imported by reference: one
+    /// external slice per chunk (`parts`, in order, their `id`s ignored: new ids are taken),
+    /// their rows and the chunks' records in one transaction; the file's length becomes the
+    /// object's and its mtime `mtime`. `unkai import`.
+    fn attach_external(&self, ino: Ino, parts: &[External], mtime: Nanos) -> Result<Attr>;
+    /// The row of external slice `id`, if it has one.
+    fn external(&self, id: u64) -> Result<Option<External>>;
+    /// Every external slice's row (fsck, `import --refresh`).
+    fn externals(&self) -> Result<Vec<External>>;
     /// Copies a byte range by referencing the source's slices. Returns bytes copied.
     #[allow(clippy::too_many_arguments)]
     fn copy_range(

@@ -33,6 +33,16 @@ pub struct SliceRec {
 /// Size of an encoded record.
 pub const REC_SIZE: usize = 24;
 
+/// The bit of a slice id that says its bytes are not the volume's: an external slice, bytes
+/// of an object imported by reference (`unkai import`; its row, [`super::External`], says
+/// which). Ordinary ids are counted from 1 and never reach it.
+pub const EXTERNAL: u64 = 1 << 62;
+
+/// Whether slice `id` is external (see [`EXTERNAL`]).
+pub fn is_external(id: u64) -> bool {
+    id & EXTERNAL != 0
+}
+
 impl SliceRec {
     pub fn zero(pos: u32, len: u32) -> SliceRec {
         SliceRec {

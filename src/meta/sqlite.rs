@@ -81,6 +81,9 @@ CREATE INDEX IF NOT EXISTS edge_ino ON edge(ino);
 CREATE TABLE IF NOT EXISTS quota (
   ino INTEGER PRIMARY KEY, max_bytes INTEGER NOT NULL, max_inodes INTEGER NOT NULL,
   used_bytes INTEGER NOT NULL, used_inodes INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS external (
+  id INTEGER PRIMARY KEY, url TEXT NOT NULL, object_key TEXT NOT NULL, etag TEXT NOT NULL,
+  object_size INTEGER NOT NULL, base INTEGER NOT NULL, size INTEGER NOT NULL);
 ";
 
 const TABLES: &[&str] = &[
@@ -99,6 +102,7 @@ const TABLES: &[&str] = &[
     "open_file",
     "reserved",
     "quota",
+    "external",
 ];
 
 impl From<rusqlite::Error> for Error {
@@ -249,8 +253,8 @@ impl EngineMeta<Sqlite> {
         let mut format = ops::parse_format(&json, url)?;
         c.execute_batch(SCHEMA)?;
         if format.schema < format::SCHEMA_VERSION {
-            // Schema 2 added `open_file`, 3 `reserved` (created above), 4 the columns `flags`
-            // and `stored` of `node`; binaries that do not keep them refuse the volume from
+            // Schema 2 added `open_file`, 3 `reserved`, 6 `external` (created above), 4 the
+            // columns `flags` and `stored` of `node`; binaries that do not keep them refuse the volume from
             // now on.
             let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if format.schema < 4 {

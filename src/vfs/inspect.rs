@@ -10,7 +10,7 @@
 use serde_json::json;
 
 use super::{Result, Vfs};
-use crate::meta::{CHUNK_SIZE, Ino, Kind};
+use crate::meta::{CHUNK_SIZE, Ino, Kind, slice};
 
 /// A directory's tree (JSON of [`meta::Summary`]).
 pub const SUMMARY: &[u8] = b"user.unkai.summary";
@@ -67,6 +67,23 @@ impl Vfs {
                     let mut out = Vec::new();
                     for r in &recs {
                         let mut keys = Vec::new();
+                        if slice::is_external(r.id) {
+                            // An imported object's bytes (`unkai import`): the object itself.
+                            let ext = self.meta.external(r.id)?;
+                            let (name, etag) = match &ext {
+                                Some(e) => (crate::data::external::object_name(e), e.etag.clone()),
+                                None => ("(row missing: run unkai fsck)".into(), String::new()),
+                            };
+                            let base = ext.as_ref().map_or(0, |e| e.base);
+                            slices += 1;
+                            out.push(json!({
+                                "pos": r.pos, "id": r.id, "size": r.size, "off": r.off,
+                                "len": r.len, "objects": [],
+                                "external": { "object": name, "etag": etag,
+                                              "from": base + r.off as u64 },
+                            }));
+                            continue;
+                        }
                         if r.id != 0 {
                             let mut at = 0u64;
                             for (i, len) in layout.blocks_of(r.size) {

@@ -9,6 +9,7 @@
 pub mod atime;
 pub mod background;
 pub mod export;
+pub mod external;
 pub mod handle;
 pub mod inspect;
 pub mod local;
@@ -237,6 +238,12 @@ impl Vfs {
                 );
             }
         }
+        // External slices (`unkai import`): the store looks their rows up as it meets them.
+        let rows = Arc::downgrade(&meta);
+        store.resolve_externals_with(Box::new(move |id| match rows.upgrade() {
+            Some(m) => m.external(id).map_err(|e| e.to_string()),
+            None => Err("the volume is closed".into()),
+        }));
         let atimes = Arc::new(atime::Atimes::new(cfg.atime));
         let bg = cfg
             .background

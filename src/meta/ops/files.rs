@@ -236,6 +236,51 @@ impl<E: Engine> EngineMeta<E> {
             .inspect(|a| self.stored(e, a))
     }
 
+    /// See [`Meta::attach_external`].
+    pub(super) fn attach_external(
+        &self,
+        ino: Ino,
+        parts: &[External],
+        mtime: Nanos,
+    ) -> Result<Attr> {
+        let e = self.epoch();
+        self.engine
+            .write(&[ino], false, |tx| {
+                let mut a = tx.lock_node(ino)?;
+                if a.kind != Kind::File {
+                    return fail(libc::EBADF);
+                }
+                if a.length != 0 || a.flags & flags::IMMUTABLE != 0 {
+                    return fail(libc::EPERM);
+                }
+                let first = tx.take_ids("nextSlice", parts.len() as u64)?;
+                let mut slices = Vec::with_capacity(parts.len());
+                for (i, p) in parts.iter().enumerate() {
+                    let id = (first + i as u64) | slice::EXTERNAL;
+                    tx.insert_external(&External { id, ..p.clone() })?;
+                    let index = (p.base / CHUNK_SIZE) as u32;
+                    let rec = SliceRec {
+                        pos: 0,
+                        id,
+                        size: p.size,
+                        off: 0,
+                        len: p.size,
+                    };
+                    slices.push((index, rec));
+                }
+                let old = a.length;
+                let recs: Vec<SliceRec> = slices.iter().map(|(_, r)| *r).collect();
+                tx.incref(&recs)?;
+                for (index, r) in &slices {
+                    a.length = a.length.max(*index as u64 * CHUNK_SIZE + r.end());
+                }
+                self.append(tx, &mut a, &slices)?;
+                self.store_file(tx, &mut a, old, Some(mtime))?;
+                Ok(a)
+            })
+            .inspect(|a| self.stored(e, a))
+    }
+
     pub(super) fn copy_range(
         &self,
         _ctx: &Ctx,

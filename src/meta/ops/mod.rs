@@ -364,6 +364,18 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::write_slices(self, ino, slices, mtime)
     }
 
+    fn attach_external(&self, ino: Ino, parts: &[External], mtime: Nanos) -> Result<Attr> {
+        EngineMeta::attach_external(self, ino, parts, mtime)
+    }
+
+    fn external(&self, id: u64) -> Result<Option<External>> {
+        self.read_committed(|tx| tx.external(id))
+    }
+
+    fn externals(&self) -> Result<Vec<External>> {
+        self.read_committed(|tx| tx.externals())
+    }
+
     fn copy_range(
         &self,
         ctx: &Ctx,
@@ -562,7 +574,14 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn forget_dead_slices(&self, ids: &[u64]) -> Result<()> {
-        self.engine.single(|tx| tx.forget_dead(ids))
+        if !ids.iter().any(|i| slice::is_external(*i)) {
+            return self.engine.single(|tx| tx.forget_dead(ids));
+        }
+        // External slices' rows go with them (their objects are never deleted).
+        self.engine.write(&[], false, |tx| {
+            tx.forget_dead(ids)?;
+            tx.forget_externals(ids)
+        })
     }
 
     fn all_slices(&self) -> Result<Vec<(u64, u32, u32)>> {

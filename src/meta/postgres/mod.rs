@@ -103,12 +103,15 @@ CREATE INDEX IF NOT EXISTS unkai_edge_ino ON unkai_edge (ino);
 CREATE TABLE IF NOT EXISTS unkai_quota (
   ino BIGINT PRIMARY KEY, max_bytes BIGINT NOT NULL, max_inodes BIGINT NOT NULL,
   used_bytes BIGINT NOT NULL, used_inodes BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS unkai_external (
+  id BIGINT PRIMARY KEY, url TEXT NOT NULL, object_key TEXT NOT NULL, etag TEXT NOT NULL,
+  object_size BIGINT NOT NULL, base BIGINT NOT NULL, size BIGINT NOT NULL);
 ";
 
 const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unkai_symlink, \
                       unkai_chunk, unkai_slice_ref, unkai_dead_slice, unkai_xattr, \
                       unkai_session, unkai_sustained, unkai_plock, unkai_open, \
-                      unkai_reserved, unkai_quota";
+                      unkai_reserved, unkai_quota, unkai_external";
 
 /// How many times an operation whose connection was lost is run again on a new one (the
 /// pool drops every connection found lost, so a failover costs one or two).
@@ -218,7 +221,8 @@ fn with_format_lock(c: &mut Conn, f: impl FnOnce(&mut Conn) -> TxResult<()>) -> 
 }
 
 /// Brings a volume of an older schema up to the current one: creates the tables it lacks
-/// (schema 2 added `unkai_open`, 3 `unkai_reserved`, 5 `unkai_quota` and an index) and columns (4: `flags` and `stored`
+/// (schema 2 added `unkai_open`, 3 `unkai_reserved`, 5 `unkai_quota` and an index, 6
+/// `unkai_external`) and columns (4: `flags` and `stored`
 /// of `unkai_node`) and records the new version, so that binaries which do not keep them
 /// refuse it from then on.
 fn migrate(c: &mut Conn, url: &str, mut format: Format) -> TxResult<Format> {

@@ -14,6 +14,7 @@ engine_tests!(
     replace_slices_compaction,
     all_slices_refcounts,
     stored_bytes_count_data_not_holes,
+    external_slices_rows_and_references,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -751,5 +752,57 @@ fn stored_bytes_count_data_not_holes(e: Engine) {
         assert_eq!(stored(f.ino), 100);
         m.truncate(&CTX, f.ino, 0).unwrap();
         assert_eq!(stored(f.ino), 0);
+    });
+}
+
+/// `attach_external` (unkai import): one external slice per chunk, its rows, the file's
+/// length and mtime; refused on a file with bytes; rows dropped with their dead slices.
+fn external_slices_rows_and_references(e: Engine) {
+    each(e, |m| {
+        let f = mkfile(m, ROOT_INO, "f");
+        let size = CHUNK_SIZE + 10;
+        let part = |base: u64, len: u64| External {
+            id: 0,
+            url: "s3://bucket/prefix".into(),
+            key: "dir/obj".into(),
+            etag: "\"abc\"".into(),
+            object_size: size,
+            base,
+            size: len as u32,
+        };
+        let parts = [part(0, CHUNK_SIZE), part(CHUNK_SIZE, 10)];
+        let a = m.attach_external(f.ino, &parts, 12_345).unwrap();
+        assert_eq!((a.length, a.mtime), (size, 12_345));
+        let rows = m.externals().unwrap();
+        assert_eq!(rows.len(), 2);
+        for (i, r) in rows.iter().enumerate() {
+            assert!(slice::is_external(r.id));
+            assert_eq!(
+                *r,
+                External {
+                    id: r.id,
+                    ..parts[i].clone()
+                }
+            );
+            assert_eq!(m.external(r.id).unwrap().as_ref(), Some(r));
+            let recs = m.read_chunk(f.ino, i as u32).unwrap();
+            assert_eq!(recs.len(), 1);
+            assert_eq!((recs[0].id, recs[0].len), (r.id, parts[i].size));
+        }
+        assert_eq!(m.external(1).unwrap(), None);
+        let live: Vec<u64> = m.all_slices().unwrap().iter().map(|s| s.0).collect();
+        assert!(rows.iter().all(|r| live.contains(&r.id)));
+        // Only an empty file is attached.
+        assert_eq!(
+            m.attach_external(f.ino, &parts, 1).unwrap_err().errno(),
+            libc::EPERM
+        );
+        // Unlinked: its slices die; forgetting them drops their rows.
+        m.unlink(&CTX, ROOT_INO, b"f").unwrap();
+        let ids: Vec<u64> = rows.iter().map(|r| r.id).collect();
+        let dead: Vec<u64> = m.all_dead_slices().unwrap().iter().map(|d| d.id).collect();
+        assert!(ids.iter().all(|i| dead.contains(i)), "{dead:?}");
+        m.forget_dead_slices(&ids).unwrap();
+        assert!(m.externals().unwrap().is_empty());
     });
 }

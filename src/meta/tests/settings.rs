@@ -162,7 +162,8 @@ fn an_old_schema_is_upgraded(e: Engine) {
     }
 }
 
-/// A volume of schema 3 (no `flags` or `stored`) gains them, counted from its chunks.
+/// A volume of schema 3 (no `flags` or `stored`, nor schema 6's `external`) gains them, what
+/// files store counted from its chunks.
 fn an_old_schema_counts_what_files_store(e: Engine) {
     for b in backends(e) {
         eprintln!("--- engine {}", b.name);
@@ -179,14 +180,16 @@ fn an_old_schema_counts_what_files_store(e: Engine) {
         drop(m);
         (place.sql)(match e {
             Engine::Sqlite => {
-                "UPDATE setting SET value = replace(value, '\"schema\":5', '\"schema\":3')
+                "UPDATE setting SET value = replace(value, '\"schema\":6', '\"schema\":3')
                    WHERE name = 'format';
-                 ALTER TABLE node DROP COLUMN flags; ALTER TABLE node DROP COLUMN stored"
+                 ALTER TABLE node DROP COLUMN flags; ALTER TABLE node DROP COLUMN stored;
+                 DROP TABLE external"
             }
             Engine::Postgres => {
-                "UPDATE unkai_setting SET value = replace(value, '\"schema\":5', '\"schema\":3')
+                "UPDATE unkai_setting SET value = replace(value, '\"schema\":6', '\"schema\":3')
                    WHERE name = 'format';
-                 ALTER TABLE unkai_node DROP COLUMN flags, DROP COLUMN stored"
+                 ALTER TABLE unkai_node DROP COLUMN flags, DROP COLUMN stored;
+                 DROP TABLE unkai_external"
             }
         });
         let m = (place.open)().unwrap();
@@ -194,6 +197,8 @@ fn an_old_schema_counts_what_files_store(e: Engine) {
         assert_eq!(m.getattr(f.ino).unwrap().stored, 12_000);
         assert_eq!(m.getattr(g.ino).unwrap().stored, 0);
         assert_eq!(m.getattr(ROOT_INO).unwrap().flags, 0);
+        // Schema 6's table of external slices (`unkai import`) is made too.
+        assert!(m.externals().unwrap().is_empty());
     }
 }
 
