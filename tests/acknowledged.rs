@@ -109,8 +109,21 @@ fn commands_see_what_a_mount_just_acknowledged() {
         );
         cmd(&["config", "--inodes", "0", url]);
 
+        // The mount reads the volume's settings at its heartbeat: one may have come between
+        // the two `config` runs and given it the limit, which the next one takes back. Until
+        // then a create through the mount fails with ENOSPC, and makes nothing.
         let src = m.p(&format!("c{i}"));
-        fs::write(&src, pattern(3000, 100 + i)).unwrap();
+        let created = eventually(std::time::Duration::from_secs(30), || {
+            match fs::write(&src, pattern(3000, 100 + i)) {
+                Ok(()) => true,
+                Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => false,
+                Err(e) => panic!("write {i}: {e}"),
+            }
+        });
+        assert!(
+            created,
+            "the inode limit taken back never reached the mount"
+        );
         let dst = m.p(&format!("c{i}.clone"));
         cmd(&["clone", src.to_str().unwrap(), dst.to_str().unwrap()]);
         assert_eq!(fs::read(&dst).unwrap(), pattern(3000, 100 + i), "clone {i}");
