@@ -14,7 +14,8 @@
 //! Bounded: an LRU of inodes, each with its known names and extended attributes; the
 //! least recently used inodes go when the count of entries passes the limit.
 //!
-//! Pages of listings are kept too, for as long as nothing changes at all (the epoch they
+//! Pages of listings are kept too (the caller decides when: `ops` only while other
+//! clients' changes are pushed), for as long as nothing changes at all (the epoch they
 //! were read at): a listing asked again before any write of this client or any pushed
 //! change (`rm -rf` opens each directory twice, `ls` then `ls -l`) is answered from memory,
 //! exactly as the engine would answer it. A few pages only, each of a bounded size.

@@ -846,8 +846,16 @@ impl<E: Engine> EngineMeta<E> {
         plus: bool,
     ) -> Result<Vec<DirEntry>> {
         // Asked again before anything changed (rm -rf opens each directory twice): the
-        // page read then.
-        let e = self.epoch();
+        // page read then. Only while other clients' changes are pushed (PostgreSQL), each
+        // moving the epoch: a lone SQLite client learns of another process's commit at its
+        // next read of the engine, which a page answered from memory would skip (an NFS
+        // server beside a mount listed a name the mount had renamed), and a listing there
+        // costs no round trip.
+        let e = if self.pushed.load(Ordering::Acquire) {
+            self.epoch()
+        } else {
+            None
+        };
         let key = PageKey {
             dir: ino,
             cookie,
