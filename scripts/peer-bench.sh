@@ -46,13 +46,18 @@ export AWS_ACCESS_KEY_ID=bench AWS_SECRET_ACCESS_KEY=benchsecret AWS_ENDPOINT_UR
 for _ in $(seq 100); do (echo >/dev/tcp/127.0.0.1/$GWP) 2>/dev/null && break; sleep 0.1; done
 META=sqlite://$T/meta.db
 "$BIN" format --storage s3://bench/vols "$META" bench >/dev/null
-mount_one() { # NAME [flags...]: mounts; its metrics port in $MPORT
+mount_one() { # NAME [flags...]: mounts; its metrics port in $MPORT, its pid in $MPID
   local name=$1; shift
   local mp=$T/mnt-$name mport; mport=$(port); MPORT=$mport
   mkdir -p "$mp"
   "$BIN" mount --writeback off --free-space-ratio 0 --cache-dir "$T/cache-$name" --metrics 127.0.0.1:$mport "$@" "$META" "$mp" >"$T/$name.log" 2>&1 &
-  PIDS+=($!); MPS+=("$mp")
+  PIDS+=($!); MPS+=("$mp"); MPID=$!
   for _ in $(seq 300); do mountpoint -q "$mp" && break; sleep 0.1; done
+}
+cpu() { # PID...: their CPU seconds so far (user + system, all threads)
+  local t=0 p
+  for p in "$@"; do t=$((t + $(awk '{print $14 + $15}' "/proc/$p/stat"))); done
+  echo "scale=2; $t / $(getconf CLK_TCK)" | bc
 }
 fig() { # PORT NAME [LABEL]: sum of the samples of NAME whose labels hold LABEL
   curl -s "http://127.0.0.1:$1/metrics" | grep "^$2{" | grep -F "${3:-}" | awk '{s+=$NF} END {printf "%.4f\n", s+0}'
@@ -160,8 +165,8 @@ umount "$T/mnt-writer"
 BLOCKS=$(( (SIZE + 3) / 4 ))
 export UNKAI_FAULTS=latency_ms=20
 mount_one alone; a=$MPORT
-s=$(date +%s.%N); cat "$T/mnt-alone/data" >/dev/null; e=$(date +%s.%N)
-ALONE=$(echo "$e - $s" | bc)
+c0=$(cpu "$MPID"); s=$(date +%s.%N); cat "$T/mnt-alone/data" >/dev/null; e=$(date +%s.%N)
+ALONE=$(echo "$e - $s" | bc); ALONE_CPU=$(echo "$(cpu "$MPID") - $c0" | bc)
 GL=$(echo "scale=2; 1000 * $(fig "$a" unkai_object_request_duration_seconds_sum 'op="get"') / $(fig "$a" unkai_object_request_duration_seconds_count 'op="get"')" | bc)
 if [ "$MODE" = peers ]; then
   gs=$(fig "$a" unkai_object_request_duration_seconds_sum 'op="get"'); gc=$(fig "$a" unkai_object_request_duration_seconds_count 'op="get"')
@@ -174,9 +179,10 @@ fi
 umount "$T/mnt-alone${PROBE_ALONE:+2}"
 PEER=()
 ports=()
+mpids=()
 for i in 1 2 3 4; do
   if [ "$MODE" = peers ]; then PEER=(--peer-cache 127.0.0.1:0); fi
-  mount_one m$i "${PEER[@]}"; ports+=("$MPORT")
+  mount_one m$i "${PEER[@]}"; ports+=("$MPORT"); mpids+=("$MPID")
 done
 if [ "$MODE" = peers ]; then
   for p in "${ports[@]}"; do
@@ -188,18 +194,19 @@ if [ -n "${PERF:-}" ]; then
   perf record -F 2000 -a -o "$PERF" 2>/dev/null & PERFPID=$!
   sleep 0.5
 fi
+c0=$(cpu "${mpids[@]}"); L0=$(cut -d' ' -f1 /proc/loadavg)
 s=$(date +%s.%N)
 CATS=()
 for i in 1 2 3 4; do cat "$T/mnt-m$i/data" >/dev/null & CATS+=($!); done
 wait "${CATS[@]}"
 if [ -n "${PERF:-}" ]; then kill -INT "$PERFPID"; wait "$PERFPID" || true; fi
 e=$(date +%s.%N)
-FOUR=$(echo "$e - $s" | bc)
+FOUR=$(echo "$e - $s" | bc); FOUR_CPU=$(echo "$(cpu "${mpids[@]}") - $c0" | bc); L1=$(cut -d' ' -f1 /proc/loadavg)
 after=0; for p in "${ports[@]}"; do after=$(echo "$after + $(gets "$p")" | bc); done
 GETS=$(echo "$after - $before" | bc)
 echo "size ${SIZE} MiB, ${BLOCKS} blocks of 4 MiB, store 20 ms late, mode $MODE"
-echo "one mount alone, cold: ${ALONE} s"
-echo "four mounts at once, cold: ${FOUR} s ($(echo "scale=2; $FOUR / $ALONE" | bc)x one alone)"
+echo "one mount alone, cold: ${ALONE} s (the mount's CPU ${ALONE_CPU} s)"
+echo "four mounts at once, cold: ${FOUR} s ($(echo "scale=2; $FOUR / $ALONE" | bc)x one alone; the mounts' CPU ${FOUR_CPU} s, $(echo "scale=2; $FOUR_CPU / $ALONE_CPU" | bc)x; load average ${L0} -> ${L1})"
 echo "bucket GETs of the four: ${GETS} ($(echo "scale=2; $GETS / $BLOCKS" | bc)x the blocks)"
 if [ "$MODE" = peers ]; then
   mount_one m5 --peer-cache 127.0.0.1:0; f=$MPORT

@@ -361,9 +361,14 @@ impl Group {
         res
     }
 
-    /// What is served for block `key`: what this member holds, else the bucket's (None: it
-    /// cannot be had).
+    /// What is served for block `key`: what this member fetched lately (memory), what it
+    /// holds (stage, disk cache), else the bucket's (None: it cannot be had).
     async fn serve_object(&self, key: &str) -> Option<Bytes> {
+        // The askers just behind a fetch (four readers of one file) are answered from memory:
+        // no disk read, no hop to a blocking thread; the block is sealed in a copy instead.
+        if let Some(obj) = self.flights.recent(key) {
+            return Some(obj);
+        }
         if let Some(obj) = self.holder.held(key).await {
             return Some(obj);
         }

@@ -34,6 +34,9 @@ pub async fn run(listener: tokio::net::TcpListener, group: Weak<Group>) {
         if group.strong_count() == 0 {
             return;
         }
+        // An answer's last segment is sent at once, not held for the ACK of those before
+        // (Nagle; the asker's side, reqwest, sets it too).
+        let _ = stream.set_nodelay(true);
         let group = group.clone();
         tokio::spawn(async move {
             let answer = hyper::service::service_fn(move |req| {
