@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 use std::time::Duration;
@@ -69,24 +68,6 @@ fn pinned_reads_on_s3_never_return_another_version() {
     });
 }
 
-/// Every file under `dir` with its contents, by relative path.
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
-
 /// The count before `what` in the closing summary line ("3 imported").
 fn count(out: &str, what: &str) -> u64 {
     let line = out
@@ -142,8 +123,8 @@ fn import_read_copy_on_write_changed_behind_refresh_then_gc_leaves_objects() {
     );
     assert!(ok, "sync into the bucket: {out}{err}");
     let objects = server.dir.path().join("root/imports/data");
-    let original = tree(&objects);
-    assert_eq!(original, tree(&src));
+    let original = contents_under(&objects);
+    assert_eq!(original, contents_under(&src));
 
     // Bad input: one line naming the fix, and nothing changed.
     let bad = |args: &[&str], env: &[(String, String)], says: &str| {
@@ -255,7 +236,11 @@ fn import_read_copy_on_write_changed_behind_refresh_then_gc_leaves_objects() {
     let mut a = src_bytes(&src, "a.txt");
     a[10..15].copy_from_slice(b"HELLO");
     assert_eq!(std::fs::read(m.p("data/a.txt")).unwrap(), a);
-    assert_eq!(tree(&objects), original, "the write reached the bucket");
+    assert_eq!(
+        contents_under(&objects),
+        original,
+        "the write reached the bucket"
+    );
 
     // Changed behind unkai (another size), and one deleted: EIO, and the log names it.
     let change = t.path().join("change");
@@ -317,14 +302,18 @@ fn import_read_copy_on_write_changed_behind_refresh_then_gc_leaves_objects() {
     m.unmount();
 
     // gc, fsck and destroy leave every imported object alone.
-    let now = tree(&objects);
+    let now = contents_under(&objects);
     assert!(now.contains_key("a.txt") && now.contains_key("dir/b.bin"));
     let (ok, out, err) = vol.cmd("gc", &["--delete", "--quiet"]);
     assert!(ok, "{out}{err}");
     let (ok, out, err) = vol.cmd("fsck", &["--quiet"]);
     assert!(ok && out.contains("volume is consistent"), "{out}{err}");
     assert!(!out.contains("CHANGED"), "{out}");
-    assert_eq!(tree(&objects), now, "gc or fsck touched an imported object");
+    assert_eq!(
+        contents_under(&objects),
+        now,
+        "gc or fsck touched an imported object"
+    );
     let (ok, out, err) = vol.cmd("status", &["--json"]);
     assert!(ok, "{out}{err}");
     let st: serde_json::Value = serde_json::from_str(&out).unwrap();
@@ -335,7 +324,11 @@ fn import_read_copy_on_write_changed_behind_refresh_then_gc_leaves_objects() {
         vol.objects().is_empty(),
         "destroy left the volume's own objects"
     );
-    assert_eq!(tree(&objects), now, "destroy touched an imported object");
+    assert_eq!(
+        contents_under(&objects),
+        now,
+        "destroy touched an imported object"
+    );
 }
 
 fn src_bytes(src: &Path, rel: &str) -> Vec<u8> {

@@ -11,24 +11,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-/// Every file under `dir` (hidden ones too) with its contents, by relative path.
-fn tree(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
-        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
-            let p = e.path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
-                out.insert(rel, std::fs::read(&p).unwrap());
-            }
-        }
-    }
-    let mut out = BTreeMap::new();
-    walk(dir, dir, &mut out);
-    out
-}
-
 /// A source tree: nested directories, an empty file, small files and a larger one.
 fn make_source(dir: &Path) {
     let files: &[(&str, usize)] = &[
@@ -84,11 +66,15 @@ fn dir_to_bucket_to_dir_byte_for_byte_then_incremental() {
     let (src, back) = (t.path().join("src"), t.path().join("back"));
     make_source(&src);
     let bucket = format!("file://{}/bucket", s(t.path()));
-    let want = tree(&src);
+    let want = contents_under(&src);
     assert_eq!(sync_ok(&[&s(&src), &bucket], &[]), (8, 0, 0, 0));
-    assert_eq!(tree(&t.path().join("bucket")), want);
+    assert_eq!(contents_under(&t.path().join("bucket")), want);
     assert_eq!(sync_ok(&[&bucket, &s(&back)], &[]), (8, 0, 0, 0));
-    assert_eq!(tree(&back), want, "bucket to directory, byte for byte");
+    assert_eq!(
+        contents_under(&back),
+        want,
+        "bucket to directory, byte for byte"
+    );
     // A rerun with nothing changed copies nothing, either way.
     assert_eq!(sync_ok(&[&s(&src), &bucket], &[]), (0, 8, 0, 0));
     assert_eq!(sync_ok(&[&bucket, &s(&back)], &[]), (0, 8, 0, 0));
@@ -97,7 +83,7 @@ fn dir_to_bucket_to_dir_byte_for_byte_then_incremental() {
     std::fs::write(src.join("a/new.txt"), b"new").unwrap();
     assert_eq!(sync_ok(&[&s(&src), &bucket], &[]), (2, 7, 0, 0));
     assert_eq!(sync_ok(&[&bucket, &s(&back)], &[]), (2, 7, 0, 0));
-    assert_eq!(tree(&back), tree(&src));
+    assert_eq!(contents_under(&back), contents_under(&src));
 }
 
 #[test]
@@ -106,7 +92,7 @@ fn dir_to_dir_keeps_mtimes_and_check_all_finds_same_size_changes() {
     let (src, dst) = (t.path().join("src"), t.path().join("dst"));
     make_source(&src);
     assert_eq!(sync_ok(&[&s(&src), &s(&dst)], &[]), (8, 0, 0, 0));
-    assert_eq!(tree(&dst), tree(&src));
+    assert_eq!(contents_under(&dst), contents_under(&src));
     let m = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
     assert_eq!(m(&dst.join("a/one.bin")), m(&src.join("a/one.bin")));
     assert_eq!(sync_ok(&[&s(&src), &s(&dst)], &[]), (0, 8, 0, 0));
@@ -124,13 +110,13 @@ fn dir_to_dir_keeps_mtimes_and_check_all_finds_same_size_changes() {
         sync_ok(&["--check-all", &s(&src), &s(&dst)], &[]),
         (1, 7, 0, 0)
     );
-    assert_eq!(tree(&dst), tree(&src));
+    assert_eq!(contents_under(&dst), contents_under(&src));
     // --force-update copies everything; --check-new reads it back.
     assert_eq!(
         sync_ok(&["--force-update", "--check-new", &s(&src), &s(&dst)], &[]),
         (8, 0, 0, 0)
     );
-    assert_eq!(tree(&dst), tree(&src));
+    assert_eq!(contents_under(&dst), contents_under(&src));
 }
 
 #[test]
@@ -147,12 +133,16 @@ fn dry_run_changes_nothing() {
     sync_ok(&[&s(&src), &s(&dst)], &[]);
     std::fs::write(src.join("top.txt"), b"changed").unwrap();
     std::fs::write(dst.join("extra"), b"extra").unwrap();
-    let before = tree(&dst);
+    let before = contents_under(&dst);
     assert_eq!(
         sync_ok(&["--dry-run", "--delete-dst", &s(&src), &s(&dst)], &[]),
         (1, 7, 1, 0)
     );
-    assert_eq!(tree(&dst), before, "a dry run changed the destination");
+    assert_eq!(
+        contents_under(&dst),
+        before,
+        "a dry run changed the destination"
+    );
 }
 
 #[test]
@@ -174,7 +164,7 @@ fn delete_dst_removes_extra_files_but_not_excluded_ones() {
         ),
         (0, 7, 2, 0)
     );
-    let mut want = tree(&src);
+    let mut want = contents_under(&src);
     want.remove("logs/run.tmp");
     want.insert("keep.tmp".into(), b"x".to_vec());
     // logs/run.tmp was copied by the first run and is excluded now: kept too.
@@ -182,7 +172,7 @@ fn delete_dst_removes_extra_files_but_not_excluded_ones() {
         "logs/run.tmp".into(),
         std::fs::read(src.join("logs/run.tmp")).unwrap(),
     );
-    assert_eq!(tree(&dst), want);
+    assert_eq!(contents_under(&dst), want);
 }
 
 #[test]
@@ -205,9 +195,12 @@ fn excludes_and_includes_follow_rsync() {
         ),
         (6, 0, 0, 0)
     );
-    let got = tree(&dst);
+    let got = contents_under(&dst);
     assert!(!got.contains_key("logs/run.tmp") && !got.contains_key("cache/blob"));
-    assert_eq!(got.get("a/b/c/deep.bin"), tree(&src).get("a/b/c/deep.bin"));
+    assert_eq!(
+        got.get("a/b/c/deep.bin"),
+        contents_under(&src).get("a/b/c/deep.bin")
+    );
     // The first matching rule decides: only .bin files, at any depth.
     let dst = t.path().join("d2");
     sync_ok(
@@ -223,13 +216,13 @@ fn excludes_and_includes_follow_rsync() {
         ],
         &[],
     );
-    let names: Vec<String> = tree(&dst).into_keys().collect();
+    let names: Vec<String> = contents_under(&dst).into_keys().collect();
     assert_eq!(names, ["a/b/big.bin", "a/b/c/deep.bin", "a/one.bin"]);
     // An anchored pattern matches at the top only.
     let dst = t.path().join("d3");
     sync_ok(&["--exclude", "/a", &s(&src), &s(&dst)], &[]);
-    assert!(tree(&dst).keys().all(|k| !k.starts_with("a/")));
-    assert!(tree(&dst).contains_key("top.txt"));
+    assert!(contents_under(&dst).keys().all(|k| !k.starts_with("a/")));
+    assert!(contents_under(&dst).contains_key("top.txt"));
 }
 
 #[test]
@@ -252,7 +245,7 @@ fn bad_input_is_one_line_naming_the_fix_and_changes_nothing() {
         (&["--exclude", "[", &s(&src), &s(&dst)], "invalid pattern"),
         (&["--threads", "0", &s(&src), &s(&dst)], "use 1 to 1024"),
     ];
-    let before = tree(&src);
+    let before = contents_under(&src);
     for (args, fix) in cases {
         let mut all = vec!["sync"];
         all.extend_from_slice(args);
@@ -264,7 +257,7 @@ fn bad_input_is_one_line_naming_the_fix_and_changes_nothing() {
         assert!(!dst.exists(), "{all:?} made the destination");
         assert!(!src.join("inside").exists(), "{all:?} made a directory");
     }
-    assert_eq!(tree(&src), before);
+    assert_eq!(contents_under(&src), before);
 }
 
 /// A sync killed with SIGKILL once `done` is true, run with every store request 20 ms late.
@@ -318,8 +311,8 @@ fn killed_half_way_then_rerun_completes() {
     let (copied, skipped, _, failed) = sync_ok(&[&url, &s(&dst)], env);
     assert_eq!((copied + skipped, failed), (300, 0));
     assert_eq!(
-        tree(&dst),
-        tree(&src),
+        contents_under(&dst),
+        contents_under(&src),
         "no partial file was left behind as done"
     );
 }
@@ -336,7 +329,11 @@ fn dir_to_s3_and_back() {
     // The bucket does not exist yet: sync makes it, as juicefs sync does.
     assert_eq!(sync_ok(&[&s(&src), &url], env), (8, 0, 0, 0));
     assert_eq!(sync_ok(&[&url, &s(&back)], env), (8, 0, 0, 0));
-    assert_eq!(tree(&back), tree(&src), "through S3, byte for byte");
+    assert_eq!(
+        contents_under(&back),
+        contents_under(&src),
+        "through S3, byte for byte"
+    );
     assert_eq!(sync_ok(&[&s(&src), &url], env), (0, 8, 0, 0));
     assert_eq!(sync_ok(&[&url, &s(&back)], env), (0, 8, 0, 0));
     // --delete-dst on the bucket.
@@ -349,7 +346,7 @@ fn dir_to_s3_and_back() {
         sync_ok(&["--delete-dst", &url, &s(&back)], env),
         (0, 7, 1, 0)
     );
-    assert_eq!(tree(&back), tree(&src));
+    assert_eq!(contents_under(&back), contents_under(&src));
     // A bucket that does not exist as a source: one line, naming the fix.
     let missing = "s3://nosuchbucket".to_string();
     let (ok, _, err) = run_env(&["sync", &missing, &s(&t.path().join("x"))], env);
@@ -399,7 +396,7 @@ fn names_with_percent_hash_backslash_and_unicode_survive_the_round_trip() {
     let bucket = format!("file://{}/bucket", s(t.path()));
     assert_eq!(sync_ok(&[&s(&src), &bucket], &[]), (5, 0, 0, 0));
     assert_eq!(sync_ok(&[&bucket, &s(&back)], &[]), (5, 0, 0, 0));
-    assert_eq!(tree(&back), tree(&src));
+    assert_eq!(contents_under(&back), contents_under(&src));
     assert_eq!(sync_ok(&[&bucket, &s(&back)], &[]), (0, 5, 0, 0));
 }
 
@@ -413,7 +410,7 @@ fn env_of(vol: &Volume, more: &[(String, String)]) -> Vec<(String, String)> {
 /// What a mount of `vol` shows under `sub`, byte for byte (the mount is gone after).
 fn through_mount(vol: &Volume, sub: &str) -> BTreeMap<String, Vec<u8>> {
     let m = vol.mount();
-    let t = tree(&m.p(sub));
+    let t = contents_under(&m.p(sub));
     m.unmount();
     t
 }
@@ -424,7 +421,7 @@ fn dir_to_volume_to_s3_to_volume_byte_for_byte_then_incremental() {
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     make_source(&src);
-    let want = tree(&src);
+    let want = contents_under(&src);
     let vol = Volume::new();
     let env = env_of(&vol, &server.env);
     let at = format!("{}:/in/here", vol.meta_url);
@@ -437,7 +434,7 @@ fn dir_to_volume_to_s3_to_volume_byte_for_byte_then_incremental() {
     assert_eq!(sync_ok(&[&at, &url], &env), (8, 0, 0, 0));
     assert_eq!(sync_ok(&[&at, &url], &env), (0, 8, 0, 0), "rerun");
     assert_eq!(
-        tree(&server.dir.path().join("root/volsync/copy")),
+        contents_under(&server.dir.path().join("root/volsync/copy")),
         want,
         "volume -> bucket"
     );
@@ -451,7 +448,7 @@ fn dir_to_volume_to_s3_to_volume_byte_for_byte_then_incremental() {
     // the mtimes a mount shows are the source's.
     let back = t.path().join("back");
     assert_eq!(sync_ok(&[&at, &s(&back)], &env), (8, 0, 0, 0));
-    assert_eq!(tree(&back), want);
+    assert_eq!(contents_under(&back), want);
     assert_eq!(sync_ok(&[&s(&back), &at], &env), (0, 8, 0, 0));
     let m = vol.mount();
     let mt = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
@@ -466,7 +463,7 @@ fn dir_to_volume_to_s3_to_volume_byte_for_byte_then_incremental() {
         sync_ok(&["--check-all", "--check-new", &s(&src), &at], &env),
         (1, 7, 0, 0)
     );
-    assert_eq!(through_mount(&vol, "in/here"), tree(&src));
+    assert_eq!(through_mount(&vol, "in/here"), contents_under(&src));
 }
 
 #[test]
@@ -520,9 +517,9 @@ fn a_volume_keeps_dirs_perms_and_links_and_delete_src_moves() {
         8,
         "files moved"
     );
-    let mut want = tree(&src);
+    let mut want = contents_under(&src);
     want.remove("link"); // a link, left out without --links
-    assert!(tree(&moved) == want, "moved, byte for byte");
+    assert!(contents_under(&moved) == want, "moved, byte for byte");
     let m = vol.mount();
     assert!(!m.p("top.txt").exists(), "moved out of the volume");
     m.unmount();
@@ -563,7 +560,7 @@ fn a_large_file_is_streamed_and_bwlimit_holds() {
         took >= Duration::from_millis(4500),
         "--bwlimit 32 took {took:?}"
     );
-    assert_eq!(tree(&back), tree(&src));
+    assert_eq!(contents_under(&back), contents_under(&src));
 }
 
 #[test]
@@ -587,7 +584,11 @@ fn a_volume_killed_half_way_then_rerun_completes() {
     assert_eq!((copied + skipped, failed), (300, 0));
     assert!(skipped >= 1, "nothing of the killed run was kept");
     let m = vol.mount();
-    assert_eq!(tree(&m.p("")), tree(&src), "no partial file left as done");
+    assert_eq!(
+        contents_under(&m.p("")),
+        contents_under(&src),
+        "no partial file left as done"
+    );
     m.unmount();
     // Volume to volume, killed likewise.
     let vol2 = Volume::new();
@@ -599,7 +600,7 @@ fn a_volume_killed_half_way_then_rerun_completes() {
     );
     let (copied, skipped, _, failed) = sync_ok(&[&vol.meta_url, &vol2.meta_url], &env2);
     assert_eq!((copied + skipped, failed), (300, 0));
-    assert_eq!(through_mount(&vol2, ""), tree(&src));
+    assert_eq!(through_mount(&vol2, ""), contents_under(&src));
 }
 
 #[test]

@@ -9,7 +9,7 @@ pub mod rng;
 pub mod servers;
 pub mod xattr;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -87,6 +87,24 @@ pub fn files_under(dir: &Path) -> Vec<PathBuf> {
     }
     let mut out = Vec::new();
     walk(dir, &mut out);
+    out
+}
+
+/// Every file under `dir` (hidden ones too) with its contents, by relative path.
+pub fn contents_under(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    fn walk(root: &Path, d: &Path, out: &mut BTreeMap<String, Vec<u8>>) {
+        for e in std::fs::read_dir(d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(dir, dir, &mut out);
     out
 }
 
