@@ -6,9 +6,11 @@
 //!
 //! A dump describes a volume at rest: its settings (the `Format`, an encrypted volume's data
 //! key only wrapped), counters, inodes (every attribute, flags, times to the nanosecond),
-//! entries, symlinks, xattrs (ACLs included), chunks, slice reference counts and the deletion
-//! queue; the trash is a directory like any other. Left out: sessions, open-file records,
-//! locks and reserved slice ids (what mounted clients hold), and the backup claim.
+//! entries, symlinks, xattrs (ACLs included), chunks, slice reference counts, the deletion
+//! queue, quotas and the rows of external slices (`unkai import`: which object a file's bytes
+//! are, not the object); the trash is a directory like any other. Left out: sessions,
+//! open-file records, locks and reserved slice ids (what mounted clients hold), and the
+//! backup claim.
 //!
 //! Not for: file data (the bucket is untouched: a loaded volume reads the same objects, under
 //! the same keys), where dumps go or come from (the command line; `backup`).
@@ -25,7 +27,7 @@ use crate::meta::engine::{TxError, TxResult, Txn};
 use crate::meta::format::{LAYOUT_VERSION, SCHEMA_VERSION};
 use crate::meta::url::MetaUrl;
 use crate::meta::{
-    Attr, DeadSlice, EngineKind, Error, Format, Kind, Meta, Quota, ROOT_INO, SliceRec,
+    Attr, DeadSlice, EngineKind, Error, External, Format, Kind, Meta, Quota, ROOT_INO, SliceRec,
 };
 
 /// The version of the dump format this binary writes; it reads this one and older.
@@ -64,6 +66,9 @@ pub enum Record {
     DeadSlice(Dead),
     /// A directory's quota, its usage as the snapshot had it (`meta::quota`).
     Quota(Quota),
+    /// An external slice's row (`unkai import`): which object, at which version, its bytes
+    /// are. After the chunks and slices that name it.
+    External(ExternalRow),
     /// The last line: how many records of each kind came before (a dump cut short is told
     /// from a whole one).
     End(Counts),
@@ -166,6 +171,55 @@ pub struct Dead {
     pub died: i64,
 }
 
+/// An external slice's row ([`External`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExternalRow {
+    pub id: u64,
+    pub url: String,
+    pub key: String,
+    pub etag: String,
+    pub object_size: u64,
+    pub base: u64,
+    pub size: u32,
+}
+
+impl From<External> for ExternalRow {
+    fn from(e: External) -> ExternalRow {
+        let External {
+            id,
+            url,
+            key,
+            etag,
+            object_size,
+            base,
+            size,
+        } = e;
+        ExternalRow {
+            id,
+            url,
+            key,
+            etag,
+            object_size,
+            base,
+            size,
+        }
+    }
+}
+
+impl From<&ExternalRow> for External {
+    fn from(e: &ExternalRow) -> External {
+        External {
+            id: e.id,
+            url: e.url.clone(),
+            key: e.key.clone(),
+            etag: e.etag.clone(),
+            object_size: e.object_size,
+            base: e.base,
+            size: e.size,
+        }
+    }
+}
+
 /// Records of each kind (the dump's last line; what a load found).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Counts {
@@ -181,6 +235,9 @@ pub struct Counts {
     /// Dumps of volumes without quotas (and of binaries before them) have none.
     #[serde(default)]
     pub quotas: u64,
+    /// Dumps of volumes without imported objects (and of binaries before them) have none.
+    #[serde(default)]
+    pub externals: u64,
 }
 
 impl Counts {
@@ -196,6 +253,7 @@ impl Counts {
             Record::Slice(_) => &mut self.slices,
             Record::DeadSlice(_) => &mut self.dead_slices,
             Record::Quota(_) => &mut self.quotas,
+            Record::External(_) => &mut self.externals,
             Record::UnkaiDump(_) | Record::Format(_) | Record::End(_) => return,
         };
         *n += 1;
@@ -516,6 +574,9 @@ fn dump_rows(tx: &mut dyn Txn, out: &mut Out<'_>, engine: &str) -> TxResult<()> 
     for q in tx.quotas()? {
         out.put(&Record::Quota(q))?;
     }
+    for e in tx.externals()? {
+        out.put(&Record::External(e.into()))?;
+    }
     let counts = out.counts.clone();
     out.put(&Record::End(counts))
 }
@@ -738,6 +799,7 @@ fn apply(tx: &mut dyn Txn, r: &Record) -> TxResult<()> {
         }
         Record::Slice(s) => tx.insert_slice_ref(s.id, s.size, s.refs),
         Record::Quota(q) => tx.put_quota(q),
+        Record::External(e) => tx.insert_external(&External::from(e)),
         Record::DeadSlice(d) => tx.insert_dead_slice(
             DeadSlice {
                 id: d.id,
