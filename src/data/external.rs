@@ -172,7 +172,8 @@ async fn fetch_block(
             }
             shared.cache.put(key, b.clone());
             if let Some(disk) = &disk {
-                disk.put_behind(key.to_string(), sums.encode(&b)).await;
+                disk.put_block_behind(key.to_string(), b.clone(), sums)
+                    .await;
             }
             Ok(b.slice(range))
         }

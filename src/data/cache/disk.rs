@@ -382,7 +382,27 @@ impl DiskCache {
     /// be written already, so that the bytes held for the cache stay bounded and what is
     /// read is cached even when the disk is slower than the store.
     pub async fn put_behind(self: &Arc<Self>, key: String, obj: Bytes) {
-        let units = (obj.len() as u64)
+        let len = obj.len();
+        self.behind(len, move |c| c.put(&key, &obj)).await;
+    }
+
+    /// As [`DiskCache::put_behind`], for a block's data alone: its checksums are computed,
+    /// and the object written (the data, then its checksums, not copied into one buffer), on
+    /// the blocking pool. For bytes fetched without checksums (an imported object's), which
+    /// would otherwise be summed and copied on the reader's runtime thread.
+    pub async fn put_block_behind(self: &Arc<Self>, key: String, data: Bytes, sums: Sums) {
+        let len = data.len();
+        self.behind(len, move |c| {
+            let trailer = sums.trailer(&data);
+            c.put_parts(&key, &[&data, &trailer]);
+        })
+        .await;
+    }
+
+    /// Runs `write` (of about `len` bytes) on the blocking pool, once the bytes waiting to be
+    /// written leave room for these.
+    async fn behind(self: &Arc<Self>, len: usize, write: impl FnOnce(&DiskCache) + Send + 'static) {
+        let units = (len as u64)
             .div_ceil(PENDING_UNIT)
             .clamp(1, PENDING_MAX / PENDING_UNIT);
         let Ok(permit) = self.pending.clone().acquire_many_owned(units as u32).await else {
@@ -390,21 +410,28 @@ impl DiskCache {
         };
         let c = self.clone();
         tokio::task::spawn_blocking(move || {
-            c.put(&key, &obj);
+            write(&c);
             drop(permit);
         });
     }
 
     /// Caches the object `obj` of `key` (its data encoded with its `Sums`), now.
     pub fn put(&self, key: &str, obj: &[u8]) {
-        let len = obj.len() as u64;
+        self.put_parts(key, &[obj]);
+    }
+
+    /// [`DiskCache::put`] of an object given in parts, written one after the other.
+    fn put_parts(&self, key: &str, parts: &[&[u8]]) {
+        let len = parts.iter().map(|p| p.len() as u64).sum();
         let Some((d, path)) = self.room_for(key, len) else {
             return;
         };
         let tmp = path.with_file_name(format!("{TMP}{:016x}", rand::random::<u64>()));
         let write = |tmp: &Path| -> io::Result<()> {
             let mut f = File::create(tmp)?;
-            f.write_all(obj)?;
+            for p in parts {
+                f.write_all(p)?;
+            }
             fs::rename(tmp, &path)
         };
         let written = write(&tmp).or_else(|e| {
