@@ -85,6 +85,18 @@ fn count(out: &str, what: &str) -> u64 {
     digits.chars().rev().collect::<String>().parse().unwrap()
 }
 
+/// Writes `files` (name, length; patterns seeded from `seed` on) under `src` and syncs them
+/// into the bucket `url` (the server's, through `vol`'s environment).
+fn put_source(src: &Path, files: &[(&str, usize)], seed: u64, vol: &Volume, url: &str) {
+    for (i, (name, len)) in files.iter().enumerate() {
+        let p = src.join(name);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(&p, pattern(*len, i as u64 + seed)).unwrap();
+    }
+    let (ok, out, err) = run_env(&["sync", "--quiet", src.to_str().unwrap(), url], &vol.env);
+    assert!(ok, "sync into the bucket: {out}{err}");
+}
+
 fn import(vol: &Volume, extra: &[&str]) -> String {
     let mut args = vec!["import", "--quiet"];
     args.extend_from_slice(extra);
@@ -105,23 +117,9 @@ fn import_read_copy_on_write_changed_behind_refresh_then_gc_leaves_objects() {
         ("gone.txt", 5000),
         ("empty", 0),
     ];
-    for (i, (name, len)) in files.iter().enumerate() {
-        let p = src.join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, pattern(*len, i as u64 + 1)).unwrap();
-    }
     // Blocks of 256 KiB: the larger object is many blocks, read ahead.
     let vol = Volume::with_env(&["--block-size", "256K"], server.env.clone());
-    let (ok, out, err) = run_env(
-        &[
-            "sync",
-            "--quiet",
-            src.to_str().unwrap(),
-            "s3://imports/data",
-        ],
-        &vol.env,
-    );
-    assert!(ok, "sync into the bucket: {out}{err}");
+    put_source(&src, files, 1, &vol, "s3://imports/data");
     let objects = server.dir.path().join("root/imports/data");
     let original = contents_under(&objects);
     assert_eq!(original, contents_under(&src));
@@ -343,17 +341,8 @@ fn dump_and_load_carry_imported_files() {
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     let files: &[(&str, usize)] = &[("one.txt", 1000), ("dir/two.bin", (1 << 20) + 3)];
-    for (i, (name, len)) in files.iter().enumerate() {
-        let p = src.join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(&p, pattern(*len, i as u64 + 7)).unwrap();
-    }
     let vol = Volume::with_env(&["--block-size", "256K"], server.env.clone());
-    let (ok, out, err) = run_env(
-        &["sync", "--quiet", src.to_str().unwrap(), "s3://dumped/in"],
-        &vol.env,
-    );
-    assert!(ok, "sync into the bucket: {out}{err}");
+    put_source(&src, files, 7, &vol, "s3://dumped/in");
     let objects = server.dir.path().join("root/dumped/in");
     let original = contents_under(&objects);
     let meta = vol.meta_url.as_str();

@@ -68,7 +68,7 @@ pub enum Record {
     Quota(Quota),
     /// An external slice's row (`unkai import`): which object, at which version, its bytes
     /// are. After the chunks and slices that name it.
-    External(ExternalRow),
+    External(External),
     /// The last line: how many records of each kind came before (a dump cut short is told
     /// from a whole one).
     End(Counts),
@@ -169,55 +169,6 @@ pub struct Dead {
     pub size: u32,
     /// When it lost its last reference (ns): its objects go `trash_days` later.
     pub died: i64,
-}
-
-/// An external slice's row ([`External`]).
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExternalRow {
-    pub id: u64,
-    pub url: String,
-    pub key: String,
-    pub etag: String,
-    pub object_size: u64,
-    pub base: u64,
-    pub size: u32,
-}
-
-impl From<External> for ExternalRow {
-    fn from(e: External) -> ExternalRow {
-        let External {
-            id,
-            url,
-            key,
-            etag,
-            object_size,
-            base,
-            size,
-        } = e;
-        ExternalRow {
-            id,
-            url,
-            key,
-            etag,
-            object_size,
-            base,
-            size,
-        }
-    }
-}
-
-impl From<&ExternalRow> for External {
-    fn from(e: &ExternalRow) -> External {
-        External {
-            id: e.id,
-            url: e.url.clone(),
-            key: e.key.clone(),
-            etag: e.etag.clone(),
-            object_size: e.object_size,
-            base: e.base,
-            size: e.size,
-        }
-    }
 }
 
 /// Records of each kind (the dump's last line; what a load found).
@@ -575,7 +526,7 @@ fn dump_rows(tx: &mut dyn Txn, out: &mut Out<'_>, engine: &str) -> TxResult<()> 
         out.put(&Record::Quota(q))?;
     }
     for e in tx.externals()? {
-        out.put(&Record::External(e.into()))?;
+        out.put(&Record::External(e))?;
     }
     let counts = out.counts.clone();
     out.put(&Record::End(counts))
@@ -799,7 +750,7 @@ fn apply(tx: &mut dyn Txn, r: &Record) -> TxResult<()> {
         }
         Record::Slice(s) => tx.insert_slice_ref(s.id, s.size, s.refs),
         Record::Quota(q) => tx.put_quota(q),
-        Record::External(e) => tx.insert_external(&External::from(e)),
+        Record::External(e) => tx.insert_external(e),
         Record::DeadSlice(d) => tx.insert_dead_slice(
             DeadSlice {
                 id: d.id,

@@ -536,7 +536,8 @@ pub struct DeadSlice {
 /// An external slice (`unkai import`): slice `id` (with [`slice::EXTERNAL`] set) is bytes
 /// `[base, base + size)` of object `key` of the store `url`, whose ETag and size were `etag`
 /// and `object_size` when it was imported. Rows never change: a refreshed object gets new ids.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Dumped as it is (`admin::dump`).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct External {
     pub id: u64,
     /// The store, as `ObjectStorage::open` takes it (e.g. `s3://bucket/prefix`).
