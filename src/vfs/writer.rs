@@ -2,8 +2,11 @@
 //!
 //! Writes are gathered per chunk into pending slices (a slice is one continuous run of bytes
 //! inside one chunk). A write that continues or overwrites the unsent tail of a recent slice
-//! joins it (when no newer slice overlaps); otherwise it starts a new slice. Every block that
-//! fills up is uploaded at once in the background; `flush` uploads the rest, waits, and commits
+//! joins it (when no newer slice overlaps); otherwise it starts a new slice. A slice that comes
+//! to end where another starts takes that one's unsent bytes, so that writes of one run that
+//! arrive out of order (the kernel's writeback cache sends them in parallel) still make whole
+//! blocks; a slice off the block grid holds its blocks back for a while for that. Every block
+//! that fills up is uploaded at once in the background; `flush` uploads the rest, waits, and commits
 //! all pending slices to the metadata in one transaction. Until then `overlay` lets reads see
 //! the pending bytes, which are newer than anything committed.
 //!
@@ -20,6 +23,15 @@ use super::{Error, Result};
 
 /// How many recent slices of a chunk a write may join.
 const JOIN_WINDOW: usize = 4;
+
+/// A slice that starts off the block grid (its first block is not where a block of the slice
+/// before it would end) holds its full blocks back while it is at most this long (or two
+/// blocks, if more) and nothing of it is sent: the gap before it may still fill, and it then
+/// joins the slice before it whole (see [`merge`]). The kernel's writes that overtake one
+/// another are those in flight at once: one per FUSE thread (8 by default) of up to 1 MiB.
+/// Beyond that (an append after a commit, a gap that never fills), it uploads its blocks as
+/// they fill, as any slice does; the write buffers' bound flushes it before, if smaller.
+const HOLD_BYTES: usize = 16 << 20;
 
 struct Pending {
     /// Position in the chunk.
@@ -63,6 +75,73 @@ impl Packed {
 impl Pending {
     fn end(&self) -> u64 {
         self.pos as u64 + self.buf.len() as u64
+    }
+
+    /// Whether its last, partial block was sent (by a flush that then failed): growing it
+    /// would change that block's length, hence its key.
+    fn sealed(&self, bs: usize) -> bool {
+        self.frozen % bs != 0
+    }
+
+    /// Nothing of it is sent: its bytes may still move into the slice before it.
+    fn unsent(&self) -> bool {
+        self.upload.is_none() && self.pack.is_none()
+    }
+
+    /// Whether it holds its full blocks back (see [`HOLD_BYTES`]).
+    fn holds(&self, bs: usize) -> bool {
+        self.unsent() && self.pos as usize % bs != 0 && self.buf.len() <= HOLD_BYTES.max(2 * bs)
+    }
+}
+
+/// Moves the bytes of slice `from` onto the end of slice `into`, which ends where `from`
+/// starts, if nothing of `from` is sent, `into` may grow, and no slice between the two in age
+/// overlaps them (so every byte keeps its place among older and newer writes). Returns the
+/// index of the grown slice.
+///
+/// The kernel's writeback cache sends a file written in order as parallel writes of up to
+/// 1 MiB that reach the writer out of order: one that arrives before the write just before it
+/// starts a slice of its own, off the block grid. Without this, each such slice made its own
+/// partial blocks (a 20 MiB file went up as 14 objects instead of 5).
+fn merge(slices: &mut Vec<Pending>, into: usize, from: usize, bs: usize) -> Option<usize> {
+    let (a, b) = (&slices[into], &slices[from]);
+    if into == from || a.end() != b.pos as u64 || !b.unsent() || a.pack.is_some() || a.sealed(bs) {
+        return None;
+    }
+    let (lo, hi) = (a.pos as u64, b.end());
+    let (i, j) = (into.min(from), into.max(from));
+    if slices[i + 1..j]
+        .iter()
+        .any(|t| (t.pos as u64) < hi && t.end() > lo)
+    {
+        return None;
+    }
+    let b = slices.remove(from);
+    let into = if from < into { into - 1 } else { into };
+    slices[into].buf.append(b.buf);
+    Some(into)
+}
+
+/// Merges slice `k` with every slice that now starts where it ends or ends where it starts
+/// (see [`merge`]); returns the index of the slice that holds `k`'s bytes after.
+fn merge_neighbours(slices: &mut Vec<Pending>, mut k: usize, bs: usize) -> usize {
+    'again: loop {
+        let (pos, end) = (slices[k].pos as u64, slices[k].end());
+        for m in 0..slices.len() {
+            let t = &slices[m];
+            let merged = if t.pos as u64 == end {
+                merge(slices, k, m, bs)
+            } else if t.end() == pos {
+                merge(slices, m, k, bs)
+            } else {
+                None
+            };
+            if let Some(n) = merged {
+                k = n;
+                continue 'again;
+            }
+        }
+        return k;
     }
 }
 
@@ -157,6 +236,20 @@ impl SliceBytes {
             done += n;
         }
         self.len = self.len.max(at + data.len());
+    }
+
+    /// Appends the bytes of `other` (none of them sent). Its blocks are moved as they are when
+    /// this ends on a block boundary, copied otherwise.
+    fn append(&mut self, other: SliceBytes) {
+        if self.len % self.bs == 0 {
+            self.blocks.extend(other.blocks);
+            self.len += other.len;
+            return;
+        }
+        let at = self.len;
+        for (n, p) in other.blocks.iter().enumerate() {
+            self.write(at + n * self.bs, p.bytes());
+        }
     }
 
     /// Hands block `index` (whole, or the last, partial one) to its upload: its bytes, shared.
@@ -326,10 +419,7 @@ impl FileWriter {
         for k in (slices.len().saturating_sub(JOIN_WINDOW)..slices.len()).rev() {
             let s = &slices[k];
             let open_from = s.pos as u64 + s.frozen as u64;
-            // A slice whose last, partial block was sent (by a flush that then failed) is
-            // sealed: growing it would change that block's length, hence its key.
-            let sealed = s.frozen % bs != 0;
-            if !sealed
+            if !s.sealed(bs)
                 && start >= open_from
                 && start <= s.end()
                 && slices[k + 1..]
@@ -364,8 +454,12 @@ impl FileWriter {
             self.bytes += rel + data.len() - s.buf.len();
         }
         s.buf.write(rel, data);
-        // Upload every block that is now complete.
-        while s.buf.len() - s.frozen >= bs {
+        // The write may have closed the gap to a slice after it (or this slice may start
+        // where an older one ends): they become one.
+        let k = merge_neighbours(slices, k, bs);
+        let s = &mut slices[k];
+        // Upload every block that is now complete, unless the slice holds them back.
+        while !s.holds(bs) && s.buf.len() - s.frozen >= bs {
             let up = match &mut s.upload {
                 Some(u) => u,
                 None => s
@@ -386,7 +480,10 @@ impl FileWriter {
     /// write-back, small files' bytes go into the mount's shared pack instead (`data::pack`),
     /// so that many small files make one PUT.
     fn pack(&mut self, meta: &dyn Meta, store: &DataStore) -> Result<()> {
-        let small = |s: &Pending| s.upload.is_none() && s.pack.is_none() && !s.buf.is_empty();
+        // Less than a block: a slice that held its blocks back (see `HOLD_BYTES`) and is
+        // larger goes up on its own.
+        let bs = store.block_size() as usize;
+        let small = |s: &Pending| s.unsent() && !s.buf.is_empty() && s.buf.len() < bs;
         let (shared, limit) = match store.packs_small() {
             true => (true, crate::data::pack::max_piece(store.block_size())),
             false => (false, CHUNK_SIZE as usize),
@@ -774,6 +871,95 @@ mod tests {
         let objects = store.block_on(store.storage().list("w")).unwrap();
         assert_eq!(objects.len(), 3, "{objects:?}");
         want.truncate(254_096);
+        assert_eq!(committed(&*meta, &store, ino), want);
+    }
+
+    /// A file written in order whose writes reach the writer out of order (the kernel's
+    /// writeback cache sends 1 MiB pieces in parallel; here 16 KiB pieces of 64 KiB blocks,
+    /// the first piece of the file last, every pair swapped, and runs reversed) still makes
+    /// whole blocks: one slice, one object per block, and full blocks go up before the flush.
+    #[test]
+    fn out_of_order_writes_of_one_run_make_whole_blocks() {
+        let (_d, meta, store, ino) = setup();
+        let bs = 64 << 10;
+        let piece = 16 << 10;
+        let data: Vec<u8> = (0..5 * bs as u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 11) as u8)
+            .collect();
+        let n = data.len() / piece;
+        // 1, 0 swapped... then runs of three reversed, and piece 0 at the very end.
+        let mut order: Vec<usize> = (1..n).collect();
+        for run in order.chunks_mut(3) {
+            run.reverse();
+        }
+        for pair in order.chunks_mut(2) {
+            pair.reverse();
+        }
+        order.push(0);
+        let objects = || store.block_on(store.storage().list("w")).unwrap().len();
+        let wait_objects = |n: usize| {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+            while objects() < n {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "{} of {n} up",
+                    objects()
+                );
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        };
+        let mut w = FileWriter::new(ino);
+        for p in &order {
+            let off = p * piece;
+            w.write(&*meta, &store, off as u64, &data[off..off + piece], 1)
+                .unwrap();
+        }
+        // Every block is full once the first piece closed the last gap: all go up before any
+        // flush, and the flush sends nothing more.
+        wait_objects(5);
+        w.flush(&*meta, &store).unwrap();
+        let all = store.block_on(store.storage().list("w")).unwrap();
+        assert_eq!(all.len(), 5, "{all:?}");
+        assert_eq!(committed(&*meta, &store, ino), data);
+
+        // A slice off the grid whose gap never fills holds its blocks while it is short, and
+        // uploads them once it is long.
+        let mut w = FileWriter::new(ino);
+        let (start, mib) = (100, 1 << 20);
+        let n = HOLD_BYTES / mib + 1;
+        for i in 0..n {
+            let at = (start + i * mib) as u64;
+            w.write(&*meta, &store, at, &vec![5u8; mib], 2).unwrap();
+            if i + 2 == n {
+                assert_eq!(objects(), 5, "held while short");
+            }
+        }
+        wait_objects(6);
+        w.flush(&*meta, &store).unwrap();
+        let got = committed(&*meta, &store, ino);
+        assert_eq!(&got[..start], &data[..start]);
+        assert!(got[start..].iter().all(|b| *b == 5));
+        assert_eq!(got.len(), start + n * mib);
+    }
+
+    /// A write between two slices merges them only where no slice between them in age
+    /// overlaps: newer bytes still win.
+    #[test]
+    fn merges_keep_newer_bytes_on_top() {
+        let (_d, meta, store, ino) = setup();
+        let mut w = FileWriter::new(ino);
+        w.write(&*meta, &store, 0, &[1u8; 100], 1).unwrap(); // A [0, 100)
+        w.write(&*meta, &store, 200, &[2u8; 100], 1).unwrap(); // B [200, 300)
+        w.write(&*meta, &store, 250, &[3u8; 10], 1).unwrap(); // joins B
+        w.write(&*meta, &store, 150, &[4u8; 200], 1).unwrap(); // C [150, 350) over B
+        w.write(&*meta, &store, 100, &[5u8; 100], 1).unwrap(); // joins A, meets B under C
+        let mut want = vec![1u8; 100];
+        want.extend([5u8; 100]);
+        want.extend([4u8; 150]);
+        let mut buf = vec![0u8; 350];
+        w.overlay(0, &mut buf);
+        assert_eq!(buf, want);
+        w.flush(&*meta, &store).unwrap();
         assert_eq!(committed(&*meta, &store, ino), want);
     }
 
