@@ -41,8 +41,8 @@ impl Writer {
         use nix::unistd::{ForkResult, fork};
         let cfile = cpath(path);
         let cgo = cpath(&go);
-        // SAFETY: the child makes only async-signal-safe calls (open, write, access,
-        // nanosleep, close, _exit) on memory prepared before the fork.
+        // SAFETY: the child makes only async-signal-safe calls (open, write,
+        // sync_file_range, access, nanosleep, close, _exit) on memory prepared before the fork.
         match unsafe { fork() }.expect("fork") {
             ForkResult::Child => unsafe {
                 let fd = libc::open(
@@ -61,6 +61,17 @@ impl Writer {
                     }
                     done += n as usize;
                 }
+                // Under the kernel's writeback cache the bytes wait in its pages until it
+                // writes them back (seconds, or 30 s and more on a loaded machine): handed
+                // over now, without an fsync, which would commit the file.
+                libc::sync_file_range(
+                    fd,
+                    0,
+                    0,
+                    libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                        | libc::SYNC_FILE_RANGE_WRITE
+                        | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+                );
                 let pause = libc::timespec {
                     tv_sec: 0,
                     tv_nsec: 10_000_000,

@@ -1481,7 +1481,10 @@ impl Filesystem for Adapter {
             Some(b) => Ok(u32::from_ne_bytes(b.try_into().expect("4 bytes"))),
             None => Err(Errno::EINVAL),
         };
-        let set = |flags: u32| match self.vfs.set_flags(&ctx(req), ino, flags) {
+        let set = |flags: u32| match self
+            .vfs
+            .set_flags(&ctx(req), ino, flags, self.cache.writeback)
+        {
             Ok(_) => Ok(Vec::new()),
             Err(e) => Err(errno(&e)),
         };

@@ -687,7 +687,9 @@ pub trait Meta: Send + Sync {
     fn setattr(&self, ctx: &Ctx, ino: Ino, set: &SetAttr) -> Result<Attr>;
     /// Sets the inode's [`flags`] (`chattr`): EOPNOTSUPP for flags unkai does not keep,
     /// EPERM unless the caller owns the inode, or is root to change immutable or append-only.
-    fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<Attr>;
+    /// The ctime moves unless `keep_ctime` (a file whose times a kernel's writeback cache
+    /// owns: it shows its own ctime and takes none from us).
+    fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32, keep_ctime: bool) -> Result<Attr>;
     /// Stores access times read through a client, all in one transaction; each only moves
     /// an atime forward, and an inode gone meanwhile is skipped. Nothing else changes (not
     /// ctime), and other clients are not told.

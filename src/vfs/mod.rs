@@ -442,9 +442,12 @@ impl Vfs {
     }
 
     /// `chattr`: sets the inode's flags ([`meta::flags`]).
-    pub fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32) -> Result<Attr> {
+    /// `chattr` through a kernel whose writeback cache owns the times of regular files
+    /// (`cached`): their ctime stays, as the kernel shows it (it takes none from us).
+    pub fn set_flags(&self, ctx: &Ctx, ino: Ino, flags: u32, cached: bool) -> Result<Attr> {
         let mark = self.attr_mark();
-        let a = self.meta.set_flags(ctx, ino, flags)?;
+        let keep = cached && self.meta.getattr(ino)?.kind == Kind::File;
+        let a = self.meta.set_flags(ctx, ino, flags, keep)?;
         self.attr_changed()?;
         Ok(self.overlay_attr(mark, a))
     }

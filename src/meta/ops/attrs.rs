@@ -68,10 +68,11 @@ impl<E: Engine> EngineMeta<E> {
     }
 
     /// Sets the flags of `ino` to what `new` makes of its attributes (or refuses), in one
-    /// transaction; its ctime moves if they change.
+    /// transaction; its ctime moves if they change, unless `keep_ctime`.
     fn update_flags(
         &self,
         ino: Ino,
+        keep_ctime: bool,
         new: impl Fn(&Attr) -> TxResult<u32> + Send + Sync,
     ) -> Result<Attr> {
         let e = self.epoch();
@@ -81,7 +82,9 @@ impl<E: Engine> EngineMeta<E> {
                 let want = new(&a)?;
                 if a.flags != want {
                     a.flags = want;
-                    a.ctime = now_nanos();
+                    if !keep_ctime {
+                        a.ctime = now_nanos();
+                    }
                     tx.update_node(&a)?;
                 }
                 Ok(a)
@@ -93,7 +96,7 @@ impl<E: Engine> EngineMeta<E> {
     }
 
     pub(super) fn set_quarantined(&self, ino: Ino, on: bool) -> Result<Attr> {
-        self.update_flags(ino, |a| {
+        self.update_flags(ino, false, |a| {
             Ok(match on {
                 true => a.flags | flags::QUARANTINED,
                 false => a.flags & !flags::QUARANTINED,
@@ -146,11 +149,17 @@ impl<E: Engine> EngineMeta<E> {
         })
     }
 
-    pub(super) fn set_flags(&self, ctx: &Ctx, ino: Ino, new: u32) -> Result<Attr> {
+    pub(super) fn set_flags(
+        &self,
+        ctx: &Ctx,
+        ino: Ino,
+        new: u32,
+        keep_ctime: bool,
+    ) -> Result<Attr> {
         if new & !flags::KEPT != 0 {
             return sys(libc::EOPNOTSUPP);
         }
-        self.update_flags(ino, |a| {
+        self.update_flags(ino, keep_ctime, |a| {
             // The owner may; immutable and append-only take privilege (the kernel has
             // checked both already; a client of another kind may not have).
             if ctx.uid != 0 && (ctx.uid != a.uid || (a.flags ^ new) & flags::PRIVILEGED != 0) {

@@ -295,8 +295,8 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::setattr(self, ctx, ino, set)
     }
 
-    fn set_flags(&self, ctx: &Ctx, ino: Ino, new: u32) -> Result<Attr> {
-        EngineMeta::set_flags(self, ctx, ino, new)
+    fn set_flags(&self, ctx: &Ctx, ino: Ino, new: u32, keep_ctime: bool) -> Result<Attr> {
+        EngineMeta::set_flags(self, ctx, ino, new, keep_ctime)
     }
 
     fn set_atimes(&self, times: &[(Ino, Nanos)]) -> Result<()> {

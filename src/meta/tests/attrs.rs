@@ -19,14 +19,22 @@ fn inode_flags_protect_files_and_directories(e: Engine) {
         write(m, f.ino, 0, 100);
         // Who may set what.
         let other = Ctx { uid: 4242, ..CTX };
-        assert_errno(m.set_flags(&other, f.ino, flags::NODUMP), libc::EPERM);
-        assert_errno(m.set_flags(&CTX, f.ino, flags::IMMUTABLE), libc::EPERM);
-        assert_errno(m.set_flags(&root, f.ino, 0x8000), libc::EOPNOTSUPP);
+        assert_errno(
+            m.set_flags(&other, f.ino, flags::NODUMP, false),
+            libc::EPERM,
+        );
+        assert_errno(
+            m.set_flags(&CTX, f.ino, flags::IMMUTABLE, false),
+            libc::EPERM,
+        );
+        assert_errno(m.set_flags(&root, f.ino, 0x8000, false), libc::EOPNOTSUPP);
         assert_eq!(
-            m.set_flags(&CTX, f.ino, flags::NODUMP).unwrap().flags,
+            m.set_flags(&CTX, f.ino, flags::NODUMP, false)
+                .unwrap()
+                .flags,
             flags::NODUMP
         );
-        let a = m.set_flags(&root, f.ino, flags::IMMUTABLE).unwrap();
+        let a = m.set_flags(&root, f.ino, flags::IMMUTABLE, false).unwrap();
         assert_eq!(m.getattr(f.ino).unwrap().flags, flags::IMMUTABLE);
         assert!(a.ctime > f.ctime);
 
@@ -74,7 +82,7 @@ fn inode_flags_protect_files_and_directories(e: Engine) {
         assert_eq!(m.getattr(f.ino).unwrap().length, 100);
 
         // Append-only: grows, its times may be set to now; nothing else.
-        m.set_flags(&root, f.ino, flags::APPEND).unwrap();
+        m.set_flags(&root, f.ino, flags::APPEND, false).unwrap();
         write(m, f.ino, 100, 50);
         assert_eq!(m.getattr(f.ino).unwrap().length, 150);
         m.setattr(&root, f.ino, &touch).unwrap();
@@ -89,7 +97,7 @@ fn inode_flags_protect_files_and_directories(e: Engine) {
         // Directories: immutable takes no entries, append-only keeps those it has.
         let d = mkdir(m, ROOT_INO, "d");
         mkfile(m, d.ino, "in");
-        m.set_flags(&root, d.ino, flags::IMMUTABLE).unwrap();
+        m.set_flags(&root, d.ino, flags::IMMUTABLE, false).unwrap();
         assert_errno(
             m.mknod(&root, d.ino, b"new", Kind::File, 0o644, 0, None),
             libc::EPERM,
@@ -99,7 +107,7 @@ fn inode_flags_protect_files_and_directories(e: Engine) {
             m.rename(&root, ROOT_INO, b"g", d.ino, b"g", flags(false, false)),
             libc::EPERM,
         );
-        m.set_flags(&root, d.ino, flags::APPEND).unwrap();
+        m.set_flags(&root, d.ino, flags::APPEND, false).unwrap();
         mkfile(m, d.ino, "new");
         m.rename(&root, ROOT_INO, b"g", d.ino, b"g", flags(false, false))
             .unwrap();
@@ -110,8 +118,8 @@ fn inode_flags_protect_files_and_directories(e: Engine) {
         );
 
         // Cleared: everything works again.
-        m.set_flags(&root, d.ino, 0).unwrap();
-        m.set_flags(&root, f.ino, 0).unwrap();
+        m.set_flags(&root, d.ino, 0, false).unwrap();
+        m.set_flags(&root, f.ino, 0, false).unwrap();
         m.truncate(&root, f.ino, 0).unwrap();
         m.unlink(&root, d.ino, b"in").unwrap();
         m.unlink(&root, ROOT_INO, b"f").unwrap();
