@@ -277,6 +277,90 @@ fn directories_open_and_list_in_one_round_trip(vol: &Volume) {
     m.unmount();
 }
 
+/// A walk of a tree (`find`, `du`, `rm -rf`) on a second mount: a directory whose parent was
+/// just listed is read with the first pages of the directories after it and below it (one
+/// round trip for up to 64), which the walk then lists from memory; each page lasts until a
+/// change touches it, so a file another mount makes afterwards is listed once its change
+/// is pushed, and a file this mount removes is gone from the next listing at once.
+fn a_walk_lists_a_tree_in_a_few_round_trips(vol: &Volume) {
+    const D: usize = 10;
+    const E: usize = 3;
+    let w = vol.mount();
+    for i in 0..D {
+        for j in 0..E {
+            let d = w.p(&format!("t/d{i}/e{j}"));
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("f"), b"x").unwrap();
+        }
+    }
+    let top = std::fs::File::open(w.p("t")).unwrap();
+    nix::unistd::syncfs(&top).unwrap();
+    let port = free_port();
+    let m = vol.mount_with(&["--metrics", &format!("127.0.0.1:{port}")]);
+    fn walk(dir: &std::path::Path, out: &mut Vec<String>, root: &std::path::Path) {
+        for e in std::fs::read_dir(dir).unwrap() {
+            let e = e.unwrap();
+            let p = e.path();
+            out.push(p.strip_prefix(root).unwrap().display().to_string());
+            if e.file_type().unwrap().is_dir() {
+                walk(&p, out, root);
+            }
+        }
+    }
+    let expected = |extra: &[&str]| {
+        let mut v = Vec::new();
+        for i in 0..D {
+            v.push(format!("d{i}"));
+            for j in 0..E {
+                v.push(format!("d{i}/e{j}"));
+                v.push(format!("d{i}/e{j}/f"));
+            }
+        }
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v.sort();
+        v
+    };
+    let root = m.p("t");
+    let before = Scrape::of(port);
+    let mut got = Vec::new();
+    walk(&root, &mut got, &root);
+    got.sort();
+    assert_eq!(got, expected(&[]));
+    let after = Scrape::of(port);
+    let trips = |op: &str| {
+        after.get("unkai_op_round_trips_total", &fuse_op(op))
+            - before.get("unkai_op_round_trips_total", &fuse_op(op))
+    };
+    let listed = trips("readdir") + trips("readdirplus");
+    match vol.db.is_some() {
+        // 41 directories: `t` alone, then `d0` with the 63 after and below it (all), and
+        // a few more for a group or access times stored meanwhile.
+        true => assert!(
+            listed <= 8.0,
+            "{listed} round trips to list {} directories: {}",
+            1 + D + D * E,
+            after.1
+        ),
+        false => assert_eq!(listed, 0.0),
+    }
+    // Another mount's change reaches the walk's pages once pushed; this mount's own at once.
+    std::fs::write(w.p("t/d7/e2/new"), b"y").unwrap();
+    nix::unistd::syncfs(&top).unwrap();
+    let seen = eventually(Duration::from_secs(30), || {
+        let mut got = Vec::new();
+        walk(&root, &mut got, &root);
+        got.sort();
+        got == expected(&["d7/e2/new"])
+    });
+    assert!(seen, "another mount's new file listed");
+    std::fs::remove_file(m.p("t/d3/e1/f")).unwrap();
+    let names: Vec<_> = std::fs::read_dir(m.p("t/d3/e1")).unwrap().collect();
+    assert!(names.is_empty(), "a removed file still listed: {names:?}");
+    drop(top);
+    m.unmount();
+    w.unmount();
+}
+
 /// A file extracted as `tar -x` does (made, written, its mode and times set through the
 /// open descriptor, closed) costs PostgreSQL one round trip: the commit that makes its data
 /// durable, which carries the group's held changes and the data's statements in one message
@@ -363,6 +447,7 @@ fn an_extracted_file_costs_one_round_trip(vol: &Volume) {
 both_engines!(
     metrics_follow_a_workload(Vec::new()),
     directories_open_and_list_in_one_round_trip(Vec::new()),
+    a_walk_lists_a_tree_in_a_few_round_trips(Vec::new()),
     an_extracted_file_costs_one_round_trip(Vec::new()),
 );
 

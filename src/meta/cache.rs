@@ -15,15 +15,18 @@
 //! least recently used inodes go when the count of entries passes the limit.
 //!
 //! Pages of listings are kept too (the caller decides when: `ops` only while other
-//! clients' changes are pushed), for as long as nothing changes at all (the epoch they
-//! were read at): a listing asked again before any write of this client or any pushed
-//! change (`rm -rf` opens each directory twice, `ls` then `ls -l`) is answered from memory,
-//! exactly as the engine would answer it. A few pages only, each of a bounded size.
+//! clients' changes are pushed), each until a change touches it: a write of this client or
+//! a pushed change of the directory, of its own inode, or of an inode it lists (the
+//! attributes a listing with attributes carries). Meanwhile a page is answered from memory
+//! exactly as the engine would answer it (`rm -rf` opens each directory twice, `ls` then
+//! `ls -l`; the pages of a whole subtree read at once, see `ops::readdir`, serve a walk).
+//! The `..` entry's attributes alone are not kept with the page: they are the parent's as
+//! known now, and without them the page is not answered. Bounded in pages and entries.
 //!
 //! Not for: file contents (`data`), the kernel's caches (`fuse`), or deciding when the
 //! volume is shared (the mount decides and calls [`Cache::set_on`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use lru::LruCache;
 use parking_lot::Mutex;
@@ -34,13 +37,15 @@ use super::{Attr, Change, DirEntry, Ino};
 pub const DEFAULT_ENTRIES: usize = 100_000;
 /// Extended attribute values longer than this are not kept.
 const MAX_XATTR_KEPT: usize = 512;
-/// Pages of listings kept (all of one epoch), and the most entries one may have.
-const PAGES_KEPT: usize = 8;
+/// Pages of listings kept at most, the most entries one may have, and the most entries
+/// of all pages together (about 3 MiB).
+const PAGES_KEPT: usize = 512;
 const PAGE_ENTRIES_KEPT: usize = 1024;
+const PAGES_ENTRIES_KEPT: usize = 16_384;
 
 /// What a page of a listing answers: the directory, the cookie it starts after, the most
 /// entries asked, and whether with attributes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct PageKey {
     pub dir: Ino,
     pub cookie: u64,
@@ -94,9 +99,103 @@ struct Inner {
     /// Sum of the nodes' weights.
     weight: usize,
     limit: usize,
-    /// Pages of listings read at `pages_epoch`, newest last.
-    pages: Vec<(PageKey, Vec<DirEntry>)>,
-    pages_epoch: u64,
+    pages: Pages,
+}
+
+/// Pages of listings, each kept until a change touches it.
+#[derive(Default)]
+struct Pages {
+    map: HashMap<PageKey, Vec<DirEntry>>,
+    /// Keys in the order they were kept, oldest first (a key may be here once more after
+    /// its page went: skipped then).
+    order: VecDeque<PageKey>,
+    /// The pages each inode's change ends: its directory's, and those listing it.
+    by_ino: HashMap<Ino, Vec<PageKey>>,
+    /// Entries of all pages.
+    entries: usize,
+    /// Directories listed lately, newest last (a walk lists their subdirectories next).
+    lately: VecDeque<Ino>,
+}
+
+/// Directories remembered as listed lately.
+const LATELY_KEPT: usize = 64;
+
+/// The inodes whose change ends page `key` of `entries`: the directory and what it lists
+/// (not `..`: its attributes are taken when answered).
+fn page_inos(key: &PageKey, entries: &[DirEntry]) -> impl Iterator<Item = Ino> {
+    std::iter::once(key.dir).chain(
+        entries
+            .iter()
+            .filter(|e| e.name != b"..")
+            .map(|e| e.ino)
+            .collect::<Vec<_>>(),
+    )
+}
+
+impl Pages {
+    fn clear(&mut self) {
+        *self = Pages::default();
+    }
+
+    fn remove(&mut self, key: &PageKey) {
+        let Some(entries) = self.map.remove(key) else {
+            return;
+        };
+        self.entries -= entries.len();
+        for ino in page_inos(key, &entries) {
+            if let Some(keys) = self.by_ino.get_mut(&ino) {
+                keys.retain(|k| k != key);
+                if keys.is_empty() {
+                    self.by_ino.remove(&ino);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, key: PageKey, entries: Vec<DirEntry>) {
+        self.remove(&key);
+        while self.map.len() >= PAGES_KEPT || self.entries + entries.len() > PAGES_ENTRIES_KEPT {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            self.remove(&old);
+        }
+        for ino in page_inos(&key, &entries) {
+            let keys = self.by_ino.entry(ino).or_default();
+            if !keys.contains(&key) {
+                keys.push(key);
+            }
+        }
+        self.entries += entries.len();
+        self.map.insert(key, entries);
+        self.order.push_back(key);
+        if self.order.len() > 2 * PAGES_KEPT {
+            let map = &self.map;
+            self.order.retain(|k| map.contains_key(k));
+        }
+    }
+
+    /// A change of `ino` ends the pages it touches.
+    fn touched(&mut self, ino: Ino) {
+        if let Some(keys) = self.by_ino.remove(&ino) {
+            for k in keys {
+                self.remove(&k);
+            }
+        }
+    }
+}
+
+impl Fact {
+    /// The inodes whose pages this fact ends.
+    fn touches(&self) -> [Option<Ino>; 2] {
+        match self {
+            Fact::Attr(a) => [Some(a.ino), None],
+            Fact::Stale(i) | Fact::Gone(i) | Fact::NewDir(i) => [Some(*i), None],
+            Fact::Name(p, _, i) => [Some(*p), *i],
+            Fact::NameStale(p, _) => [Some(*p), None],
+            Fact::NoXattr(..) => [None, None],
+        }
+    }
 }
 
 pub struct Cache {
@@ -119,8 +218,7 @@ impl Cache {
                 nodes: LruCache::unbounded(),
                 weight: 0,
                 limit: limit.max(1),
-                pages: Vec::new(),
-                pages_epoch: 0,
+                pages: Pages::default(),
             }),
         }
     }
@@ -186,14 +284,51 @@ impl Cache {
         Some(v.as_ref().map(|v| v.to_vec()))
     }
 
-    /// A page of a listing read since nothing changed, if kept (`epoch` taken just before).
-    pub fn page(&self, epoch: Option<u64>, key: PageKey) -> Option<Vec<DirEntry>> {
-        let c = self.inner.lock();
-        if !c.on || epoch != Some(c.epoch) || c.pages_epoch != c.epoch {
+    /// A page of a listing, if kept (nothing touched it since it was read), with its `..`
+    /// entry's attributes as known now.
+    pub fn page(&self, key: PageKey) -> Option<Vec<DirEntry>> {
+        let mut c = self.inner.lock();
+        if !c.on {
             return None;
         }
-        let (_, v) = c.pages.iter().find(|(k, _)| *k == key)?;
-        Some(v.clone())
+        let mut page = c.pages.map.get(&key)?.clone();
+        for e in page
+            .iter_mut()
+            .filter(|e| e.name == b".." && e.attr.is_some())
+        {
+            e.attr = Some(c.nodes.get(&e.ino)?.attr.clone()?);
+        }
+        Some(page)
+    }
+
+    /// Notes that directory `dir` was listed (its first page).
+    pub fn listed(&self, dir: Ino) {
+        let mut c = self.inner.lock();
+        let l = &mut c.pages.lately;
+        l.retain(|d| *d != dir);
+        if l.len() == LATELY_KEPT {
+            l.pop_front();
+        }
+        l.push_back(dir);
+    }
+
+    /// Whether directory `dir` was listed lately (see [`Cache::listed`]).
+    pub fn listed_lately(&self, dir: Ino) -> bool {
+        self.inner.lock().pages.lately.contains(&dir)
+    }
+
+    /// The cookie of inode `ino`'s entry in a page kept of directory `dir`, if any.
+    pub fn cookie_in(&self, dir: Ino, ino: Ino) -> Option<u64> {
+        let c = self.inner.lock();
+        c.pages
+            .map
+            .iter()
+            .filter(|(k, _)| k.dir == dir)
+            .find_map(|(_, v)| {
+                v.iter()
+                    .find(|e| e.ino == ino && e.name != b"." && e.name != b"..")
+                    .map(|e| e.cookie)
+            })
     }
 
     /// Keeps a page of a listing, unless anything changed since `epoch` was taken (before
@@ -203,15 +338,7 @@ impl Cache {
         if !c.on || epoch != Some(c.epoch) || entries.len() > PAGE_ENTRIES_KEPT {
             return;
         }
-        if c.pages_epoch != c.epoch {
-            c.pages.clear();
-            c.pages_epoch = c.epoch;
-        }
-        c.pages.retain(|(k, _)| *k != key);
-        if c.pages.len() == PAGES_KEPT {
-            c.pages.remove(0);
-        }
-        c.pages.push((key, entries.to_vec()));
+        c.pages.insert(key, entries.to_vec());
     }
 
     /// Records what a read found, unless anything changed since `epoch` was taken.
@@ -236,6 +363,9 @@ impl Cache {
         let exact = epoch == Some(c.epoch);
         c.epoch += 1;
         for f in facts {
+            for ino in f.touches().into_iter().flatten() {
+                c.pages.touched(ino);
+            }
             if exact {
                 c.apply(f);
             } else {
@@ -250,9 +380,16 @@ impl Cache {
         let mut c = self.inner.lock();
         c.epoch += 1;
         match change {
-            Change::Inode { ino, .. } => c.apply(&Fact::Stale(*ino)),
-            Change::Entry { parent, name } => c.apply(&Fact::NameStale(*parent, name.clone())),
-            Change::Up | Change::Down => {}
+            Change::Inode { ino, .. } => {
+                c.pages.touched(*ino);
+                c.apply(&Fact::Stale(*ino))
+            }
+            Change::Entry { parent, name } => {
+                c.pages.touched(*parent);
+                c.apply(&Fact::NameStale(*parent, name.clone()))
+            }
+            // Changes may have been missed: no page is certain.
+            Change::Up | Change::Down => c.pages.clear(),
         }
     }
 }
@@ -447,7 +584,7 @@ mod tests {
     }
 
     #[test]
-    fn a_page_of_a_listing_lasts_until_anything_changes() {
+    fn a_page_of_a_listing_lasts_until_a_change_touches_it() {
         let c = Cache::new(100);
         let key = PageKey {
             dir: 7,
@@ -457,35 +594,83 @@ mod tests {
         };
         let e = c.epoch();
         c.fill_page(e, key, &[page(b"a", 3)]);
-        assert!(c.page(c.epoch(), key).is_none(), "off keeps nothing");
+        assert!(c.page(key).is_none(), "off keeps nothing");
         c.set_on(true);
         let e = c.epoch();
         c.fill_page(e, key, &[page(b"a", 3)]);
-        assert_eq!(c.page(c.epoch(), key).unwrap()[0].name, b"a");
-        assert!(c.page(c.epoch(), PageKey { plus: false, ..key }).is_none());
-        assert!(c.page(c.epoch(), PageKey { cookie: 3, ..key }).is_none());
-        // Any write of this client, or any pushed change, ends every page.
+        assert_eq!(c.page(key).unwrap()[0].name, b"a");
+        assert!(c.page(PageKey { plus: false, ..key }).is_none());
+        assert!(c.page(PageKey { cookie: 3, ..key }).is_none());
+        // A change of something else leaves it; of the directory, or of an inode it
+        // lists (here 9), ends it: a write of this client or a pushed change.
         c.learn(c.epoch(), &[Fact::Attr(attr(5, 1))]);
-        assert!(c.page(c.epoch(), key).is_none(), "a write of this client");
-        c.fill_page(c.epoch(), key, &[page(b"b", 3)]);
-        assert_eq!(c.page(c.epoch(), key).unwrap()[0].name, b"b");
+        assert!(c.page(key).is_some(), "another inode's change");
         c.changed(&Change::Entry {
             parent: 1,
             name: b"x".to_vec(),
         });
-        assert!(c.page(c.epoch(), key).is_none(), "another client's change");
+        assert!(c.page(key).is_some(), "another directory's entry");
+        c.learn(c.epoch(), &[Fact::Attr(attr(9, 1))]);
+        assert!(c.page(key).is_none(), "a listed inode's change");
+        c.fill_page(c.epoch(), key, &[page(b"b", 3)]);
+        c.learn(c.epoch(), &[Fact::Name(7, b"new".to_vec(), Some(11))]);
+        assert!(c.page(key).is_none(), "a name made in the directory");
+        c.fill_page(c.epoch(), key, &[page(b"b", 3)]);
+        c.changed(&Change::Entry {
+            parent: 7,
+            name: b"x".to_vec(),
+        });
+        assert!(
+            c.page(key).is_none(),
+            "another client's entry in the directory"
+        );
+        c.fill_page(c.epoch(), key, &[page(b"b", 3)]);
+        c.changed(&Change::Inode { ino: 9, data: true });
+        assert!(
+            c.page(key).is_none(),
+            "another client's change of a listed inode"
+        );
+        c.fill_page(c.epoch(), key, &[page(b"b", 3)]);
+        c.changed(&Change::Down);
+        assert!(c.page(key).is_none(), "changes maybe missed");
         // A read that overlapped a change is not kept.
         let before = c.epoch();
         c.learn(c.epoch(), &[Fact::Attr(attr(5, 2))]);
         c.fill_page(before, key, &[page(b"c", 3)]);
-        assert!(c.page(c.epoch(), key).is_none());
-        // A few pages are kept, the oldest go first.
+        assert!(c.page(key).is_none());
+        // `..` is answered with its attributes as known now, or not at all.
+        let dotdot = DirEntry {
+            name: b"..".to_vec(),
+            ino: 4,
+            kind: Kind::Dir,
+            cookie: 2,
+            attr: Some(attr(4, 1)),
+        };
+        c.fill_page(c.epoch(), key, &[dotdot.clone(), page(b"d", 3)]);
+        assert!(c.page(key).is_none(), "the parent's attributes unknown");
+        c.learn(c.epoch(), &[Fact::Attr(attr(4, 2))]);
+        let got = c
+            .page(key)
+            .expect("the parent's change does not end the page");
+        assert_eq!(got[0].attr.as_ref().unwrap().mtime, 2);
+        // Bounded: the oldest go first.
         let e = c.epoch();
         for d in 0..=PAGES_KEPT as u64 {
-            c.fill_page(e, PageKey { dir: d, ..key }, &[page(b"d", 3)]);
+            c.fill_page(
+                e,
+                PageKey {
+                    dir: 1000 + d,
+                    ..key
+                },
+                &[page(b"d", 3)],
+            );
         }
-        assert!(c.page(e, PageKey { dir: 0, ..key }).is_none());
-        assert!(c.page(e, PageKey { dir: 1, ..key }).is_some());
+        assert!(c.page(PageKey { dir: 1000, ..key }).is_none());
+        assert!(c.page(PageKey { dir: 1001, ..key }).is_some());
+        let inner = c.inner.lock();
+        assert!(inner.pages.map.len() <= PAGES_KEPT);
+        assert!(inner.pages.order.len() <= 2 * PAGES_KEPT + 1);
+        assert!(inner.pages.entries <= PAGES_ENTRIES_KEPT);
     }
 
     #[test]

@@ -543,6 +543,14 @@ pub struct EntryHints<'a> {
 /// A directory, its parent and entries, as [`Txn::read_dir`] reads them.
 pub type ReadDir = (Attr, Option<Attr>, Vec<DirEntry>);
 
+/// A directory below the one listed, read with it by [`Txn::read_dir_tree`]: its
+/// attributes, its parent's inode, and its first entries (with their attributes).
+pub struct SubDir {
+    pub attr: Attr,
+    pub parent: Ino,
+    pub entries: Vec<DirEntry>,
+}
+
 pub trait Txn {
     /// Runs a statement; returns the rows it changed.
     fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64>;
@@ -1056,6 +1064,20 @@ pub trait Txn {
             false => Vec::new(),
         };
         Ok((d, p, list))
+    }
+    /// [`Txn::read_dir`] from the start, with attributes and the parent's (`want` entries at
+    /// most), and in the same read the same first page of up to `dirs` directories below it,
+    /// breadth first (not the trash's; of its own entries, those from id `from` on): a walk
+    /// of the tree then lists them from memory. `None` where an engine would read no faster
+    /// so (each listing then reads alone).
+    fn read_dir_tree(
+        &mut self,
+        _dir: Ino,
+        _want: i64,
+        _dirs: i64,
+        _from: i64,
+    ) -> TxResult<Option<(ReadDir, Vec<SubDir>)>> {
+        Ok(None)
     }
     /// Removes the entry `name` of `parent` (fsck).
     fn remove_edge_named(&mut self, parent: Ino, name: &[u8]) -> TxResult<()> {

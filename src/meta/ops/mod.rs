@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use parking_lot::{Mutex, RwLock};
 
 use super::cache::{Cache, Fact, PageKey};
-use super::engine::{Engine, EntryHints, TxResult, Txn, corrupt, fail, unless_gone};
+use super::engine::{Engine, EntryHints, SubDir, TxResult, Txn, corrupt, fail, unless_gone};
 use super::lock::{self, LockOwner};
 use super::opens::OpenCounts;
 use super::session::row_dead;

@@ -8,6 +8,11 @@
 
 use super::*;
 
+/// Directories below a listed one whose first pages are read with it (where the engine can
+/// in the same read): a walk (`find`, `du`, `rm -rf`, `ls -R`) then lists them from memory,
+/// a round trip saved for each on PostgreSQL.
+const TREE_DIRS: i64 = 64;
+
 /// Checks a name a new entry gets.
 fn check_name(name: &[u8]) -> Result<()> {
     if name.len() > MAX_NAME_LEN {
@@ -862,16 +867,62 @@ impl<E: Engine> EngineMeta<E> {
             limit,
             plus,
         };
-        if let Some(page) = self.cache.page(e, key) {
+        let first = e.is_some() && cookie == 0 && limit > 1;
+        if first {
+            self.cache.listed(ino);
+        }
+        if e.is_some()
+            && let Some(page) = self.cache.page(key)
+        {
             return Ok(page);
         }
         let dot = cookie < 1 && limit > 0;
         let dotdot = cookie < 2 && limit > usize::from(dot);
         let want = limit - usize::from(dot) - usize::from(dotdot);
         let after = cookie.saturating_sub(2) as i64;
-        let (dir, pattr, listed) = self
-            .engine
-            .snapshot(|tx| tx.read_dir(ino, plus && dotdot, after, want as i64, plus))?;
+        // The first page with attributes of a directory whose parent was just listed (a
+        // walk's): the first pages of the directories below are read with it, where the
+        // engine can in the same read, and kept; from the directory's own entry in its
+        // parent on when the parent's page tells where that is (its next siblings then come
+        // with it). Not for any listing: an `ls -l` of one directory would carry its
+        // subdirectories' pages for nothing.
+        let walk = match first && plus {
+            true => self
+                .cache
+                .attr(ino)
+                .map(|a| a.parent)
+                .filter(|p| *p != ino && self.cache.listed_lately(*p)),
+            false => None,
+        };
+        if let Some(parent) = walk
+            && let Some(c) = self.cache.cookie_in(parent, ino)
+        {
+            let from = c.saturating_sub(2) as i64;
+            let tree = self
+                .engine
+                .snapshot(|tx| tx.read_dir_tree(parent, want as i64, TREE_DIRS, from))?;
+            if let Some((top, below)) = tree {
+                self.keep_below(e, &top.0, &below, limit);
+                if let Some(page) = self.cache.page(key) {
+                    return Ok(page);
+                }
+            }
+        }
+        let tree = match walk {
+            Some(_) => self
+                .engine
+                .snapshot(|tx| tx.read_dir_tree(ino, want as i64, TREE_DIRS, 0))?,
+            None => None,
+        };
+        let (dir, pattr, listed) = match tree {
+            Some((first, below)) => {
+                self.keep_below(e, &first.0, &below, limit);
+                first
+            }
+            None => self
+                .engine
+                .snapshot(|tx| tx.read_dir(ino, plus && dotdot, after, want as i64, plus))?,
+        };
         let mut out = Vec::new();
         if dot {
             out.push(DirEntry {
@@ -899,7 +950,61 @@ impl<E: Engine> EngineMeta<E> {
                 .filter(|e| ino != ROOT_INO || e.name != trash::TRASH_NAME),
         );
         self.cache.fill_page(e, key, &out);
+        // The directories listed, known (a walk descends into them next: see `walk`).
+        let facts: Vec<Fact> = out
+            .iter()
+            .filter(|d| d.kind == Kind::Dir && d.name != b"." && d.name != b"..")
+            .filter_map(|d| Some(Fact::Attr(d.attr.clone()?)))
+            .collect();
+        self.cache.fill(e, &facts);
         Ok(out)
+    }
+
+    /// Keeps the first pages of the directories read below `top` (as `readdir` would answer
+    /// them with attributes, `limit` entries at most), and what they teach of names and
+    /// attributes.
+    fn keep_below(&self, e: Option<u64>, top: &Attr, below: &[SubDir], limit: usize) {
+        let mut attrs: HashMap<Ino, &Attr> = HashMap::new();
+        attrs.insert(top.ino, top);
+        for s in below {
+            attrs.insert(s.attr.ino, &s.attr);
+        }
+        let mut facts = vec![Fact::Attr(top.clone())];
+        for s in below {
+            let up = s.attr.parent.max(ROOT_INO);
+            let Some(pattr) = attrs.get(&up) else {
+                continue;
+            };
+            let mut page = Vec::with_capacity(s.entries.len() + 2);
+            page.push(DirEntry {
+                name: b".".to_vec(),
+                ino: s.attr.ino,
+                kind: Kind::Dir,
+                cookie: 1,
+                attr: Some(s.attr.clone()),
+            });
+            page.push(DirEntry {
+                name: b"..".to_vec(),
+                ino: up,
+                kind: Kind::Dir,
+                cookie: 2,
+                attr: Some((*pattr).clone()),
+            });
+            page.extend(s.entries.iter().cloned());
+            facts.push(Fact::Attr(s.attr.clone()));
+            for en in &s.entries {
+                facts.push(Fact::Name(s.attr.ino, en.name.clone(), Some(en.ino)));
+                facts.extend(en.attr.clone().map(Fact::Attr));
+            }
+            let key = PageKey {
+                dir: s.attr.ino,
+                cookie: 0,
+                limit,
+                plus: true,
+            };
+            self.cache.fill_page(e, key, &page);
+        }
+        self.cache.fill(e, &facts);
     }
 
     pub(super) fn readlink(&self, ino: Ino) -> Result<Vec<u8>> {

@@ -47,7 +47,7 @@ use self::pool::{Answer, Conn, P, PgError, Pool, Step, connect_creating, pg_err}
 use self::url::PgUrl;
 use self::watch::Watch;
 use super::engine::{
-    Cell, Engine, EntryHints, ReadDir, SqlRow, TxError, TxKind, TxResult, TxStats, Txn,
+    Cell, Engine, EntryHints, ReadDir, SqlRow, SubDir, TxError, TxKind, TxResult, TxStats, Txn,
     UPDATE_NODE, Val, attr_from, corrupt, decode_chunk, fail, node_cols, node_vals,
 };
 use super::ops::{self, EngineMeta};
@@ -118,6 +118,9 @@ const TABLES: &str = "unkai_setting, unkai_counter, unkai_node, unkai_edge, unka
 const LOST_RETRIES: u32 = 3;
 
 /// What begins a read snapshot.
+/// How many entries of each directory [`Txn::read_dir_tree`] looks at for directories.
+const TREE_SCAN: i64 = 1024;
+
 const SNAPSHOT: &str = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY";
 
 /// Longest pause between two attempts of a transaction that lost a conflict.
@@ -1847,6 +1850,126 @@ impl Txn for Db<'_> {
         }
         list.sort_by_key(|e| e.cookie);
         Ok((d, p, list))
+    }
+
+    /// One statement, a snapshot on its own (as [`Txn::read_dir`]). The directories below
+    /// are found among the first [`TREE_SCAN`] entries of each (of `dir`'s, from id `from`) (a huge directory is not
+    /// read whole to find them), breadth first.
+    fn read_dir_tree(
+        &mut self,
+        dir: Ino,
+        want: i64,
+        dirs: i64,
+        from: i64,
+    ) -> TxResult<Option<(ReadDir, Vec<SubDir>)>> {
+        if let [Held::Simple(q)] = self.held.as_slice() {
+            if q.starts_with(SNAPSHOT) {
+                self.held.clear();
+                self.unbegun = true;
+            }
+        }
+        // Rows: (0) the directory, (1) its parent, (2) its entries, (3) the directories
+        // below, (4) their entries; each with the entry's id, name, inode and kind, the
+        // node's columns (null for an entry without one), and the directory it is in.
+        let sql = concat!(
+            "WITH RECURSIVE t(ino, parent, depth) AS (
+                 SELECT e.ino, e.parent, 1 FROM (SELECT ino, parent, kind, name FROM unkai_edge
+                   WHERE parent = $1 AND id >= $6 ORDER BY id LIMIT $5) e
+                  WHERE e.kind = $4 AND NOT (e.parent = 1 AND e.name = decode('2e7472617368', 'hex'))
+               UNION ALL
+                 SELECT e.ino, e.parent, t.depth + 1 FROM t CROSS JOIN LATERAL
+                   (SELECT ino, parent, kind FROM unkai_edge WHERE parent = t.ino
+                     ORDER BY id LIMIT $5) e
+                  WHERE e.kind = $4 AND t.depth < 64
+             ), d AS MATERIALIZED (SELECT ino, parent FROM t LIMIT $3)
+             SELECT 0, 0::BIGINT, ''::BYTEA, n.ino, n.kind, ",
+            node_cols!(),
+            ", 0::BIGINT FROM unkai_node n WHERE n.ino = $1
+             UNION ALL
+             SELECT 1, 0, ''::BYTEA, n.ino, n.kind, ",
+            node_cols!(),
+            ", 0 FROM unkai_node n WHERE n.ino =
+                 (SELECT greatest(p.parent, 1) FROM unkai_node p WHERE p.ino = $1)
+             UNION ALL
+             (SELECT 2, e.id, e.name, e.ino, e.kind, ",
+            node_cols!(),
+            ", e.parent FROM unkai_edge e LEFT JOIN unkai_node n ON n.ino = e.ino
+              WHERE e.parent = $1 ORDER BY e.id LIMIT $2)
+             UNION ALL
+             SELECT 3, 0, ''::BYTEA, n.ino, n.kind, ",
+            node_cols!(),
+            ", d.parent FROM d JOIN unkai_node n ON n.ino = d.ino
+             UNION ALL
+             SELECT 4, e.id, e.name, e.ino, e.kind, ",
+            node_cols!(),
+            ", e.parent FROM d CROSS JOIN LATERAL
+                 (SELECT id FROM unkai_edge WHERE parent = d.ino ORDER BY id LIMIT $2) f
+               JOIN unkai_edge e ON e.id = f.id LEFT JOIN unkai_node n ON n.ino = e.ino"
+        );
+        let rows = self.query(
+            sql,
+            &[
+                &(dir as i64),
+                &want,
+                &dirs,
+                &(Kind::Dir as i64),
+                &TREE_SCAN,
+                &from,
+            ],
+        )?;
+        let (mut d, mut p, mut list) = (None, None, Vec::new());
+        let mut subs: Vec<SubDir> = Vec::new();
+        let mut below: HashMap<Ino, Vec<DirEntry>> = HashMap::new();
+        for r in &rows {
+            let tag = r.try_get::<_, i32>(0)?;
+            if tag < 2 {
+                let a = row_attr(r, 5)?;
+                match tag {
+                    0 => d = Some(a),
+                    _ => p = Some(a),
+                }
+                continue;
+            }
+            let owner = r.try_get::<_, i64>(19)? as Ino;
+            if tag == 3 {
+                subs.push(SubDir {
+                    attr: row_attr(r, 5)?,
+                    parent: owner,
+                    entries: Vec::new(),
+                });
+                continue;
+            }
+            // An entry without its inode is not listed with attributes (as `read_dir`).
+            if r.try_get::<_, Option<i64>>(5)?.is_none() {
+                continue;
+            }
+            let e = DirEntry {
+                name: r.try_get(2)?,
+                ino: r.try_get::<_, i64>(3)? as u64,
+                kind: Kind::from_u8(r.try_get::<_, i64>(4)? as u8).unwrap_or(Kind::File),
+                cookie: r.try_get::<_, i64>(1)? as u64 + 2,
+                attr: Some(row_attr(r, 5)?),
+            };
+            match tag {
+                2 => list.push(e),
+                _ => below.entry(owner).or_default().push(e),
+            }
+        }
+        let Some(d) = d else {
+            return fail(libc::ENOENT);
+        };
+        if d.kind != Kind::Dir {
+            return fail(libc::ENOTDIR);
+        }
+        let Some(p) = p else {
+            return fail(libc::ENOENT);
+        };
+        list.sort_by_key(|e| e.cookie);
+        for s in subs.iter_mut() {
+            s.entries = below.remove(&s.attr.ino).unwrap_or_default();
+            s.entries.sort_by_key(|e| e.cookie);
+        }
+        Ok(Some(((d, Some(p), list), subs)))
     }
 
     /// From the open group, when it holds the inode.
