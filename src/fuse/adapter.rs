@@ -279,12 +279,6 @@ impl Adapter {
         }
     }
 
-    /// Whether the kernel's attributes can be trusted without asking: nobody else changes
-    /// the volume, or their changes are pushed.
-    fn attrs_trusted(&self) -> bool {
-        !self.shared() || (self.cache.fallback_ttl.is_some() && self.coherence.pushed())
-    }
-
     /// With the writeback cache, tells the kernel a file is now `len` long if it was changed
     /// elsewhere (another mount of the volume): the kernel takes no size from our replies for
     /// a file it caches. Called where the kernel holds no dirty page of the file. A file made
@@ -317,8 +311,12 @@ impl Adapter {
     /// FOPEN flags of an open: the kernel keeps the file's pages only if the file has not
     /// changed elsewhere since this mount last saw it (`keep`); otherwise its cached size
     /// and times go too, so the open sees what the last close elsewhere left (close-to-open).
+    /// (Alone on the volume, the kernel's attributes are exact.) Even where other clients'
+    /// changes are pushed: the change's notice comes some
+    /// milliseconds after the close elsewhere returned, and an open meanwhile would read the
+    /// new bytes cut at the old size (tests/staging.rs caught it on PostgreSQL).
     fn open_flags(&self, ino: u64, keep: bool) -> FopenFlags {
-        if !keep && !self.attrs_trusted() {
+        if !keep && self.shared() {
             // Attributes only: safe within a request (no page or inode lock is taken).
             self.coherence.forget_attr(ino);
         }
