@@ -538,6 +538,16 @@ fn step_err(e: PgError, name: bool) -> TxError {
 }
 
 impl Db<'_> {
+    /// A statement that is a snapshot on its own: the snapshot's BEGIN, if held, is not sent.
+    fn unbegin_snapshot(&mut self) {
+        if let [Held::Simple(q)] = self.held.as_slice()
+            && q.starts_with(SNAPSHOT)
+        {
+            self.held.clear();
+            self.unbegun = true;
+        }
+    }
+
     /// Holds back a statement whose answer nothing waits for (its failure fails the
     /// transaction when it is sent).
     fn hold(&mut self, sql: &'static str, args: Vec<Arg>, name: bool) -> TxResult<()> {
@@ -1452,6 +1462,24 @@ fn row_attr(r: &Row, base: usize) -> TxResult<Attr> {
     Ok(attr_from(|i| r.try_get::<_, i64>(base + i))?)
 }
 
+/// An entry of a listing's row (the entry's id, name, inode and kind in columns 1-4, its
+/// node's from column 5, null for an entry without one): with attributes if `plus`, and
+/// then none for an entry without its inode.
+fn listed_row(r: &Row, plus: bool) -> TxResult<Option<DirEntry>> {
+    let attr = match r.try_get::<_, Option<i64>>(5)? {
+        Some(_) => Some(row_attr(r, 5)?),
+        None if plus => return Ok(None),
+        None => None,
+    };
+    Ok(Some(DirEntry {
+        name: r.try_get(2)?,
+        ino: r.try_get::<_, i64>(3)? as u64,
+        kind: Kind::from_u8(r.try_get::<_, i64>(4)? as u8).unwrap_or(Kind::File),
+        cookie: r.try_get::<_, i64>(1)? as u64 + 2,
+        attr: attr.filter(|_| plus),
+    }))
+}
+
 /// What the first statement of a transaction reads for [`EntryHints`], after its locks: the
 /// entry and its inode (locked), a directory's emptiness (a statement after that lock), the
 /// other entries. Rows are tagged by their first column. Names go as hex: no quoting.
@@ -1794,12 +1822,7 @@ impl Txn for Db<'_> {
         limit: i64,
         plus: bool,
     ) -> TxResult<ReadDir> {
-        if let [Held::Simple(q)] = self.held.as_slice() {
-            if q.starts_with(SNAPSHOT) {
-                self.held.clear();
-                self.unbegun = true;
-            }
-        }
+        self.unbegin_snapshot();
         // Rows: (0) the directory, (1) its parent, (2) its entries, each with the entry's id,
         // name, inode and kind, then its node's columns (null for an entry without one).
         let sql = concat!(
@@ -1823,20 +1846,7 @@ impl Txn for Db<'_> {
             match r.try_get::<_, i32>(0)? {
                 0 => d = Some(row_attr(r, 5)?),
                 1 => p = Some(row_attr(r, 5)?),
-                _ => {
-                    let attr = match r.try_get::<_, Option<i64>>(5)? {
-                        Some(_) => Some(row_attr(r, 5)?),
-                        None if plus => continue,
-                        None => None,
-                    };
-                    list.push(DirEntry {
-                        name: r.try_get(2)?,
-                        ino: r.try_get::<_, i64>(3)? as u64,
-                        kind: Kind::from_u8(r.try_get::<_, i64>(4)? as u8).unwrap_or(Kind::File),
-                        cookie: r.try_get::<_, i64>(1)? as u64 + 2,
-                        attr: attr.filter(|_| plus),
-                    });
-                }
+                _ => list.extend(listed_row(r, plus)?),
             }
         }
         let Some(d) = d else {
@@ -1862,12 +1872,7 @@ impl Txn for Db<'_> {
         dirs: i64,
         from: i64,
     ) -> TxResult<Option<(ReadDir, Vec<SubDir>)>> {
-        if let [Held::Simple(q)] = self.held.as_slice() {
-            if q.starts_with(SNAPSHOT) {
-                self.held.clear();
-                self.unbegun = true;
-            }
-        }
+        self.unbegin_snapshot();
         // Rows: (0) the directory, (1) its parent, (2) its entries, (3) the directories
         // below, (4) their entries; each with the entry's id, name, inode and kind, the
         // node's columns (null for an entry without one), and the directory it is in.
@@ -1939,16 +1944,8 @@ impl Txn for Db<'_> {
                 });
                 continue;
             }
-            // An entry without its inode is not listed with attributes (as `read_dir`).
-            if r.try_get::<_, Option<i64>>(5)?.is_none() {
+            let Some(e) = listed_row(r, true)? else {
                 continue;
-            }
-            let e = DirEntry {
-                name: r.try_get(2)?,
-                ino: r.try_get::<_, i64>(3)? as u64,
-                kind: Kind::from_u8(r.try_get::<_, i64>(4)? as u8).unwrap_or(Kind::File),
-                cookie: r.try_get::<_, i64>(1)? as u64 + 2,
-                attr: Some(row_attr(r, 5)?),
             };
             match tag {
                 2 => list.push(e),
