@@ -50,14 +50,7 @@ pub struct Coherence {
     refused: Mutex<HashSet<Ino>>,
     /// Names (directory, name) the kernel was told to keep for the long TTL of a mount
     /// alone on its volume, with when that ends (see [`Coherence::lend`]).
-    lent: Mutex<Lent>,
-}
-
-/// The names lent, and when the expired were last dropped (see [`Coherence::lend`]).
-#[derive(Debug, Default)]
-struct Lent {
-    names: HashMap<Name, Instant>,
-    pruned: Option<Instant>,
+    lent: Mutex<HashMap<Name, Instant>>,
 }
 
 /// A directory's entry: (directory, name).
@@ -115,29 +108,20 @@ impl Coherence {
             return false;
         }
         let now = Instant::now();
-        if lent.names.len() >= LENT_MAX {
-            // Full: the expired are dropped, at most once a second (a walk of more names
-            // than that within a TTL must not scan them all at every lookup).
-            if lent
-                .pruned
-                .is_some_and(|t| now < t + Duration::from_secs(1))
-            {
-                return false;
-            }
-            lent.pruned = Some(now);
-            lent.names.retain(|_, until| *until > now);
-            if lent.names.len() >= LENT_MAX {
+        if lent.len() >= LENT_MAX {
+            lent.retain(|_, until| *until > now);
+            if lent.len() >= LENT_MAX {
                 return false;
             }
         }
-        lent.names.insert((dir, name.into()), now + ttl);
+        lent.insert((dir, name.into()), now + ttl);
         true
     }
 
     /// Makes the kernel forget the names lent while alone whose TTL has not ended.
     fn take_back(&self) {
         let now = Instant::now();
-        let names: Vec<_> = std::mem::take(&mut self.lent.lock().names)
+        let names: Vec<_> = std::mem::take(&mut *self.lent.lock())
             .into_iter()
             .filter(|(_, until)| *until > now)
             .map(|(k, _)| k)
@@ -287,42 +271,5 @@ impl Coherence {
         if let Err(e) = res {
             tracing::debug!("invalidating after {c:?}: {e}");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_are_lent_only_while_alone_and_only_as_many_as_can_be_taken_back() {
-        let c = Coherence::default();
-        let ttl = Duration::from_secs(30);
-        assert!(!c.lend(1, b"a", ttl), "lent while not alone");
-        c.start_alone(true);
-        for i in 0..LENT_MAX {
-            assert!(c.lend(1, format!("n{i}").as_bytes(), ttl));
-        }
-        assert!(
-            !c.lend(1, b"one more", ttl),
-            "lent past the most that is recorded"
-        );
-        // Another client came: every lent name is dropped from the record (taken back; no
-        // notifier here), and nothing is lent until alone again.
-        c.set_alone(false);
-        assert!(c.lent.lock().names.is_empty());
-        assert!(!c.lend(1, b"a", ttl));
-        c.set_alone(true);
-        assert!(c.lend(1, b"a", ttl));
-        // Expired names make room once full.
-        let c = Coherence::default();
-        c.start_alone(true);
-        for i in 0..LENT_MAX {
-            assert!(c.lend(2, format!("n{i}").as_bytes(), Duration::ZERO));
-        }
-        assert!(
-            c.lend(2, b"after", ttl),
-            "expired names kept the record full"
-        );
     }
 }
