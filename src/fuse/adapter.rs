@@ -237,24 +237,9 @@ impl Adapter {
                 return a;
             }
         }
-        self.shared_ttl(t)
-    }
-
-    /// [`Adapter::ttl`] while other clients may change the volume.
-    fn shared_ttl(&self, t: Duration) -> Duration {
         match self.cache.fallback_ttl {
             Some(f) if !self.coherence.pushed() => t.min(f),
             _ => t,
-        }
-    }
-
-    /// [`Adapter::ttl`] of the entry `name` of directory `dir`: the long TTL of a mount alone
-    /// only for a name the kernel can be made to forget when another client comes
-    /// ([`Coherence::lend`]).
-    fn name_ttl(&self, dir: u64, name: &[u8], t: Duration) -> Duration {
-        match self.cache.alone_ttl {
-            Some(a) if self.coherence.lend(dir, name, a) => a,
-            _ => self.shared_ttl(t),
         }
     }
 
@@ -276,23 +261,21 @@ impl Adapter {
         }
     }
 
-    /// How long the kernel may keep the name `name` of directory `dir`: not at all where
-    /// programs coordinate with locks (a name another client adds or removes must show at
-    /// once).
-    fn entry_ttl(&self, dir: u64, name: &[u8]) -> Duration {
+    /// How long the kernel may keep names of directory `dir`: not at all where programs
+    /// coordinate with locks (a name another client adds or removes must show at once).
+    fn entry_ttl(&self, dir: u64) -> Duration {
         if self.vfs.coordinates_in(dir) {
             Duration::ZERO
         } else {
-            self.name_ttl(dir, name, self.cache.entry_ttl)
+            self.ttl(self.cache.entry_ttl)
         }
     }
 
-    /// How long the kernel may remember that `dir` has no entry `name`.
-    fn negative_ttl(&self, dir: u64, name: &[u8]) -> Duration {
+    fn negative_ttl(&self, dir: u64) -> Duration {
         if self.vfs.coordinates_in(dir) {
             Duration::ZERO
         } else {
-            self.name_ttl(dir, name, self.cache.negative_ttl)
+            self.ttl(self.cache.negative_ttl)
         }
     }
 
@@ -506,12 +489,11 @@ impl Adapter {
         }
     }
 
-    /// Answers an entry `name` of directory `dir` (the volume's number).
-    fn reply_entry(&self, reply: ReplyEntry, dir: u64, name: &OsStr, res: vfs::Result<Attr>) {
+    fn reply_entry(&self, reply: ReplyEntry, res: vfs::Result<Attr>) {
         match res {
             Ok(a) => reply.entry_with_ttls(
                 &self.attr_ttl(&a),
-                &self.entry_ttl(dir, name.as_bytes()),
+                &self.entry_ttl(a.parent),
                 &self.kernel_attr(&a),
                 self.coherence.generation(a.ino),
             ),
@@ -628,12 +610,8 @@ impl Filesystem for Adapter {
         } else {
             self.vfs.lookup(&ctx(req), parent, name.as_bytes())
         };
-        let negative = match &found {
-            Err(e) if e.errno() == libc::ENOENT => self.negative_ttl(parent, name.as_bytes()),
-            _ => Duration::ZERO,
-        };
         match found {
-            Err(_) if !negative.is_zero() => {
+            Err(e) if e.errno() == libc::ENOENT && !self.negative_ttl(parent).is_zero() => {
                 op.failed_with(Errno::ENOENT);
                 // A negative entry: the kernel remembers the name is absent.
                 let mut attr = file_attr(&Attr {
@@ -653,9 +631,14 @@ impl Filesystem for Adapter {
                     stored: 0,
                 });
                 attr.ino = INodeNo(0);
-                reply.entry_with_ttls(&Duration::ZERO, &negative, &attr, Generation(0));
+                reply.entry_with_ttls(
+                    &Duration::ZERO,
+                    &self.negative_ttl(parent),
+                    &attr,
+                    Generation(0),
+                );
             }
-            res => self.reply_entry(reply, parent, name, op.noted(res)),
+            res => self.reply_entry(reply, op.noted(res)),
         }
     }
 
@@ -760,7 +743,7 @@ impl Filesystem for Adapter {
             mode & 0o7777,
             rdev,
         );
-        self.reply_entry(reply, parent, name, op.noted(res));
+        self.reply_entry(reply, op.noted(res));
     }
 
     fn mkdir(
@@ -790,7 +773,7 @@ impl Filesystem for Adapter {
             mode & 0o7777,
             0,
         );
-        self.reply_entry(reply, parent, name, op.noted(res));
+        self.reply_entry(reply, op.noted(res));
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
@@ -838,7 +821,7 @@ impl Filesystem for Adapter {
             link_name.as_bytes(),
             target.as_os_str().as_bytes(),
         );
-        self.reply_entry(reply, parent, link_name, op.noted(res));
+        self.reply_entry(reply, op.noted(res));
     }
 
     fn rename(
@@ -875,17 +858,7 @@ impl Filesystem for Adapter {
             newname.as_bytes(),
             f,
         ) {
-            Ok(()) => {
-                // The kernel moves its entry, with the TTL it had, to the new name (and, for
-                // an exchange, the other way): those are the names to take back.
-                if let Some(a) = self.cache.alone_ttl {
-                    self.coherence.lend(newparent, newname.as_bytes(), a);
-                    if f.exchange {
-                        self.coherence.lend(parent, name.as_bytes(), a);
-                    }
-                }
-                reply.ok()
-            }
+            Ok(()) => reply.ok(),
             Err(e) => reply.error(op.failed_with(errno(&e))),
         }
     }
@@ -904,7 +877,7 @@ impl Filesystem for Adapter {
         let ino = self.inodes.volume(ino);
         let newparent = self.inodes.volume(newparent);
         let res = self.vfs.link(&ctx(req), ino, newparent, newname.as_bytes());
-        self.reply_entry(reply, newparent, newname, op.noted(res));
+        self.reply_entry(reply, op.noted(res));
     }
 
     fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -1275,7 +1248,7 @@ impl Filesystem for Adapter {
                     self.inodes.entry(ino, &e.name, e.ino),
                     e.cookie,
                     OsStr::from_bytes(&e.name),
-                    &self.entry_ttl(ino, &e.name),
+                    &self.entry_ttl(ino),
                     &self.kernel_attr(a),
                     self.coherence.generation(a.ino),
                 ) {
@@ -1467,9 +1440,7 @@ impl Filesystem for Adapter {
                     FopenFlags::empty()
                 };
                 reply.created(
-                    &self
-                        .attr_ttl(&a)
-                        .min(self.entry_ttl(parent, name.as_bytes())),
+                    &self.attr_ttl(&a).min(self.entry_ttl(parent)),
                     &self.kernel_attr(&a),
                     self.coherence.generation(a.ino),
                     FileHandle(fh),

@@ -10,10 +10,7 @@
 //! While changes flow, the kernel may cache for long; when they stop (connection lost), the
 //! adapter hands out short TTLs until they flow again ([`Coherence::pushed`]). On a volume of
 //! one machine (SQLite), whether this mount is alone on it ([`Coherence::alone`]) also moves
-//! the TTLs, as other mounts come and go. A name handed out with the long TTL of a mount
-//! alone is recorded ([`Coherence::lend`]), and taken back (`inval_entry`) the moment the
-//! mount learns another client came: what the kernel kept from before would otherwise hide
-//! the newcomer's changes for that long (a negative entry, above all).
+//! the TTLs, as other mounts come and go.
 //!
 //! Writes this mount dropped (a close reported them failed; see `Vfs::release_dropping`)
 //! are undone in the kernel too ([`Coherence::forget_dropped`]): under the writeback cache
@@ -26,7 +23,6 @@ use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
 
 use fuser::{Generation, INodeNo, Notifier};
 use parking_lot::Mutex;
@@ -48,17 +44,7 @@ pub struct Coherence {
     /// Files whose writes from the kernel's writeback cache we refused (a capacity or quota
     /// set while mounted, the store down): the kernel's pages and size still hold them.
     refused: Mutex<HashSet<Ino>>,
-    /// Names (directory, name) the kernel was told to keep for the long TTL of a mount
-    /// alone on its volume, with when that ends (see [`Coherence::lend`]).
-    lent: Mutex<HashMap<Name, Instant>>,
 }
-
-/// A directory's entry: (directory, name).
-type Name = (Ino, Box<[u8]>);
-
-/// The most names lent at once: past it (after the expired are dropped), names get the
-/// shared TTL. About 100 bytes each.
-const LENT_MAX: usize = 65_536;
 
 /// What [`Coherence::on_data`] calls.
 pub struct DataHook(pub Box<dyn Fn(Ino) + Send + Sync>);
@@ -82,59 +68,13 @@ impl Coherence {
 
     /// Records whether this mount is the volume's only client; says so in the log when it
     /// changes.
-    /// Records whether this mount is the volume's only client; says so in the log when it
-    /// changes. When another client came, the names lent for the long TTL are taken back
-    /// (called outside any request: the kernel may make an invalidation wait for one).
     pub fn set_alone(&self, alone: bool) {
         if self.alone.swap(alone, Ordering::AcqRel) != alone {
             if alone {
                 tracing::info!("this mount now has the volume to itself: long kernel cache TTLs");
             } else {
                 tracing::info!("another client mounted the volume: short kernel cache TTLs");
-                self.take_back();
             }
-        }
-    }
-
-    /// Whether the kernel may keep entry `name` of directory `dir` (present or absent) for
-    /// `ttl`, the long TTL of a mount alone on its volume: only while alone, and only as many
-    /// names as can be taken back when another client comes ([`LENT_MAX`]); the caller hands
-    /// out the shared TTL otherwise. Lent names are recorded until their TTL ends.
-    pub fn lend(&self, dir: Ino, name: &[u8], ttl: Duration) -> bool {
-        let mut lent = self.lent.lock();
-        // Checked under the lock `take_back` drains: a name recorded here is either taken
-        // back, or handed out while no other client is known.
-        if !self.alone() {
-            return false;
-        }
-        let now = Instant::now();
-        if lent.len() >= LENT_MAX {
-            lent.retain(|_, until| *until > now);
-            if lent.len() >= LENT_MAX {
-                return false;
-            }
-        }
-        lent.insert((dir, name.into()), now + ttl);
-        true
-    }
-
-    /// Makes the kernel forget the names lent while alone whose TTL has not ended.
-    fn take_back(&self) {
-        let now = Instant::now();
-        let names: Vec<_> = std::mem::take(&mut *self.lent.lock())
-            .into_iter()
-            .filter(|(_, until)| *until > now)
-            .map(|(k, _)| k)
-            .collect();
-        for (dir, name) in &names {
-            if let Some((n, k)) = self.target(*dir) {
-                if let Err(e) = n.inval_entry(k, OsStr::from_bytes(name)) {
-                    tracing::debug!("taking back entry {dir}/{name:?}: {e}");
-                }
-            }
-        }
-        if !names.is_empty() {
-            tracing::debug!("{} names kept by the kernel taken back", names.len());
         }
     }
 
