@@ -245,7 +245,8 @@ impl<E: Engine> EngineMeta<E> {
     ) -> Result<Attr> {
         let e = self.epoch();
         // Grouped: an import's files commit many at a time (no byte waits on these rows: the
-        // objects are already in their bucket; an interrupted import is run again).
+        // objects are already in their bucket). A kill between the group of a file's mknod and
+        // that of its attach leaves it empty: `unkai import --refresh` attaches it again.
         self.engine
             .write_grouped(&[ino], false, |tx| {
                 let mut a = tx.lock_node(ino)?;
