@@ -14,7 +14,7 @@
 #      mount asking the group (the owner answers the segments it holds); and signed GETs of
 #      held blocks sent straight to their owners by Python (the owner's and loopback's share
 #      of a block from a peer, without the asker's HTTP stack).
-# PERF=FILE: `perf record -a` while the four mounts read (step 2), into FILE.
+# PERF=FILE: `perf record -g -a` (call graphs) while the four mounts read (step 2), into FILE.
 # UNKAI_LOG=info,unkai::data::peers=debug: each peer request's phases in the mounts' logs
 # (kept in /tmp/peer-bench-logs).
 # `quarters`: the dataset (SIZE_MIB in four files) does not fit one member's disk cache
@@ -191,7 +191,7 @@ if [ "$MODE" = peers ]; then
 fi
 before=0; for p in "${ports[@]}"; do before=$(echo "$before + $(gets "$p")" | bc); done
 if [ -n "${PERF:-}" ]; then
-  perf record -F 2000 -a -o "$PERF" 2>/dev/null & PERFPID=$!
+  perf record -g -F 1000 -a -o "$PERF" 2>/dev/null & PERFPID=$!
   sleep 0.5
 fi
 c0=$(cpu "${mpids[@]}"); L0=$(cut -d' ' -f1 /proc/loadavg)

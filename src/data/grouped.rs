@@ -128,7 +128,8 @@ impl Holder for Held {
                 true => obj,
                 false => s.layout.sums(&key).encode(&obj),
             };
-            disk.put_behind(key, obj).await;
+            // Kept in the page cache: the group reads it from there, once per asker.
+            disk.put_behind(key, obj, true).await;
         })
     }
 

@@ -299,7 +299,7 @@ impl Shared {
             }
             None => self.layout.sums(key).encode(data),
         };
-        disk.put_behind(key.to_string(), obj).await;
+        disk.put_behind(key.to_string(), obj, false).await;
     }
 
     /// The object of block `data` stored under `key`, as the parts a put sends (or a staged

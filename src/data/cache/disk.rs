@@ -7,6 +7,10 @@
 //!   object as the bucket holds it, `data::codec`), so every read is verified: a damaged,
 //!   partial or misplaced file is dropped (the caller fetches the block again), never
 //!   returned. Files appear whole: each is written under a temporary name, then renamed.
+//! - A file written is written out and leaves the kernel's page cache (the block is in
+//!   memory already): caching a block costs no fresh page-cache memory, which is most of
+//!   what it cost (docs/design.md, "Disk cache: written out, then out of the page cache").
+//!   A peer cache owner's blocks stay, as they are read again for each asker.
 //! - The least recently used blocks are evicted past the capacity, and each directory's disk
 //!   keeps `free_ratio` of its space free (blocks are evicted, and none added, below it).
 //! - A directory that fails (gone, full, read-only) is set aside with one log line and tried
@@ -50,6 +54,28 @@ const PENDING_MAX: u64 = 64 << 20;
 const PENDING_UNIT: u64 = 4 << 10;
 const LOCK: &str = ".lock";
 const TMP: &str = ".tmp.";
+
+/// Writes a just-written cache file's pages to disk, waits for them, and drops them from
+/// the kernel's page cache: a block read from the bucket is already kept in memory (the
+/// memory cache, and the kernel's cache of the FUSE file), so a third copy in the page
+/// cache only takes fresh memory for every block cached, and taking fresh pages is what
+/// writing a cached block cost (docs/design.md, "Disk cache: written out, then out of the
+/// page cache"). The pages freed are those the next block's file takes. Advice only: on
+/// failure (a file system without `sync_file_range`, an I/O error, which the next read's
+/// checksums would catch) the pages stay, as before.
+fn out_of_memory(f: &File) {
+    use std::os::fd::AsRawFd;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    let fd = f.as_raw_fd();
+    // SAFETY: plain system calls on a descriptor `f` keeps open.
+    unsafe {
+        if libc::sync_file_range(fd, 0, 0, flags) == 0 {
+            libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED);
+        }
+    }
+}
 
 /// Where and how much to cache.
 #[derive(Clone, Debug)]
@@ -380,10 +406,13 @@ impl DiskCache {
     /// Caches the object `obj` of `key` (its data encoded with its `Sums`) in the background (on
     /// the blocking pool of the current runtime); waits first while too many bytes wait to
     /// be written already, so that the bytes held for the cache stay bounded and what is
-    /// read is cached even when the disk is slower than the store.
-    pub async fn put_behind(self: &Arc<Self>, key: String, obj: Bytes) {
+    /// read is cached even when the disk is slower than the store. Its file leaves the
+    /// kernel's page cache once written ([`out_of_memory`]), unless `served`: a block this
+    /// mount serves to its peer cache group, read from its file again for each asker.
+    pub async fn put_behind(self: &Arc<Self>, key: String, obj: Bytes, served: bool) {
         let len = obj.len();
-        self.behind(len, move |c| c.put(&key, &obj)).await;
+        self.behind(len, move |c| c.put_parts(&key, &[&obj], !served))
+            .await;
     }
 
     /// As [`DiskCache::put_behind`], for a block's data alone: its checksums are computed,
@@ -394,7 +423,7 @@ impl DiskCache {
         let len = data.len();
         self.behind(len, move |c| {
             let trailer = sums.trailer(&data);
-            c.put_parts(&key, &[&data, &trailer]);
+            c.put_parts(&key, &[&data, &trailer], true);
         })
         .await;
     }
@@ -415,13 +444,15 @@ impl DiskCache {
         });
     }
 
-    /// Caches the object `obj` of `key` (its data encoded with its `Sums`), now.
+    /// Caches the object `obj` of `key` (its data encoded with its `Sums`), now; its file
+    /// leaves the page cache once written.
     pub fn put(&self, key: &str, obj: &[u8]) {
-        self.put_parts(key, &[obj]);
+        self.put_parts(key, &[obj], true);
     }
 
-    /// [`DiskCache::put`] of an object given in parts, written one after the other.
-    fn put_parts(&self, key: &str, parts: &[&[u8]]) {
+    /// [`DiskCache::put`] of an object given in parts, written one after the other;
+    /// `drop_pages`: its file leaves the page cache once written ([`out_of_memory`]).
+    fn put_parts(&self, key: &str, parts: &[&[u8]], drop_pages: bool) {
         let len = parts.iter().map(|p| p.len() as u64).sum();
         let Some((d, path)) = self.room_for(key, len) else {
             return;
@@ -431,6 +462,9 @@ impl DiskCache {
             let mut f = File::create(tmp)?;
             for p in parts {
                 f.write_all(p)?;
+            }
+            if drop_pages {
+                out_of_memory(&f);
             }
             fs::rename(tmp, &path)
         };
@@ -785,6 +819,53 @@ mod tests {
             block(3, len)
         );
         assert_eq!(c.stats.hits.load(Relaxed), 2);
+    }
+
+    /// A block's file is written out and leaves the kernel's page cache as it is cached (on a
+    /// disk file system: tmpfs keeps its pages), and reads back whole, verified.
+    #[test]
+    fn cached_files_leave_the_page_cache() {
+        use std::os::fd::AsRawFd;
+        let t = tempfile::tempdir().unwrap();
+        let len = 1 << 20;
+        let c = DiskCache::open(&cfg(t.path(), 8 << 20), "u").unwrap();
+        wait_scanned(&c);
+        let (k, seal) = (key(1, len), sums(1, len));
+        c.put(&k, &obj(1, len));
+        let path = file_of(&c, &k);
+        const EXT4: i64 = 0xEF53;
+        const XFS: i64 = 0x5846_5342;
+        const BTRFS: i64 = 0x9123_683E;
+        let kind = nix::sys::statfs::statfs(&path).unwrap().filesystem_type().0 as i64;
+        if [EXT4, XFS, BTRFS].contains(&kind) {
+            let f = File::open(&path).unwrap();
+            let size = f.metadata().unwrap().len() as usize;
+            let pages = size.div_ceil(4096);
+            let mut resident = vec![0u8; pages];
+            // SAFETY: a read-only shared mapping of `size` bytes of an open file, looked at
+            // by mincore (which touches no page) and unmapped before `f` closes.
+            let n = unsafe {
+                let m = libc::mmap(
+                    std::ptr::null_mut(),
+                    size,
+                    libc::PROT_READ,
+                    libc::MAP_SHARED,
+                    f.as_raw_fd(),
+                    0,
+                );
+                assert_ne!(m, libc::MAP_FAILED);
+                assert_eq!(libc::mincore(m, size, resident.as_mut_ptr()), 0);
+                libc::munmap(m, size);
+                resident.iter().filter(|r| *r & 1 == 1).count()
+            };
+            assert_eq!(
+                n, 0,
+                "{n} of {pages} pages of the cached file stayed in memory"
+            );
+        } else {
+            eprintln!("{kind:#x} is not a disk file system: the page cache is not checked");
+        }
+        assert_eq!(c.get_block(&k, len, seal).unwrap(), block(1, len));
     }
 
     /// A byte flipped or a file cut short is never returned: the read misses, the file goes.
