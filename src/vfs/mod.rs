@@ -465,10 +465,17 @@ impl Vfs {
     ) -> Result<Attr> {
         let mark = self.attr_mark();
         let mut attr = None;
-        if size.is_some() || set.mtime.is_some() {
-            // Pending writes commit first: a truncate cuts them, and an mtime set after them
-            // (utimensat, or the kernel's writeback cache handing over the times it kept)
-            // must not be overwritten by their commit.
+        // Pending writes commit first: a truncate cuts them, and an mtime set after them
+        // (utimensat, `cp -p`) must not be overwritten by their commit. Writes the kernel's
+        // writeback cache sent back from its pages stamp no time at their commit
+        // (`write_timed`), so the times it hands over (this setattr, sent whenever it writes
+        // the inode back: at close, but also by its flusher or a syncfs between two parts of
+        // one file's pages) need no commit before them. Committing there cut a file written
+        // in one go into a head and a tail that went up as objects of their own (the flip of
+        // the cache's default failed tests/fsck.rs so: 3 objects for two files, not 2); the
+        // close's flush commits them instead, and fails the close if that fails.
+        let stamped = self.writer(ino).is_some_and(|w| w.lock().mtime().is_some());
+        if size.is_some() || (set.mtime.is_some() && stamped) {
             if let Err(e) = self.flush_ino(ino) {
                 // Under the kernel's writeback cache, close(2) hands the times over with this
                 // setattr before its flush, and fails with its error (the flush is not even
@@ -1592,7 +1599,7 @@ mod tests {
 
     use super::*;
     use crate::data::{Config as DataConfig, DataStore};
-    use crate::meta::{Format, ROOT_INO};
+    use crate::meta::{Format, ROOT_INO, SetTime};
     use crate::object::ObjectStorage;
 
     /// A file of 32 blocks of 64 KiB, written through one data store; returns the volume's
@@ -1620,6 +1627,56 @@ mod tests {
         let vfs = Vfs::new(meta, open(), cfg);
         std::mem::forget(_mdir);
         (dir, vfs, f.ino, data)
+    }
+
+    /// The kernel's writeback cache may send one file's pages in two parts with its times
+    /// between them (its flusher, or a syncfs, writes the inode back after the first part):
+    /// the times need no commit of writes that stamp none, so the tail joins its head and the
+    /// file goes up as one slice, one object, as without the cache (tests/fsck.rs counts
+    /// them). Writes that stamp their time still commit before an mtime set after them.
+    #[test]
+    fn times_handed_over_between_writebacks_do_not_cut_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = format!("file://{}", dir.path().join("bucket").display());
+        let fmt = Format::for_tests("r", &storage, 4 << 20);
+        let (_mdir, meta) = crate::meta::sqlite::scratch(&fmt);
+        let obj = ObjectStorage::open(&fmt.storage, true).unwrap();
+        let store = DataStore::new(obj, fmt.clone(), DataConfig::default()).unwrap();
+        let cfg = Config {
+            background: false,
+            ..Config::default()
+        };
+        let vfs = Vfs::new(meta, store, cfg);
+        let puts = || vfs.store().traffic().puts.load(Relaxed);
+        let data: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
+        let times = SetAttr {
+            mtime: Some(SetTime::At(now_nanos())),
+            ctime: Some(now_nanos()),
+            ..SetAttr::default()
+        };
+        for (name, stamp) in [(&b"cached"[..], false), (&b"stamped"[..], true)] {
+            let f = vfs
+                .meta
+                .mknod(&Ctx::ROOT, ROOT_INO, name, Kind::File, 0o644, 0, None)
+                .unwrap();
+            let fh = vfs.open(f.ino, libc::O_RDWR).unwrap().fh;
+            let before = puts();
+            vfs.write_timed(fh, 0, &data[..512 << 10], None, stamp)
+                .unwrap();
+            vfs.setattr(&Ctx::ROOT, f.ino, &times, None, false).unwrap();
+            vfs.write_timed(fh, 512 << 10, &data[512 << 10..], None, stamp)
+                .unwrap();
+            vfs.flush(fh).unwrap();
+            vfs.release(fh).unwrap();
+            let recs = vfs.meta.read_chunk(f.ino, 0).unwrap();
+            let (want_recs, want_puts) = if stamp { (2, 2) } else { (1, 1) };
+            assert_eq!(recs.len(), want_recs, "{name:?}: {recs:?}");
+            assert_eq!(puts() - before, want_puts, "{name:?}: objects put");
+            let fh = vfs.open(f.ino, libc::O_RDONLY).unwrap().fh;
+            assert_eq!(vfs.read(fh, 0, 1 << 20).unwrap(), data, "{name:?}");
+            vfs.release(fh).unwrap();
+        }
+        std::mem::forget(_mdir);
     }
 
     /// Reads that come a little out of order still make a stream, whose next blocks are
