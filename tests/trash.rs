@@ -409,11 +409,12 @@ fn short_of_room(postgres: bool) {
     // Nothing of what went is left in the bucket, and the volume is consistent.
     let (ok, out, err) = vol.cmd("fsck", &[]);
     assert!(ok && !out.contains("LEAKED"), "fsck: {out}{err}");
-    let objects = files_under(&disk.path.join("bucket").join(&vol.name)).len();
+    let objects = files_under(&disk.path.join("bucket").join(&vol.name));
     assert_eq!(
-        objects,
+        objects.len(),
         kept.len() * LEN / (1 << 20),
-        "objects left in the bucket"
+        "objects left in the bucket: {objects:#?}\nthe mount's log:\n{}",
+        tail(&log, 60)
     );
 }
 
