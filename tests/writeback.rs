@@ -138,11 +138,12 @@ fn fsync_is_durable_through_a_crash_and_seek_data_sees_dirty_pages() {
     let far = 100u64 << 20;
     f.write_all_at(b"unwritten yet", far).unwrap();
     // The bytes are still in the kernel's page cache: SEEK_DATA must not skip them.
+    // SAFETY: lseek on an open descriptor.
     let off = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_DATA) };
-    assert!(
-        off >= 0 && off as u64 <= far,
-        "SEEK_DATA jumped past dirty data: {off}"
-    );
+    assert_eq!(off as u64, far, "SEEK_DATA: the dirty bytes, past the hole");
+    // SAFETY: as above.
+    let hole = unsafe { libc::lseek(f.as_raw_fd(), 0, libc::SEEK_HOLE) };
+    assert_eq!(hole, 0, "SEEK_HOLE: the file starts with a hole");
     let data = pattern(5 << 20, 3);
     f.seek(SeekFrom::Start(0)).unwrap();
     f.write_all(&data).unwrap();
@@ -194,4 +195,57 @@ fn a_file_written_back_in_parts_goes_up_whole() {
         assert_eq!(fs::read(m.p(name)).unwrap(), pattern(len, seed), "{name}");
     }
     m.unmount();
+}
+
+/// The first mount of an SQLite volume has the writeback cache (by default: it starts alone);
+/// the kernel then keeps a cached file's size as its own. A file a second mount makes longer
+/// must still show whole here after the close there (close-to-open), and appends under a lock
+/// land after the other mount's.
+#[test]
+fn a_file_grown_by_another_mount_shows_its_new_size() {
+    let vol = Volume::new();
+    let a = vol.mount();
+    assert!(
+        a.log_text().contains("writeback cache on"),
+        "a mount alone has the writeback cache by default:\n{}",
+        a.log_text()
+    );
+    let b = vol.mount();
+    assert!(
+        b.log_text().contains("writeback cache off"),
+        "a second mount has none:\n{}",
+        b.log_text()
+    );
+    fs::write(a.p("f"), b"hello").unwrap();
+    assert_eq!(fs::read(a.p("f")).unwrap(), b"hello");
+    let mut g = OpenOptions::new().append(true).open(b.p("f")).unwrap();
+    g.write_all(b", world").unwrap();
+    drop(g);
+    assert_eq!(
+        fs::read(a.p("f")).unwrap(),
+        b"hello, world",
+        "close-to-open on A"
+    );
+    assert_eq!(fs::metadata(a.p("f")).unwrap().len(), 12);
+    // Under a lock, with A's descriptor open all along.
+    let fa = OpenOptions::new().append(true).open(a.p("f")).unwrap();
+    let fb = OpenOptions::new().append(true).open(b.p("f")).unwrap();
+    for (f, text) in [(&fb, &b"!"[..]), (&fa, &b"?"[..]), (&fb, &b"#"[..])] {
+        // SAFETY: flock on an open descriptor.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+        (&*f).write_all(text).unwrap();
+        // SAFETY: as above.
+        assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_UN) }, 0);
+    }
+    drop((fa, fb));
+    assert_eq!(fs::read(b.p("f")).unwrap(), b"hello, world!?#");
+    // Read on A under a lock. (Without one, the close of A's descriptor after B's last
+    // append can stamp B's change as seen, and the next open keeps A's old size: a gap
+    // recorded in docs/design.md.)
+    let mut fa = File::open(a.p("f")).unwrap();
+    // SAFETY: flock on an open descriptor.
+    assert_eq!(unsafe { libc::flock(fa.as_raw_fd(), libc::LOCK_SH) }, 0);
+    let mut got = Vec::new();
+    fa.read_to_end(&mut got).unwrap();
+    assert_eq!(got, b"hello, world!?#");
 }

@@ -85,11 +85,12 @@ pub struct Args {
     scan: super::scan::ScanArgs,
     /// The kernel's writeback cache: small writes gather in the page cache and reach unkai
     /// in large batches; close and fsync still flush everything (the durability contract
-    /// holds). `auto` turns it on when this mount starts with the volume to itself and the
-    /// volume has no capacity or quotas (write() itself must fail past them). With it,
-    /// SEEK_DATA/SEEK_HOLE report no holes, and a write past the largest file size fails at
-    /// close or fsync instead of at once.
-    #[arg(long, value_enum, default_value_t = Toggle::Off, env = "UNKAI_WRITEBACK_CACHE")]
+    /// holds). `auto` (the default) turns it on when this mount starts with the volume to
+    /// itself (an SQLite volume no other mount has open) and the volume has no capacity or
+    /// quotas (write() itself must fail past them); PostgreSQL volumes and later mounts go
+    /// without. With it, times have the kernel's coarse clock, and a write refused later (past
+    /// the largest file size, a limit set while mounted) fails at fsync or close instead.
+    #[arg(long, value_enum, default_value_t = Toggle::Auto, env = "UNKAI_WRITEBACK_CACHE")]
     writeback_cache: Toggle,
     /// FUSE passthrough: a file opened for reading (at most 1 GiB) is copied to local disk
     /// (--cache-dir) at open and the kernel reads the copy directly, without unkai in the
