@@ -258,7 +258,12 @@ fn two_volumes_of_one_name_in_one_bucket_never_touch_each_other() {
 #[test]
 fn swapped_objects_read_as_eio_and_fsck_verify_names_them() {
     let vol = Volume::new();
-    let m = vol.mount();
+    // One object per file, which the swap needs: without the kernel's writeback cache, each
+    // 600,000-byte write(2) reaches the mount whole. With it, a FLUSH that comes mid-write (a
+    // child of this test process closing its inherited descriptor at exec: the other tests
+    // here start commands) commits what the kernel handed over so far, and the file goes up
+    // as two slices (docs/design.md, "Writes refused or dropped after `write` returned").
+    let m = vol.mount_with(&["--writeback-cache", "off"]);
     // Larger than an eighth of a block, so that neither is packed with the other.
     std::fs::write(m.p("one"), pattern(600_000, 51)).unwrap();
     std::fs::write(m.p("two"), pattern(600_000, 52)).unwrap();
