@@ -841,13 +841,7 @@ fn kernel_ttls_follow_other_mounts_coming_and_going() {
     let a = vol.mount();
     assert!(a.log_text().contains("this mount has the volume to itself"));
     let b = vol.mount();
-    assert!(
-        eventually(Duration::from_secs(60), || a
-            .log_text()
-            .contains("another client mounted the volume")),
-        "the first mount never noticed the second:\n{}",
-        a.log_text()
-    );
+    a.wait_noticed_another_client("the second mount");
     // A miss now stays in the first kernel for a TTL: short, so the other's file shows.
     assert!(!a.p("n").exists());
     fs::write(b.p("n"), b"from b").unwrap();

@@ -383,6 +383,21 @@ impl Mount {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// Waits (60 s at most) until this mount, which started alone on its SQLite volume, has
+    /// noticed another mount (its check of sessions runs every 2 s): until then it answers from
+    /// memory and gives its kernel a lone mount's 30 s, so only changes after it are promised
+    /// to show within a second or two. `what` names the other mount in the failure.
+    pub fn wait_noticed_another_client(&self, what: &str) {
+        assert!(
+            eventually(Duration::from_secs(60), || self
+                .log_text()
+                .contains("another client mounted the volume")),
+            "{} never noticed {what}:\n{}",
+            self.path.display(),
+            self.log_text()
+        );
+    }
 }
 
 impl Drop for Mount {
