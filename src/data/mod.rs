@@ -1541,6 +1541,18 @@ mod tests {
             if compress != Compression::None {
                 assert!(bytes < written / 3, "{what}: {bytes} stored of {written}");
             }
+            // The disk cache's files are written behind the reads (a file seen under its
+            // temporary name may be renamed before it is read, CI caught it): all of them.
+            if let Some(disk) = ds.shared.disk.clone() {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+                while disk.writing() && std::time::Instant::now() < deadline {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                assert!(
+                    !disk.writing(),
+                    "{what}: the disk cache's writes never ended"
+                );
+            }
             let cached = walkdir(&dir.path().join("cache"));
             if key.is_some() {
                 for p in stored.iter().chain(&cached) {

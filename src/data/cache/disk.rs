@@ -444,6 +444,13 @@ impl DiskCache {
         });
     }
 
+    /// Whether writes handed over behind ([`DiskCache::put_behind`]) are still running: each
+    /// holds its room from before its caller's await returns until its file is renamed into
+    /// place.
+    pub fn writing(&self) -> bool {
+        self.pending.available_permits() < (PENDING_MAX / PENDING_UNIT) as usize
+    }
+
     /// Caches the object `obj` of `key` (its data encoded with its `Sums`), now; its file
     /// leaves the page cache once written.
     pub fn put(&self, key: &str, obj: &[u8]) {
