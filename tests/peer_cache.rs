@@ -334,7 +334,15 @@ fn small_reads_of_blocks_the_group_holds_ask_their_owner_not_the_bucket() {
         tail(&reader.log(), 20)
     );
     // The blocks the holder owns came from it (the reader owns the others: on its disk).
-    assert!(hits >= 1.0, "no small read was answered by the group");
+    // Ownership follows the blocks' names, new each run: the reader may own all eight (one
+    // run in 256), and then nothing is the holder's to answer.
+    assert!(
+        hits >= 1.0 || served >= 8,
+        "no small read was answered by the group (the reader served {served} of the 8 \
+         blocks); reader's log:\n{}\nholder's log:\n{}",
+        tail(&reader.log(), 30),
+        tail(&holder.log(), 30)
+    );
     drop(f);
     reader.m.unmount();
     holder.m.unmount();
