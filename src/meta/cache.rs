@@ -203,7 +203,6 @@ impl Pages {
 }
 
 impl Fact {
-    /// The inodes whose pages this fact ends.
     /// The inodes whose change makes this fact uncertain (see [`Inner::unchanged`]).
     fn keys(&self) -> [Option<Ino>; 2] {
         match self {
@@ -212,6 +211,7 @@ impl Fact {
         }
     }
 
+    /// The inodes whose pages this fact ends.
     fn touches(&self) -> [Option<Ino>; 2] {
         match self {
             Fact::Attr(a) => [Some(a.ino), None],

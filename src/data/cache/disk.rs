@@ -446,8 +446,9 @@ impl DiskCache {
 
     /// Whether writes handed over behind ([`DiskCache::put_behind`]) are still running: each
     /// holds its room from before its caller's await returns until its file is renamed into
-    /// place.
-    pub fn writing(&self) -> bool {
+    /// place. (For tests: nothing else waits for them.)
+    #[cfg(test)]
+    pub(crate) fn writing(&self) -> bool {
         self.pending.available_permits() < (PENDING_MAX / PENDING_UNIT) as usize
     }
 
