@@ -1165,12 +1165,17 @@ impl Postgres {
         tx.prefix = tx.held.len();
         let r = f(&mut tx);
         let unsent = std::mem::take(&mut tx.held);
+        // The ids of entries the group made, answered by its statements sent before `f`'s:
+        // known from now on (learned at the group's commit, they were lost when a read sent
+        // them first, and an unlink of such a name could not be guessed: two round trips).
+        let learned = std::mem::take(&mut tx.learned);
         let failed = tx.group_failed;
         drop(tx);
         if failed || g.conn.is_closed() {
             let _ = self.group.commit(&mut slot, false, false);
             return None;
         }
+        self.shared.known.learn(learned);
         g.held = unsent;
         Some(r.map_err(TxError::into_meta))
     }
