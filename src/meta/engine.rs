@@ -622,6 +622,18 @@ pub trait Txn {
         self.exec(UPDATE_NODE, &node_vals(a))?;
         Ok(())
     }
+    /// Directory `d` (as locked) gained or lost an entry at `now`: its mtime and ctime become
+    /// `now` and its link count changes by `links`. Nothing else of `d` is written, so an
+    /// engine may change the row in place without trusting the rest of `d`: the trash's hour
+    /// directory, which every client deletes into at once, is guessed only loosely (see
+    /// `postgres::known`).
+    fn touch_dir(&mut self, d: &Attr, now: Nanos, links: i32) -> TxResult<()> {
+        let mut d = d.clone();
+        d.mtime = now;
+        d.ctime = now;
+        d.nlink = d.nlink.saturating_add_signed(links);
+        self.update_node(&d)
+    }
     /// Applies a setattr to the inode and writes it (see [`SetAttr::apply`](super::SetAttr::apply)): an engine may do
     /// both in one statement.
     /// EPERM if the inode's flags forbid the change ([`SetAttr::blocked_by`](super::SetAttr::blocked_by)).

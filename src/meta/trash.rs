@@ -227,7 +227,7 @@ impl<E: Engine> EngineMeta<E> {
         name: &[u8],
         now: Nanos,
     ) -> TxResult<Vec<u8>> {
-        let mut h = match tx.lock_node(bin.hour) {
+        let h = match tx.lock_node(bin.hour) {
             Ok(h) if h.nlink > 0 => h,
             _ => return fail(libc::ESTALE),
         };
@@ -240,20 +240,18 @@ impl<E: Engine> EngineMeta<E> {
             Some(id) => tx.move_edge(id, bin.hour, &tname)?,
             None => tx.insert_edge(bin.hour, &tname, a.ino, a.kind)?,
         }
-        if a.kind == Kind::Dir {
+        let links = if a.kind == Kind::Dir {
             p.nlink = p.nlink.saturating_sub(1);
-            h.nlink += 1;
-        }
-        if a.kind == Kind::Dir {
             a.parent = bin.hour;
+            1
         } else {
             a.flags |= flags::TRASHED;
-        }
+            0
+        };
         a.ctime = now;
         tx.update_node(a)?;
-        h.mtime = now;
-        h.ctime = now;
-        tx.update_node(&h)?;
+        // Only its times and links: of `h`, as guessed, only that it is alive was checked.
+        tx.touch_dir(&h, now, links)?;
         let mut origin = format!("{}/", p.ino).into_bytes();
         origin.extend_from_slice(name);
         tx.put_xattr(a.ino, ORIGIN, &origin)?;

@@ -227,10 +227,14 @@ impl Learned {
 }
 
 /// The statement that locks `states`' inodes (in inode order) and fails (a division by
-/// zero) unless each still is as guessed. Integers and booleans only: no quoting.
-pub(super) fn guard_sql(states: &[State]) -> String {
+/// zero) unless each still is as guessed; of those in `loose`, only that they still have
+/// links (the trash's hour directory: every client deletes into it, so its times and link
+/// count change under other clients' deletions, and a deletion reads nothing else of it and
+/// changes it in place, `Txn::touch_dir`). Integers and booleans only: no quoting.
+pub(super) fn guard_sql(states: &[State], loose: &[Ino]) -> String {
     let rows: Vec<String> = states
         .iter()
+        .filter(|(a, _)| !loose.contains(&a.ino))
         .map(|(a, no_acl)| {
             let cols: Vec<String> = node_vals(a)
                 .iter()
@@ -242,22 +246,31 @@ pub(super) fn guard_sql(states: &[State]) -> String {
             format!("({}, {})", cols.join(", "), !no_acl)
         })
         .collect();
-    let inos: Vec<String> = states
-        .iter()
-        .map(|(a, _)| (a.ino as i64).to_string())
-        .collect();
-    format!(
-        concat!(
-            "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT (",
-            node_cols!(),
-            ", ",
-            has_default_acl!(),
-            ") IN ({rows}) AS ok FROM unkai_node n WHERE n.ino IN ({inos}) ORDER BY n.ino \
-             FOR UPDATE) s"
+    let inos = |f: &dyn Fn(Ino) -> bool| -> Vec<String> {
+        states
+            .iter()
+            .map(|(a, _)| a.ino)
+            .filter(|i| f(*i))
+            .map(|i| (i as i64).to_string())
+            .collect()
+    };
+    let strict = match rows.is_empty() {
+        true => "false".to_string(),
+        false => format!(
+            concat!("(", node_cols!(), ", ", has_default_acl!(), ") IN ({})"),
+            rows.join(", ")
         ),
+    };
+    let loose = inos(&|i| loose.contains(&i));
+    let loose = match loose.is_empty() {
+        true => "false".to_string(),
+        false => format!("(n.ino IN ({}) AND n.nlink > 0)", loose.join(", ")),
+    };
+    format!(
+        "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT ({strict} OR \
+         {loose}) AS ok FROM unkai_node n WHERE n.ino IN ({inos}) ORDER BY n.ino FOR UPDATE) s",
         n = states.len(),
-        rows = rows.join(", "),
-        inos = inos.join(", ")
+        inos = inos(&|_| true).join(", ")
     )
 }
 

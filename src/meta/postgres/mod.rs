@@ -393,9 +393,14 @@ const SET_ATTR: &str = concat!(
     node_cols!()
 );
 
+/// [`Txn::touch_dir`]'s statement.
+const TOUCH_DIR: &str =
+    "UPDATE unkai_node SET mtime = $2, ctime = $2, nlink = nlink + $3 WHERE ino = $1";
+
 /// The statements on inodes whose effects a transaction records for `known` itself.
 const RECORDED: &[&str] = &[
     UPDATE_NODE,
+    TOUCH_DIR,
     INSERT_ENTRY,
     INSERT_ENTRY_IN,
     REMOVE_ENTRY,
@@ -1202,7 +1207,7 @@ impl Postgres {
         let Some(h) = hints else {
             let states = known.guess(sorted)?;
             return Some(Guess {
-                checks: guard_sql(&states),
+                checks: guard_sql(&states, &[]),
                 states,
                 entry: None,
             });
@@ -1218,7 +1223,10 @@ impl Postgres {
         inos.dedup();
         let states = known.guess(&inos)?;
         let a = states.iter().find(|s| s.0.ino == child)?.0.clone();
-        let mut checks = guard_sql(&states);
+        // The directories of the other names looked up (the trash's hour) only loosely: the
+        // deletion changes them in place (`Txn::touch_dir`); not the entry's own directory.
+        let loose: Vec<Ino> = h.edges.iter().map(|e| e.0).filter(|d| *d != p).collect();
+        let mut checks = guard_sql(&states, &loose);
         checks.push_str(&entry_guard_sql(p, n, id, child));
         if h.dir {
             checks.push_str(&empty_guard_sql(child));
@@ -1999,6 +2007,25 @@ impl Txn for Db<'_> {
         self.hold(UPDATE_NODE, node_vals(a).iter().map(arg).collect(), false)
     }
 
+    /// In place (held back like [`Txn::update_node`]): the row's own link count, not `d`'s,
+    /// which may be a loose guess (see `known`).
+    fn touch_dir(&mut self, d: &Attr, now: Nanos, links: i32) -> TxResult<()> {
+        if self.nowait && !self.may_change(d.ino) {
+            return Err(would_wait());
+        }
+        let mut t = d.clone();
+        t.mtime = now;
+        t.ctime = now;
+        t.nlink = t.nlink.saturating_add_signed(links);
+        self.learned.wrote(&t);
+        let args = vec![
+            Arg::Int(d.ino as i64),
+            Arg::Int(now),
+            Arg::Int(links.into()),
+        ];
+        self.hold(TOUCH_DIR, args, false)
+    }
+
     fn lock_node(&mut self, ino: Ino) -> TxResult<Attr> {
         if let Some(a) = self.c.prelocked.remove(&ino) {
             return Ok(a);
@@ -2110,7 +2137,7 @@ impl Txn for Db<'_> {
             if known.flags & set.blocked_by() == 0 {
                 let mut a = known.clone();
                 set.apply(&mut a, now);
-                let guard = guard_sql(&[(known.clone(), no_dacl)]) + &no_access_acl_sql(ino);
+                let guard = guard_sql(&[(known.clone(), no_dacl)], &[]) + &no_access_acl_sql(ino);
                 self.held
                     .push(Held::Simple(guard.trim_start_matches("; ").to_string()));
                 self.c.guessed.push(ino);

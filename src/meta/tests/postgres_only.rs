@@ -109,3 +109,100 @@ fn many_clients_one_directory() {
     assert_eq!(m.usage().unwrap().inodes, 2 + 16 * 50);
     assert_eq!(m.getattr(d.ino).unwrap().nlink, 2);
 }
+
+/// Two clients deleting their own files into the trash's one hour directory, in turns: each
+/// deletion takes one round trip. Every deletion changes the hour's times (and a directory's,
+/// its links), so a deletion that guessed all of the hour as its client last left it
+/// (`postgres::known`) would find it changed by the other client, and run again: two or three
+/// round trips. It checks only that the hour is alive, and changes it in place.
+#[test]
+fn deletions_of_two_clients_into_one_trash_hour_each_take_one_round_trip() {
+    if pg_server::skip() {
+        return;
+    }
+    const N: usize = 10;
+    let db = pg_server::database().unwrap();
+    let u = pg_url(&db.url);
+    let mut fmt = test_format("hour");
+    fmt.trash_days = 1;
+    PgMeta::create(&u, &fmt, false).unwrap();
+    let clients: Vec<PgMeta> = (0..2).map(|_| PgMeta::open(&u).unwrap()).collect();
+    let mut dirs = Vec::new();
+    for (i, m) in clients.iter().enumerate() {
+        m.new_session(session_info(&format!("/mnt/{i}"))).unwrap();
+        m.watch(Box::new(|_| {})).unwrap();
+        let d = mkdir(m, ROOT_INO, &format!("d{i}"));
+        for j in 0..=N {
+            mkfile(m, d.ino, &format!("f{j}"));
+            if j % 2 == 0 {
+                mkdir(m, d.ino, &format!("s{j}"));
+            }
+        }
+        // The first deletion finds or makes the hour, and learns it.
+        m.unlink(&CTX, d.ino, b"f0").unwrap();
+        dirs.push(d.ino);
+    }
+    let trips = |f: &mut dyn FnMut()| {
+        let before = crate::metrics::round_trips_here();
+        f();
+        crate::metrics::round_trips_here() - before
+    };
+    // Until changes are pushed to each client, its cache is off, and a deletion does not know
+    // what the name it removes names: its trash name is then looked up, not guessed.
+    for (m, d) in clients.iter().zip(&dirs) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let n = trips(&mut || {
+                m.getattr(*d).unwrap();
+                for j in 1..=N {
+                    lookup(m, *d, &format!("f{j}")).unwrap();
+                    if j % 2 == 0 {
+                        lookup(m, *d, &format!("s{j}")).unwrap();
+                    }
+                }
+            });
+            if n == 0 {
+                break;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cache never answered: {n} round trips"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    let mut each = Vec::new();
+    for j in 1..=N {
+        for (m, d) in clients.iter().zip(&dirs) {
+            each.push(trips(&mut || {
+                m.unlink(&CTX, *d, format!("f{j}").as_bytes()).unwrap();
+            }));
+            if j % 2 == 0 {
+                each.push(trips(&mut || {
+                    m.rmdir(&CTX, *d, format!("s{j}").as_bytes()).unwrap();
+                }));
+            }
+        }
+    }
+    // (Slack for an hour that ends meanwhile: the next one is made, and learned.)
+    let total: u64 = each.iter().sum();
+    assert!(
+        total <= each.len() as u64 + 8,
+        "{total} round trips for {} deletions: {each:?}",
+        each.len()
+    );
+    // All arrived (as a client without a cache reads it): the hour's links count the
+    // directories in it.
+    let fresh = PgMeta::open(&u).unwrap();
+    let trash = lookup(&fresh, ROOT_INO, ".trash").unwrap();
+    let (mut files_in, mut dirs_in) = (0, 0);
+    for h in listing(&fresh, trash.ino).iter().skip(2) {
+        let inside = listing(&fresh, h.ino);
+        let subdirs = inside.iter().filter(|e| e.kind == Kind::Dir).count() - 2;
+        let nlink = fresh.getattr(h.ino).unwrap().nlink as usize;
+        assert_eq!(nlink, 2 + subdirs, "the hour's links");
+        dirs_in += subdirs;
+        files_in += inside.len() - 2 - subdirs;
+    }
+    assert_eq!((files_in, dirs_in), (2 * (N + 1), 2 * (N / 2)));
+}
