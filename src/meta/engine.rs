@@ -519,6 +519,15 @@ pub(crate) const UPDATE_NODE: &str = "UPDATE unkai_node SET mode=$3, uid=$4, gid
                            rdev=$8, atime=$9, mtime=$10, ctime=$11, parent=$12, flags=$13, \
                            stored=$14 WHERE ino=$1 AND kind=$2";
 
+/// Directory `d` as [`Txn::touch_dir`] leaves it.
+pub(crate) fn touched(d: &Attr, now: Nanos, links: i32) -> Attr {
+    let mut t = d.clone();
+    t.mtime = now;
+    t.ctime = now;
+    t.nlink = t.nlink.saturating_add_signed(links);
+    t
+}
+
 fn ino(i: Ino) -> Val<'static> {
     Val::Int(i as i64)
 }
@@ -628,11 +637,7 @@ pub trait Txn {
     /// directory, which every client deletes into at once, is guessed only loosely (see
     /// `postgres::known`).
     fn touch_dir(&mut self, d: &Attr, now: Nanos, links: i32) -> TxResult<()> {
-        let mut d = d.clone();
-        d.mtime = now;
-        d.ctime = now;
-        d.nlink = d.nlink.saturating_add_signed(links);
-        self.update_node(&d)
+        self.update_node(&touched(d, now, links))
     }
     /// Applies a setattr to the inode and writes it (see [`SetAttr::apply`](super::SetAttr::apply)): an engine may do
     /// both in one statement.

@@ -246,14 +246,7 @@ pub(super) fn guard_sql(states: &[State], loose: &[Ino]) -> String {
             format!("({}, {})", cols.join(", "), !no_acl)
         })
         .collect();
-    let inos = |f: &dyn Fn(Ino) -> bool| -> Vec<String> {
-        states
-            .iter()
-            .map(|(a, _)| a.ino)
-            .filter(|i| f(*i))
-            .map(|i| (i as i64).to_string())
-            .collect()
-    };
+    let ino = |a: &Attr| (a.ino as i64).to_string();
     let strict = match rows.is_empty() {
         true => "false".to_string(),
         false => format!(
@@ -261,16 +254,21 @@ pub(super) fn guard_sql(states: &[State], loose: &[Ino]) -> String {
             rows.join(", ")
         ),
     };
-    let loose = inos(&|i| loose.contains(&i));
+    let loose: Vec<String> = states
+        .iter()
+        .filter(|(a, _)| loose.contains(&a.ino))
+        .map(|(a, _)| ino(a))
+        .collect();
     let loose = match loose.is_empty() {
         true => "false".to_string(),
         false => format!("(n.ino IN ({}) AND n.nlink > 0)", loose.join(", ")),
     };
+    let inos: Vec<String> = states.iter().map(|(a, _)| ino(a)).collect();
     format!(
         "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT ({strict} OR \
          {loose}) AS ok FROM unkai_node n WHERE n.ino IN ({inos}) ORDER BY n.ino FOR UPDATE) s",
         n = states.len(),
-        inos = inos(&|_| true).join(", ")
+        inos = inos.join(", ")
     )
 }
 

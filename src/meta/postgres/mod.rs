@@ -48,7 +48,7 @@ use self::url::PgUrl;
 use self::watch::Watch;
 use super::engine::{
     Cell, Engine, EntryHints, ReadDir, SqlRow, SubDir, TxError, TxKind, TxResult, TxStats, Txn,
-    UPDATE_NODE, Val, attr_from, corrupt, decode_chunk, fail, node_cols, node_vals,
+    UPDATE_NODE, Val, attr_from, corrupt, decode_chunk, fail, node_cols, node_vals, touched,
 };
 use super::ops::{self, EngineMeta};
 use super::slice::{self, SliceRec};
@@ -2013,11 +2013,7 @@ impl Txn for Db<'_> {
         if self.nowait && !self.may_change(d.ino) {
             return Err(would_wait());
         }
-        let mut t = d.clone();
-        t.mtime = now;
-        t.ctime = now;
-        t.nlink = t.nlink.saturating_add_signed(links);
-        self.learned.wrote(&t);
+        self.learned.wrote(&touched(d, now, links));
         let args = vec![
             Arg::Int(d.ino as i64),
             Arg::Int(now),
