@@ -109,12 +109,22 @@ pub fn client(meta: Arc<dyn Meta>, cfg: &FrontConfig, session: String) -> anyhow
         backup_meta: cfg.backup_meta.clone(),
         hangup: Hangup::Reopen,
     };
-    Client::open(meta, &client, |meta| {
+    let watched = meta.clone();
+    let client = Client::open(meta, &client, |meta| {
         if meta.engine().one_machine() {
             if let Ok(n) = super::client::other_sessions(&**meta) {
                 meta.set_alone(n == 0);
             }
         }
         Ok(Setup::default())
-    })
+    })?;
+    // Its changes are told to the other clients as they commit (PostgreSQL), and theirs keep
+    // its cache coherent (a mount does the same, `serve::sharing`): without, a mount that
+    // read a name before a change of this client committed (a group commits up to 10 ms
+    // after it answered) kept the name.
+    if let Err(e) = watched.watch(Box::new(|_| {})) {
+        let _ = client.close(None);
+        return Err(e.into());
+    }
+    Ok(client)
 }
