@@ -184,10 +184,14 @@ fn phase(
     Ok((last.unwrap() - first.unwrap(), all))
 }
 
-/// Waits until `p` shows on a mount (another made it).
-fn shows(p: &Path) -> anyhow::Result<()> {
+/// Waits until `p` shows on a mount as `made`, the same path made through another mount:
+/// the same inode, not only the name (another client's changes reach this one within a
+/// group's age, and a directory of that name removed just before may still show meanwhile).
+fn shows(p: &Path, made: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(made)?.ino();
     let start = Instant::now();
-    while std::fs::metadata(p).is_err() {
+    while std::fs::metadata(p).map_or(true, |m| m.ino() != ino) {
         if start.elapsed() > SHOW {
             bail!(
                 "{} did not show within {SHOW:?} of being made through another mountpoint: \
@@ -227,7 +231,7 @@ pub fn run(ctx: &Ctx, dir: &Path) -> anyhow::Result<Vec<Figure>> {
     let name = scratch.path.file_name().unwrap().to_owned();
     let roots: Vec<PathBuf> = mounts.iter().map(|m| m.join(&name)).collect();
     for r in &roots[1..] {
-        shows(r)?;
+        shows(r, &roots[0])?;
     }
     let mut figs = Vec::new();
 
@@ -254,7 +258,7 @@ pub fn run(ctx: &Ctx, dir: &Path) -> anyhow::Result<Vec<Figure>> {
     // All clients in one shared directory.
     std::fs::create_dir(roots[0].join("shared"))?;
     for r in &roots[1..] {
-        shows(&r.join("shared"))?;
+        shows(&r.join("shared"), &roots[0].join("shared"))?;
     }
     ctx.step(format!(
         "{n} client(s) extract {files} files each, one shared directory"

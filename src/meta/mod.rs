@@ -197,8 +197,9 @@ pub mod flags {
     /// Flags only a privileged caller (CAP_LINUX_IMMUTABLE) may set or clear.
     pub const PRIVILEGED: u32 = IMMUTABLE | APPEND;
     /// Not a `chattr` flag: the inode is in the trash (`meta::trash`), where its one link
-    /// is the trash's. Its link count is reported one lower, so that a file deleted while
-    /// open shows `st_nlink` 0 as on any file system; cleared when it is moved out.
+    /// is the trash's. A file's link count is reported one lower, so that a file deleted
+    /// while open shows `st_nlink` 0 as on any file system; nothing is made in a directory
+    /// (ENOENT, as in one removed for good). Cleared when it is moved out.
     pub const TRASHED: u32 = 0x8000_0000;
     /// Not a `chattr` flag: the antivirus scan found the file infected (or, scanning failing
     /// closed, could not scan it): every open is refused (EACCES), by every client

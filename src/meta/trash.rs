@@ -245,9 +245,9 @@ impl<E: Engine> EngineMeta<E> {
             a.parent = bin.hour;
             1
         } else {
-            a.flags |= flags::TRASHED;
             0
         };
+        a.flags |= flags::TRASHED;
         a.ctime = now;
         tx.update_node(a)?;
         // Only its times and links: of `h`, as guessed, only that it is alive was checked.

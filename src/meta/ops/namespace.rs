@@ -184,8 +184,13 @@ impl<E: Engine> EngineMeta<E> {
     }
 
     /// EPERM for a directory of the trash itself (its root and hour directories): nothing
-    /// is made there but by a deletion.
+    /// is made there but by a deletion; ENOENT for a directory deleted into it.
     fn check_not_trash(&self, dir: &Attr) -> TxResult<()> {
+        // A directory deleted into the trash (by another client, while this one still knew
+        // it by its name): gone, as a directory removed for good is.
+        if dir.flags & flags::TRASHED != 0 {
+            return fail(libc::ENOENT);
+        }
         let t = self.trash.load(Ordering::Acquire);
         if t != 0 && (dir.ino == t || dir.parent == t) {
             return fail(libc::EPERM);

@@ -6,6 +6,7 @@ use super::*;
 engine_tests!(
     trash_days_delay_dead_slices,
     trash_purged_early_oldest_first_by_one_client,
+    directory_deleted_into_the_trash_takes_nothing_new,
 );
 
 fn trash_days_delay_dead_slices(e: Engine) {
@@ -58,6 +59,54 @@ fn trash_days_delay_dead_slices(e: Engine) {
             "still in the trash period"
         );
         assert_eq!(m.usage().unwrap().pending_delete, 1);
+    }
+}
+
+/// A directory deleted into the trash is gone for those still knowing it by its inode
+/// (another client's lookup made just before): nothing is made in it, linked or moved into
+/// it (ENOENT, as in a directory removed for good), until it is restored.
+fn directory_deleted_into_the_trash_takes_nothing_new(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        let mut fmt = test_format("trash");
+        fmt.trash_days = 1;
+        (place.create)(&fmt, false).unwrap();
+        let m = (place.open)().unwrap();
+        let d = mkdir(&*m, ROOT_INO, "d");
+        let f = mkfile(&*m, ROOT_INO, "f");
+        m.rmdir(&CTX, ROOT_INO, b"d").unwrap();
+        let kept = m.getattr(d.ino).unwrap();
+        assert_eq!(kept.kind, Kind::Dir, "kept in the trash");
+        assert_errno(
+            m.mknod(&CTX, d.ino, b"x", Kind::File, 0o644, 0, None),
+            libc::ENOENT,
+        );
+        assert_errno(
+            m.mknod(&CTX, d.ino, b"x", Kind::Dir, 0o755, 0, None),
+            libc::ENOENT,
+        );
+        assert_errno(m.link(&CTX, f.ino, d.ino, b"x"), libc::ENOENT);
+        assert_errno(
+            m.rename(&CTX, ROOT_INO, b"f", d.ino, b"x", RenameFlags::default()),
+            libc::ENOENT,
+        );
+        assert!(m.readdir(d.ino, 2, 10, false).unwrap().is_empty());
+        // Restored (`unkai restore` renames it back): a directory like any other again.
+        let trash = m.lookup(&CTX, ROOT_INO, b".trash").unwrap();
+        let hour = m.readdir(trash.ino, 2, 10, false).unwrap().remove(0);
+        let name = m.readdir(hour.ino, 2, 10, false).unwrap().remove(0).name;
+        m.rename(
+            &CTX,
+            hour.ino,
+            &name,
+            ROOT_INO,
+            b"d",
+            RenameFlags::default(),
+        )
+        .unwrap();
+        mkfile(&*m, d.ino, "x");
+        assert_eq!(m.getattr(d.ino).unwrap().flags, 0);
     }
 }
 
