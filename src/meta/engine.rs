@@ -547,6 +547,9 @@ pub struct EntryHints<'a> {
     pub dir: bool,
     /// Other entries looked up: (parent, name).
     pub edges: Vec<(Ino, Vec<u8>)>,
+    /// The trash's hour directory the entry goes to, if it goes to the trash (its inode
+    /// stays: nothing to ask about opens of it).
+    pub trash_hour: Option<Ino>,
 }
 
 /// A directory, its parent and entries, as [`Txn::read_dir`] reads them.

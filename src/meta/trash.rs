@@ -232,7 +232,13 @@ impl<E: Engine> EngineMeta<E> {
             _ => return fail(libc::ESTALE),
         };
         let mut tname = entry_name(p.ino, a.ino, name);
-        if tx.get_edge(bin.hour, &tname)?.is_some() {
+        // The name is free when `a` has no other link: it names `a` (a name of the trash
+        // says its parent and inode, and inodes are never reused), and an entry of `a` in the
+        // trash would be another link. A directory has no other link; a file moved here has
+        // none (a deletion trashes only a last link). Not looked up then: a change joining a
+        // group could not have it answered without waiting for the server.
+        let single = a.kind == Kind::Dir || a.nlink <= 1;
+        if !single && tx.get_edge(bin.hour, &tname)?.is_some() {
             // The same inode trashed again within the hour (restored, then deleted).
             tname = entry_name(p.ino, a.ino, &[format!("{now}-").as_bytes(), name].concat());
         }

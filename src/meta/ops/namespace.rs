@@ -234,6 +234,7 @@ impl<E: Engine> EngineMeta<E> {
             entry: (parent, name),
             dir,
             edges,
+            trash_hour: bin.map(|b| b.hour),
         }
     }
 

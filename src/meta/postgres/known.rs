@@ -54,7 +54,7 @@ pub(super) use has_default_acl;
 type Name = (Ino, Vec<u8>);
 
 /// An entry's id and inode.
-type Edge = (i64, Ino);
+pub(super) type Edge = (i64, Ino);
 
 /// The inodes known, and those found changed by other clients lately.
 pub(super) struct Known {
@@ -178,6 +178,11 @@ impl Learned {
         &self.gone
     }
 
+    /// Entries it found or made (Some) or removed (None), in order.
+    pub(super) fn edges(&self) -> impl Iterator<Item = (Ino, &[u8], Option<Edge>)> {
+        self.edges.iter().map(|((p, n), e)| (*p, n.as_slice(), *e))
+    }
+
     /// Whether it ran a statement on inodes whose effect is not recorded.
     pub(super) fn unsure(&self) -> bool {
         self.unsure
@@ -247,29 +252,39 @@ pub(super) fn guard_sql(states: &[State], loose: &[Ino]) -> String {
         })
         .collect();
     let ino = |a: &Attr| (a.ino as i64).to_string();
-    let strict = match rows.is_empty() {
-        true => "false".to_string(),
-        false => format!(
-            concat!("(", node_cols!(), ", ", has_default_acl!(), ") IN ({})"),
-            rows.join(", ")
-        ),
-    };
-    let loose: Vec<String> = states
+    let strict = format!(
+        concat!("(", node_cols!(), ", ", has_default_acl!(), ") IN ({})"),
+        rows.join(", ")
+    );
+    let loose_inos: Vec<String> = states
         .iter()
         .filter(|(a, _)| loose.contains(&a.ino))
         .map(|(a, _)| ino(a))
         .collect();
-    let loose = match loose.is_empty() {
-        true => "false".to_string(),
-        false => format!("(n.ino IN ({}) AND n.nlink > 0)", loose.join(", ")),
-    };
-    let inos: Vec<String> = states.iter().map(|(a, _)| ino(a)).collect();
-    format!(
-        "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT ({strict} OR \
-         {loose}) AS ok FROM unkai_node n WHERE n.ino IN ({inos}) ORDER BY n.ino FOR UPDATE) s",
-        n = states.len(),
-        inos = inos.join(", ")
-    )
+    let strict_inos: Vec<String> = states
+        .iter()
+        .filter(|(a, _)| !loose.contains(&a.ino))
+        .map(|(a, _)| ino(a))
+        .collect();
+    let mut sql = String::new();
+    if !strict_inos.is_empty() {
+        sql.push_str(&format!(
+            "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT {strict} AS ok \
+             FROM unkai_node n WHERE n.ino IN ({inos}) ORDER BY n.ino FOR UPDATE) s",
+            n = strict_inos.len(),
+            inos = strict_inos.join(", ")
+        ));
+    }
+    // Shared: the deletion changes them in place (`Txn::touch_dir`), when it commits.
+    if !loose_inos.is_empty() {
+        sql.push_str(&format!(
+            "; SELECT 1 / (count(*) FILTER (WHERE s.ok) = {n})::int FROM (SELECT n.nlink > 0 AS ok \
+             FROM unkai_node n WHERE n.ino IN ({inos}) ORDER BY n.ino FOR KEY SHARE) s",
+            n = loose_inos.len(),
+            inos = loose_inos.join(", ")
+        ));
+    }
+    sql
 }
 
 /// Fails (a division by zero) if inode `ino` has an access ACL.

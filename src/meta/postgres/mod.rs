@@ -159,13 +159,18 @@ struct Guess {
 }
 
 /// What a change that opens a group leaves it: the inodes and entries it made, whether it
-/// wrote xattrs, its counter changes, and the entries of a directory it read under its lock.
+/// wrote xattrs, its counter changes, the entries of a directory it read under its lock, and
+/// the directories it moved entries into, the rows it read under a shared lock and their
+/// in-place updates (see [`shared_sql`]).
 type Opened = (
     Vec<(Ino, Vec<u8>, Ino, Kind)>,
     bool,
     i64,
     i64,
     Option<Listed>,
+    Vec<Ino>,
+    HashMap<Ino, Attr>,
+    HashMap<Ino, (Nanos, i32)>,
 );
 
 /// A directory's entries, read under its lock: (directory, [(name, inode)]).
@@ -175,8 +180,18 @@ type Listed = (Ino, Vec<(Vec<u8>, Ino)>);
 /// group it opens to know the directory whole; see `Postgres::write_in_dir`).
 const LIST_MAX: i64 = 1024;
 
-/// Commits the transaction on `c` now, with its counter changes (lazily).
-fn end_now(c: &mut Conn, used: i64, inodes: i64) -> Result<()> {
+/// Inodes of a directory's entries a deletion that opens (or runs in) a group locks at most
+/// for the deletions after it (see [`Db::hold_listing`]).
+const LOCK_CHILDREN: i64 = 128;
+
+/// Commits the transaction on `c` now, with its counter changes and in-place updates
+/// (lazily).
+fn end_now(
+    c: &mut Conn,
+    used: i64,
+    inodes: i64,
+    touches: &HashMap<Ino, (Nanos, i32)>,
+) -> Result<()> {
     let mut end = String::new();
     for (name, delta) in [("usedSpace", used), ("totalInodes", inodes)] {
         if delta != 0 {
@@ -185,6 +200,7 @@ fn end_now(c: &mut Conn, used: i64, inodes: i64) -> Result<()> {
             ));
         }
     }
+    end.push_str(&touches_sql(touches));
     end.push_str("COMMIT");
     c.commit_sent = true;
     c.batch(&end).map_err(|e| TxError::from(e).into_meta())?;
@@ -397,6 +413,9 @@ const SET_ATTR: &str = concat!(
 const TOUCH_DIR: &str =
     "UPDATE unkai_node SET mtime = $2, ctime = $2, nlink = nlink + $3 WHERE ino = $1";
 
+/// Moves entry $1 to directory $2 as $3.
+const MOVE_EDGE: &str = "UPDATE unkai_edge SET parent=$2, name=$3 WHERE id=$1";
+
 /// The statements on inodes whose effects a transaction records for `known` itself.
 const RECORDED: &[&str] = &[
     UPDATE_NODE,
@@ -421,10 +440,10 @@ enum Arg {
 fn held_params(held: &[Held]) -> Vec<Vec<P<'_>>> {
     held.iter()
         .map(|h| match h {
-            Held::Stmt { args, .. } | Held::List { args, .. } => {
+            Held::Stmt { args, .. } | Held::List { args, .. } | Held::Lock { args, .. } => {
                 args.iter().map(|a| a as P<'_>).collect()
             }
-            Held::Simple(_) => Vec::new(),
+            Held::Simple(_) | Held::First(_) => Vec::new(),
         })
         .collect()
 }
@@ -434,8 +453,10 @@ fn held_steps<'a>(held: &'a [Held], params: &'a [Vec<P<'a>>]) -> Vec<Step<'a>> {
     held.iter()
         .zip(params)
         .map(|(h, p)| match h {
-            Held::Simple(q) => Step::Simple(q),
-            Held::Stmt { stmt, .. } | Held::List { stmt, .. } => Step::Rows(stmt, p),
+            Held::Simple(q) | Held::First(q) => Step::Simple(q),
+            Held::Stmt { stmt, .. } | Held::List { stmt, .. } | Held::Lock { stmt, .. } => {
+                Step::Rows(stmt, p)
+            }
         })
         .collect()
 }
@@ -445,6 +466,8 @@ fn held_steps<'a>(held: &'a [Held], params: &'a [Vec<P<'a>>]) -> Vec<Step<'a>> {
 enum Held {
     /// Statements of the simple protocol (BEGIN).
     Simple(String),
+    /// Statements of the simple protocol whose rows are taken as [`take_locked`] does.
+    First(String),
     /// A prepared statement; `name` says that a duplicate in the index of names means EEXIST;
     /// `edge`, that it makes that entry of that inode and returns its id.
     Stmt {
@@ -458,6 +481,12 @@ enum Held {
         stmt: ::postgres::Statement,
         args: Vec<Arg>,
         dir: Ino,
+    },
+    /// Inode rows locked (`FOR UPDATE`), read as the transaction's (with whether each has a
+    /// default ACL, as its last column).
+    Lock {
+        stmt: ::postgres::Statement,
+        args: Vec<Arg>,
     },
 }
 
@@ -495,6 +524,13 @@ struct Db<'a> {
     commit_after: bool,
     /// A directory's entries read with [`Held::List`].
     listed: Option<Listed>,
+    /// Directories an entry was moved into (see [`Track::apply`]).
+    moved_into: Vec<Ino>,
+    /// Entry ids a deletion joining the group found from what the group holds.
+    handed: Vec<i64>,
+    /// In-place updates of rows read under a shared lock, held back to the end (see
+    /// [`shared_sql`]).
+    touches: HashMap<Ino, (Nanos, i32)>,
 }
 
 /// What a change that tried to join a group without waiting fails with, when it cannot.
@@ -527,6 +563,9 @@ fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
         sent: false,
         commit_after: false,
         listed: None,
+        moved_into: Vec::new(),
+        handed: Vec::new(),
+        touches: HashMap::new(),
     }
 }
 
@@ -551,6 +590,40 @@ impl Db<'_> {
             self.held.clear();
             self.unbegun = true;
         }
+    }
+
+    /// Holds the listing of directory `dir` (see [`Held::List`]), and with `children`, the
+    /// lock of its entries' inodes that no other transaction holds (up to [`LOCK_CHILDREN`]).
+    fn hold_listing(&mut self, dir: Ino, children: bool) -> TxResult<()> {
+        let stmt = self.c.stmt(
+            "WITH c AS (SELECT count(*) AS n FROM (SELECT 1 FROM unkai_edge
+               WHERE parent = $1 LIMIT $2) x)
+             SELECT NULL::BYTEA, c.n, NULL::BIGINT FROM c
+             UNION ALL SELECT e.name, e.ino, e.id FROM unkai_edge e, c
+               WHERE e.parent = $1 AND c.n < $2",
+        )?;
+        self.held.push(Held::List {
+            stmt,
+            args: vec![Arg::Int(dir as i64), Arg::Int(LIST_MAX + 1)],
+            dir,
+        });
+        if children {
+            let stmt = self.c.stmt(concat!(
+                "SELECT ",
+                node_cols!(),
+                ", ",
+                has_default_acl!(),
+                // The entries first, from the directory's index: given the inode order and
+                // a limit, a generic plan walks every inode of the volume in that order.
+                " FROM unkai_node n WHERE n.ino IN (SELECT ino FROM unkai_edge WHERE parent = $1 LIMIT $2)
+                 ORDER BY n.ino FOR UPDATE SKIP LOCKED"
+            ))?;
+            self.held.push(Held::Lock {
+                stmt,
+                args: vec![Arg::Int(dir as i64), Arg::Int(LOCK_CHILDREN)],
+            });
+        }
+        Ok(())
     }
 
     /// Holds back a statement whose answer nothing waits for (its failure fails the
@@ -610,12 +683,27 @@ impl Db<'_> {
                     for r in &rows {
                         let n = r.try_get::<_, i64>(1)?;
                         match r.try_get::<_, Option<Vec<u8>>>(0)? {
-                            Some(name) => names.push((name, n as Ino)),
+                            Some(name) => {
+                                let id = r.try_get::<_, i64>(2)?;
+                                self.learned.entry(*dir, &name, Some((id, n as Ino)));
+                                names.push((name, n as Ino));
+                            }
                             None => whole = n <= LIST_MAX,
                         }
                     }
                     if whole {
                         self.listed = Some((*dir, names));
+                    }
+                }
+                Ok(Answer::Simple(msgs)) if matches!(h, Held::First(_)) => {
+                    take_locked(self, msgs)?;
+                }
+                // Inodes locked and read.
+                Ok(Answer::Rows(rows)) if matches!(h, Held::Lock { .. }) => {
+                    for r in &rows {
+                        let a = row_attr(r, 0)?;
+                        let dacl: bool = r.try_get(PRELOCK_COLUMNS - 1)?;
+                        self.learned.read(&a, !dacl);
                     }
                 }
                 // An entry made: its id, for `known`.
@@ -709,6 +797,7 @@ impl Db<'_> {
                 ));
             }
         }
+        end.push_str(&touches_sql(&self.touches));
         end.push_str("SELECT 1; COMMIT");
         self.c.commit_sent = true;
         self.send(Some(Step::Simple(&end))).map(|_| ())
@@ -794,20 +883,30 @@ impl Postgres {
     ) -> Result<T> {
         let lazy = lazy && self.shared.lazy_ok();
         // An open group: join it, commit with it, or commit it first.
-        let grouping = lazy && self.group.active() && hints.is_none() && !rename_lock;
+        let grouping = lazy && self.group.active() && !rename_lock;
         if self.group.active() {
             let mut slot = self.group.slot.lock();
             if let Some(g) = slot.as_ref() {
                 let mut inos = lock.to_vec();
                 inos.sort_unstable();
                 inos.dedup();
-                let held = inos.iter().all(|i| g.track.owned.contains_key(i));
+                let held = inos
+                    .iter()
+                    .all(|i| g.track.owned.contains_key(i) || g.track.shared.contains_key(i));
                 let touched = inos.iter().any(|i| g.track.owned.contains_key(i));
                 // Changes joined it since it was last locked again: worth locking again.
                 let busy = g.ops > 0;
                 if grouping && held {
-                    if let Some(r) = self.join(&mut slot, &inos, &mut f) {
+                    if let Some(r) = self.join(&mut slot, &inos, hints, &mut f) {
                         return r;
+                    }
+                }
+                // A deletion that cannot join runs in it (its rows locked without waiting).
+                if grouping && !inos.is_empty() {
+                    if let Some(h) = hints.filter(|h| h.trash_hour.is_some()) {
+                        if let Some(r) = self.in_group(&mut slot, &inos, lock[0], h, &mut f) {
+                            return r;
+                        }
                     }
                 }
                 if !lazy && !rename_lock && hints.is_none() && held && !inos.is_empty() {
@@ -838,8 +937,17 @@ impl Postgres {
         // read, and checked with the locks in that statement (see `known`).
         let guess = self.guess(&sorted, hints);
         let mut optimistic = guess.is_some();
+        // The trash's hour, read under a shared lock: every client's deletions change it,
+        // in place and last (see `shared_sql`).
+        let share = hints
+            .and_then(|h| h.trash_hour)
+            .filter(|d| Some(d) != lock.first());
         if !lock.is_empty() {
-            let list: Vec<String> = sorted.iter().map(|i| (*i as i64).to_string()).collect();
+            let list: Vec<String> = sorted
+                .iter()
+                .filter(|i| Some(**i) != share)
+                .map(|i| (*i as i64).to_string())
+                .collect();
             // With each inode, whether it has a default ACL (what a create in it reads).
             begin.push_str(&format!(
                 concat!(
@@ -851,9 +959,10 @@ impl Postgres {
                 ),
                 list.join(", ")
             ));
+            begin.push_str(&shared_sql(share.as_slice(), ""));
             // Read after the locks above (each statement sees what committed before it).
             if let Some(h) = hints {
-                begin.push_str(&prefetch_sql(h));
+                begin.push_str(&prefetch_sql(h, false));
             }
         }
         let _timed = self.pool.stats.begin(TxKind::Write);
@@ -872,7 +981,12 @@ impl Postgres {
                             tx.c.no_default_acl.insert(a.ino);
                         }
                         tx.c.prelocked.insert(a.ino, a.clone());
-                        tx.learned.read(a, *no_acl);
+                        if Some(a.ino) == share {
+                            // Only alive, as checked: changed in place.
+                            tx.c.shared.insert(a.ino, a.clone());
+                        } else {
+                            tx.learned.read(a, *no_acl);
+                        }
                     }
                     if let (Some(h), Some((id, a))) = (hints, &g.entry) {
                         let (p, n) = h.entry;
@@ -896,39 +1010,15 @@ impl Postgres {
                             tx.c.edges.insert(e.clone(), None);
                         }
                     }
-                    for m in tx.c.simple(&begin)? {
-                        if let ::postgres::SimpleQueryMessage::Row(r) = m {
-                            if prefetched(tx.c, &r)? {
-                                continue;
-                            }
-                            // An inode's row (the rename lock's has one column).
-                            if r.len() == PRELOCK_COLUMNS {
-                                let a = text_attr(&r)?;
-                                let no_acl = r.get(PRELOCK_COLUMNS - 1) == Some("f");
-                                if no_acl {
-                                    tx.c.no_default_acl.insert(a.ino);
-                                }
-                                tx.learned.read(&a, no_acl);
-                                tx.c.prelocked.insert(a.ino, a);
-                            }
-                        }
-                    }
+                    let msgs = tx.c.simple(&begin)?;
+                    take_locked(&mut tx, msgs)?;
                 }
-                // A create that may open a group: the directory's entries, read under its
-                // lock (a group holding the directory then knows every entry of it).
+                // A create or deletion that may open a group: the directory's entries, read
+                // under its lock (a group holding the directory then knows every entry of
+                // it); for a deletion, its entries' inodes locked too, those nobody else
+                // holds, so that the deletions after it join the group.
                 if list && grouping {
-                    let stmt = tx.c.stmt(
-                        "WITH c AS (SELECT count(*) AS n FROM (SELECT 1 FROM unkai_edge
-                           WHERE parent = $1 LIMIT $2) x)
-                         SELECT NULL::BYTEA, c.n FROM c
-                         UNION ALL SELECT e.name, e.ino FROM unkai_edge e, c
-                           WHERE e.parent = $1 AND c.n < $2",
-                    )?;
-                    tx.held.push(Held::List {
-                        stmt,
-                        args: vec![Arg::Int(lock[0] as i64), Arg::Int(LIST_MAX + 1)],
-                        dir: lock[0],
-                    });
+                    tx.hold_listing(lock[0], hints.is_some())?;
                 }
                 // Entries read with their inodes' locks.
                 for ((p, n), e) in &tx.c.entries {
@@ -940,7 +1030,10 @@ impl Postgres {
                 let v = f(&mut tx)?;
                 // A change that made inodes opens a group with what it holds (see `group`):
                 // its statements are sent (their errors are its answer), not committed.
-                let keep = grouping && !tx.made.is_empty() && !tx.learned.unsure();
+                // So does a deletion (which listed its directory).
+                let keep = grouping
+                    && (!tx.made.is_empty() || (hints.is_some() && list))
+                    && !tx.learned.unsure();
                 let opened = if keep {
                     tx.finish()?;
                     Some((
@@ -949,6 +1042,9 @@ impl Postgres {
                         tx.used,
                         tx.inodes,
                         tx.listed.take(),
+                        std::mem::take(&mut tx.moved_into),
+                        tx.c.shared.clone(),
+                        std::mem::take(&mut tx.touches),
                     ))
                 } else {
                     tx.commit()?;
@@ -966,23 +1062,28 @@ impl Postgres {
                 let _ = lent.batch("ROLLBACK");
             }
             match attempt {
-                Ok((v, learned, Some((made, xattrs, used, inodes, listed)))) => {
-                    let mut track = Track::default();
+                Ok((v, learned, Some(opened))) => {
+                    let (made, xattrs, used, inodes, listed, moved, shared, touches) = opened;
+                    let mut track = Track {
+                        shared,
+                        ..Track::default()
+                    };
                     if let Some((dir, names)) = listed {
                         track.complete.insert(dir, names.into_iter().collect());
                     }
-                    track.apply(&learned, &made, xattrs);
+                    track.apply(&learned, &made, &moved, xattrs);
                     self.shared.known.learn(learned);
                     let mut slot = self.group.slot.lock();
                     if slot.is_some() || !self.group.active() {
                         // Another thread opened one meanwhile: this one commits now.
                         drop(slot);
-                        end_now(&mut lent, used, inodes)?;
+                        end_now(&mut lent, used, inodes, &touches)?;
                         return Ok(v);
                     }
                     let mut g = Group::new(lent.detach(), track);
                     g.used = used;
                     g.inodes = inodes;
+                    g.touches = touches;
                     g.ops = 1;
                     *slot = Some(g);
                     drop(slot);
@@ -1048,6 +1149,7 @@ impl Postgres {
         &self,
         slot: &mut Option<Group>,
         sorted: &[Ino],
+        hints: Option<&EntryHints<'_>>,
         f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Option<Result<T>> {
         let g = slot.as_mut()?;
@@ -1057,21 +1159,28 @@ impl Postgres {
         tx.track = Some(track);
         tx.nowait = true;
         let r = f(&mut tx);
+        if let (Ok(_), Some(h)) = (&r, hints) {
+            // The entry was removed (unlink, rmdir).
+            tx.learned.entry(h.entry.0, h.entry.1, None);
+        }
         let held = std::mem::take(&mut tx.held);
         let learned = std::mem::take(&mut tx.learned);
         let made = std::mem::take(&mut tx.made);
+        let moved = std::mem::take(&mut tx.moved_into);
         let (used, inodes, xattrs, now) = (tx.used, tx.inodes, tx.xattrs, tx.commit_after);
+        let touches = std::mem::take(&mut tx.touches);
         drop(tx);
         g.conn.forget_prefetched();
         match r {
             Err(e) if is_would_wait(&e) => None,
             Err(e) => Some(Err(e.into_meta())),
             Ok(v) => {
+                merge_touches(&mut g.touches, touches);
                 g.held.extend(held);
                 g.used += used;
                 g.inodes += inodes;
                 g.ops += 1;
-                g.track.apply(&learned, &made, xattrs);
+                g.track.apply(&learned, &made, &moved, xattrs);
                 self.shared.known.learn(learned);
                 if now || g.ops >= group::MAX_OPS {
                     let _ = self.group.commit(slot, true, false);
@@ -1114,6 +1223,10 @@ impl Postgres {
         let sent = tx.sent;
         let mut unsent = std::mem::take(&mut tx.held);
         let learned = std::mem::take(&mut tx.learned);
+        // (What it made: the trash's directories, made in a directory the group may know
+        // whole.)
+        let made = std::mem::take(&mut tx.made);
+        let moved = std::mem::take(&mut tx.moved_into);
         let (used, inodes, xattrs, failed) = (tx.used, tx.inodes, tx.xattrs, tx.group_failed);
         drop(tx);
         g.conn.forget_prefetched();
@@ -1131,7 +1244,7 @@ impl Postgres {
                 }
                 g.used += used;
                 g.inodes += inodes;
-                g.track.apply(&learned, &[], xattrs);
+                g.track.apply(&learned, &made, &moved, xattrs);
                 self.shared.known.learn(learned);
                 Some(self.group.commit(slot, true, true).map(|()| v))
             }
@@ -1146,6 +1259,157 @@ impl Postgres {
                     return None;
                 }
                 Some(Err(e.into_meta()))
+            }
+        }
+    }
+
+    /// Runs `f`, a deletion of entry `h` that cannot join the open group (it changes rows
+    /// the group does not hold), inside the group rather than after committing it: one round
+    /// trip, with the group's statements held, a savepoint, the rows it changes that the
+    /// group does not hold locked without waiting (`NOWAIT`), its entry read, and its
+    /// directory `dir` listed with its entries' inodes locked (`SKIP LOCKED`), so that the
+    /// deletions after it in `dir` join. Its statements (none of which can fail: the rows are
+    /// locked, the trash's names free) stay held in the group. None if it cannot (a row
+    /// another transaction holds, the group lost): run it the ordinary way.
+    fn in_group<T>(
+        &self,
+        slot: &mut Option<Group>,
+        sorted: &[Ino],
+        dir: Ino,
+        h: &EntryHints<'_>,
+        f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
+    ) -> Option<Result<T>> {
+        let g = slot.as_mut()?;
+        g.conn.forget_prefetched();
+        let mut unheld = Vec::new();
+        let mut share = Vec::new();
+        for i in sorted {
+            if let Some(a) = g.track.shared.get(i) {
+                g.conn.prelocked.insert(*i, a.clone());
+                g.conn.shared.insert(*i, a.clone());
+                continue;
+            }
+            match g.track.owned.get(i) {
+                Some(o) => {
+                    g.conn.prelocked.insert(*i, o.attr.clone());
+                    if o.no_dacl {
+                        g.conn.no_default_acl.insert(*i);
+                    }
+                }
+                None if h.trash_hour == Some(*i) && *i != dir => share.push(*i),
+                None => unheld.push((*i as i64).to_string()),
+            }
+        }
+        let mut first = String::from("SAVEPOINT unkai_g");
+        if !unheld.is_empty() {
+            first.push_str(&format!(
+                concat!(
+                    "; SELECT ",
+                    node_cols!(),
+                    ", ",
+                    has_default_acl!(),
+                    " FROM unkai_node n WHERE n.ino IN ({}) ORDER BY n.ino FOR UPDATE NOWAIT"
+                ),
+                unheld.join(", ")
+            ));
+        }
+        first.push_str(&shared_sql(&share, " NOWAIT"));
+        first.push_str(&prefetch_sql(h, true));
+        // What is not found is known absent.
+        g.conn.entries.insert((h.entry.0, h.entry.1.to_vec()), None);
+        for e in &h.edges {
+            g.conn.edges.insert(e.clone(), None);
+        }
+        let Group {
+            conn, track, held, ..
+        } = &mut *g;
+        let mut tx = db(conn, &self.shared, false);
+        tx.held = std::mem::take(held);
+        tx.prefix = tx.held.len();
+        // The first round trip: the group's statements, the locks and reads, the listing.
+        tx.held.push(Held::First(first));
+        let locked = tx.hold_listing(dir, true).and_then(|()| tx.finish());
+        if !tx.sent {
+            // Nothing reached the server: the group's statements wait as they were.
+            let mut unsent = std::mem::take(&mut tx.held);
+            unsent.truncate(tx.prefix);
+            drop(tx);
+            g.held = unsent;
+            g.conn.forget_prefetched();
+            return None;
+        }
+        let locked_ok = locked.is_ok();
+        tx.prefix = 0;
+        tx.sent = false;
+        tx.track = Some(track);
+        let mut r = locked.and_then(|()| f(&mut tx));
+        // Statements whose failure would be the answer (a name taken) are sent now.
+        let certain = tx.held.iter().all(|h| {
+            matches!(
+                h,
+                Held::Stmt {
+                    name: false,
+                    edge: None,
+                    ..
+                }
+            )
+        });
+        if r.is_ok() && !certain {
+            r = tx.finish().and(r);
+        }
+        if r.is_ok() {
+            // The entry was removed (unlink, rmdir).
+            tx.learned.entry(h.entry.0, h.entry.1, None);
+        }
+        let sent = tx.sent;
+        let unsent = std::mem::take(&mut tx.held);
+        let learned = std::mem::take(&mut tx.learned);
+        let made = std::mem::take(&mut tx.made);
+        let moved = std::mem::take(&mut tx.moved_into);
+        let listed = tx.listed.take();
+        let (used, inodes, xattrs, failed) = (tx.used, tx.inodes, tx.xattrs, tx.group_failed);
+        let touches = std::mem::take(&mut tx.touches);
+        drop(tx);
+        let shared = std::mem::take(&mut g.conn.shared);
+        g.conn.forget_prefetched();
+        if failed || g.conn.is_closed() {
+            // The group's own statements failed: it is lost (said by the commit's failure),
+            // and `f` runs again alone.
+            let _ = self.group.commit(slot, false, false);
+            return None;
+        }
+        match r {
+            Ok(v) => {
+                g.held = unsent;
+                g.used += used;
+                g.inodes += inodes;
+                g.ops += 1;
+                g.savepoints += 1;
+                g.track.shared.extend(shared);
+                merge_touches(&mut g.touches, touches);
+                if let Some((d, names)) = listed {
+                    g.track.complete.insert(d, names.into_iter().collect());
+                }
+                let unsure = learned.unsure();
+                g.track.apply(&learned, &made, &moved, xattrs);
+                self.shared.known.learn(learned);
+                if unsure || g.ops >= group::MAX_OPS || g.savepoints >= group::MAX_SAVEPOINTS {
+                    let _ = self.group.commit(slot, !unsure, false);
+                }
+                Some(Ok(v))
+            }
+            Err(e) => {
+                // Undone back to the savepoint if anything of it reached the server (or a
+                // lock or read of it failed there); the group goes on.
+                if (!locked_ok || sent) && g.conn.batch("ROLLBACK TO SAVEPOINT unkai_g").is_err() {
+                    let _ = self.group.commit(slot, false, false);
+                    return None;
+                }
+                if locked_ok && e.is_posix() {
+                    return Some(Err(e.into_meta()));
+                }
+                tracing::debug!("a deletion could not run in the open group: {e:?}");
+                None
             }
         }
     }
@@ -1225,7 +1489,7 @@ impl Postgres {
         let a = states.iter().find(|s| s.0.ino == child)?.0.clone();
         // The directories of the other names looked up (the trash's hour) only loosely: the
         // deletion changes them in place (`Txn::touch_dir`); not the entry's own directory.
-        let loose: Vec<Ino> = h.edges.iter().map(|e| e.0).filter(|d| *d != p).collect();
+        let loose: Vec<Ino> = h.trash_hour.into_iter().filter(|d| *d != p).collect();
         let mut checks = guard_sql(&states, &loose);
         checks.push_str(&entry_guard_sql(p, n, id, child));
         if h.dir {
@@ -1324,7 +1588,14 @@ impl Engine for Postgres {
         hints: &EntryHints<'_>,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, false, true, Some(hints), false, f)
+        self.transact(
+            lock,
+            false,
+            true,
+            Some(hints),
+            hints.trash_hour.is_some(),
+            f,
+        )
     }
 
     /// A lone statement is atomic on its own: no transaction to open; the statement makes
@@ -1341,7 +1612,7 @@ impl Engine for Postgres {
             let mut slot = self.group.slot.lock();
             if slot.is_some() {
                 let busy = slot.as_ref().is_some_and(|g| g.ops > 0);
-                if let Some(r) = self.join(&mut slot, &[], &mut f) {
+                if let Some(r) = self.join(&mut slot, &[], None, &mut f) {
                     return r;
                 }
                 let _ = self.group.commit(&mut slot, busy, false);
@@ -1496,17 +1767,65 @@ fn listed_row(r: &Row, plus: bool) -> TxResult<Option<DirEntry>> {
 /// What the first statement of a transaction reads for [`EntryHints`], after its locks: the
 /// entry and its inode (locked), a directory's emptiness (a statement after that lock), the
 /// other entries. Rows are tagged by their first column. Names go as hex: no quoting.
-fn prefetch_sql(h: &EntryHints<'_>) -> String {
+/// Reads `inos` under a shared lock (`FOR KEY SHARE`, with `how`: "", " NOWAIT" or " SKIP
+/// LOCKED"), rows tagged 'shared' (see [`prefetched`]). The trash's hour directory: every
+/// client's deletions move entries into it and change its times and link count, in place
+/// (`Txn::touch_dir`); a deletion needs only that it stays alive, which the shared lock
+/// makes certain (removing it takes an exclusive one), while other clients' deletions,
+/// whose in-place updates take no lock that conflicts with it, go on. Its in-place update
+/// is held back to the end of the transaction (of the group: its commit), so that the row's
+/// update lock, which does conflict with another client's, is held only for the commit.
+fn shared_sql(inos: &[Ino], how: &str) -> String {
+    if inos.is_empty() {
+        return String::new();
+    }
+    let list: Vec<String> = inos.iter().map(|i| (*i as i64).to_string()).collect();
+    format!(
+        concat!(
+            "; SELECT 'shared', ",
+            node_cols!(),
+            " FROM unkai_node n WHERE n.ino IN ({}) ORDER BY n.ino FOR KEY SHARE{}"
+        ),
+        list.join(", "),
+        how
+    )
+}
+
+/// Adds the in-place updates `more` to `to` (the latest time, the link changes summed).
+fn merge_touches(to: &mut HashMap<Ino, (Nanos, i32)>, more: HashMap<Ino, (Nanos, i32)>) {
+    for (ino, (t, k)) in more {
+        let e = to.entry(ino).or_insert((t, 0));
+        e.0 = e.0.max(t);
+        e.1 += k;
+    }
+}
+
+/// The in-place updates of rows read under a shared lock (see [`shared_sql`]), held back:
+/// each row's latest time and its link count change. Integers only: no quoting.
+fn touches_sql(touches: &HashMap<Ino, (Nanos, i32)>) -> String {
+    let mut sql = String::new();
+    for (ino, (t, k)) in touches {
+        sql.push_str(&format!(
+            "UPDATE unkai_node SET mtime = greatest(mtime, {t}), ctime = greatest(ctime, {t}), \
+             nlink = nlink + ({k}) WHERE ino = {i}; ",
+            i = *ino as i64
+        ));
+    }
+    sql
+}
+
+fn prefetch_sql(h: &EntryHints<'_>, nowait: bool) -> String {
     let (p, n) = (h.entry.0 as i64, hex(h.entry.1));
     let mut sql = format!(
         concat!(
             "; SELECT 'entry', e.id, ",
             node_cols!(),
             " FROM unkai_edge e JOIN unkai_node n ON n.ino = e.ino \
-             WHERE e.parent = {p} AND e.name = decode('{n}', 'hex') FOR UPDATE OF n"
+             WHERE e.parent = {p} AND e.name = decode('{n}', 'hex') FOR UPDATE OF n{w}"
         ),
         p = p,
-        n = n
+        n = n,
+        w = if nowait { " NOWAIT" } else { "" }
     );
     if h.dir {
         sql.push_str(&format!(
@@ -1523,6 +1842,30 @@ fn prefetch_sql(h: &EntryHints<'_>) -> String {
         ));
     }
     sql
+}
+
+/// Takes the rows of a transaction's first statements (`transact`'s `begin`): those of
+/// [`prefetch_sql`] kept on the connection, and inode rows (with whether each has a default
+/// ACL) as locked and read.
+fn take_locked(tx: &mut Db<'_>, msgs: Vec<::postgres::SimpleQueryMessage>) -> TxResult<()> {
+    for m in msgs {
+        if let ::postgres::SimpleQueryMessage::Row(r) = m {
+            if prefetched(tx.c, &r)? {
+                continue;
+            }
+            // An inode's row (the rename lock's has one column).
+            if r.len() == PRELOCK_COLUMNS {
+                let a = text_attr(&r)?;
+                let no_acl = r.get(PRELOCK_COLUMNS - 1) == Some("f");
+                if no_acl {
+                    tx.c.no_default_acl.insert(a.ino);
+                }
+                tx.learned.read(&a, no_acl);
+                tx.c.prelocked.insert(a.ino, a);
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Keeps a row of [`prefetch_sql`] on the connection, for the transaction to take; false
@@ -1543,6 +1886,11 @@ fn prefetched(c: &mut Conn, r: &::postgres::SimpleQueryRow) -> TxResult<bool> {
         }
         Some("empty") => {
             c.empty.insert(int(1)? as Ino, r.get(2) == Some("t"));
+        }
+        Some("shared") => {
+            let a = text_attr_at(r, 1)?;
+            c.prelocked.insert(a.ino, a.clone());
+            c.shared.insert(a.ino, a);
         }
         Some("edge") => {
             let name = r
@@ -1683,6 +2031,11 @@ impl Db<'_> {
         self.track.and_then(|t| t.owned.get(&ino))
     }
 
+    /// Whether `ino`'s row is read under a shared lock (see [`shared_sql`]).
+    fn is_shared(&self, ino: Ino) -> bool {
+        self.c.shared.contains_key(&ino) || self.track.is_some_and(|t| t.shared.contains_key(&ino))
+    }
+
     /// Whether joining without waiting may change `ino`'s row: the group holds it, or this
     /// change made it.
     fn may_change(&self, ino: Ino) -> bool {
@@ -1748,13 +2101,15 @@ impl Txn for Db<'_> {
             // Rows of inodes the group holds or this change made, which nobody else can
             // be writing: a symlink's target, a record of an open.
             let ok = (sql.starts_with("INSERT INTO unkai_symlink")
-                || sql.starts_with("INSERT INTO unkai_open"))
+                || sql.starts_with("INSERT INTO unkai_open")
+                || sql.starts_with("INSERT INTO unkai_xattr"))
                 && matches!(p.first(), Some(Val::Int(i)) if self.may_change(*i as Ino));
             if !ok {
                 return Err(would_wait());
             }
         }
-        self.hold(sql, p.iter().map(arg).collect(), true)
+        // Only a statement on entries can find a name taken.
+        self.hold(sql, p.iter().map(arg).collect(), sql.contains("unkai_edge"))
     }
 
     fn exec(&mut self, sql: &'static str, p: &[Val<'_>]) -> TxResult<u64> {
@@ -2010,6 +2365,12 @@ impl Txn for Db<'_> {
     /// In place (held back like [`Txn::update_node`]): the row's own link count, not `d`'s,
     /// which may be a loose guess (see `known`).
     fn touch_dir(&mut self, d: &Attr, now: Nanos, links: i32) -> TxResult<()> {
+        if self.is_shared(d.ino) {
+            let t = self.touches.entry(d.ino).or_insert((now, 0));
+            t.0 = t.0.max(now);
+            t.1 += links;
+            return Ok(());
+        }
         if self.nowait && !self.may_change(d.ino) {
             return Err(would_wait());
         }
@@ -2262,6 +2623,29 @@ impl Txn for Db<'_> {
         if let Some(e) = self.c.entries.remove(&(parent, name.to_vec())) {
             return Ok(e);
         }
+        if self.nowait {
+            // From a directory the group holds and knows whole, an inode it holds, and the
+            // entry's id as this client knows it (the group holds the directory: nobody
+            // else can have changed its entries).
+            let Some(t) = self.track.filter(|t| t.owned.contains_key(&parent)) else {
+                return Err(would_wait());
+            };
+            let Some(names) = t.complete.get(&parent) else {
+                return Err(would_wait());
+            };
+            let Some(&ino) = names.get(name) else {
+                return Ok(None);
+            };
+            let Some(o) = t.owned.get(&ino) else {
+                return Err(would_wait());
+            };
+            let Some((id, _)) = self.shared.known.entry(parent, name).filter(|e| e.1 == ino) else {
+                return Err(would_wait());
+            };
+            let a = o.attr.clone();
+            self.handed.push(id);
+            return Ok(Some((id, a)));
+        }
         let sql = concat!(
             "SELECT e.id, ",
             node_cols!(),
@@ -2272,6 +2656,25 @@ impl Txn for Db<'_> {
             Some(r) => Ok(Some((r.try_get(0)?, row_attr(&r, 1)?))),
             None => Ok(None),
         }
+    }
+
+    /// Held back (a move into the trash may stay held in a group: see `in_group`).
+    fn move_edge(&mut self, id: i64, parent: Ino, name: &[u8]) -> TxResult<()> {
+        if self.nowait
+            && !(self.handed.contains(&id) && (self.may_change(parent) || self.is_shared(parent)))
+        {
+            return Err(would_wait());
+        }
+        self.moved_into.push(parent);
+        let args = vec![
+            Arg::Int(id),
+            Arg::Int(parent as i64),
+            Arg::Bytes(name.to_vec()),
+        ];
+        // Every caller has found the new name free under the directory's lock (the trash's
+        // names are free by construction: `trash_move`): it cannot fail, and may stay held
+        // in a group (`in_group`).
+        self.hold(MOVE_EDGE, args, false)
     }
 
     fn get_edge(&mut self, parent: Ino, name: &[u8]) -> TxResult<Option<(i64, Ino)>> {

@@ -217,6 +217,9 @@ pub(super) struct Conn {
     /// Inodes the current transaction took as this client last knew them (see `known`),
     /// besides those of its first statement.
     pub(super) guessed: Vec<Ino>,
+    /// Inodes read under a shared lock (`FOR KEY SHARE`: the trash's hour directory), which
+    /// the transaction changes only in place and last (`Txn::touch_dir`).
+    pub(super) shared: HashMap<Ino, Attr>,
 }
 
 impl Conn {
@@ -228,6 +231,7 @@ impl Conn {
         self.edges.clear();
         self.empty.clear();
         self.guessed.clear();
+        self.shared.clear();
     }
 }
 
@@ -683,6 +687,7 @@ impl Pool {
             edges: HashMap::new(),
             empty: HashMap::new(),
             guessed: Vec::new(),
+            shared: HashMap::new(),
         })
     }
 

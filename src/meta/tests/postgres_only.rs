@@ -206,3 +206,157 @@ fn deletions_of_two_clients_into_one_trash_hour_each_take_one_round_trip() {
     }
     assert_eq!((files_in, dirs_in), (2 * (N + 1), 2 * (N / 2)));
 }
+
+/// The files and directories of the trash's hours (as a client without a cache reads them),
+/// after checking each hour's link count against the directories in it.
+fn trash_contents(m: &dyn Meta) -> (usize, usize) {
+    let trash = lookup(m, ROOT_INO, ".trash").unwrap();
+    let (mut files, mut dirs) = (0, 0);
+    for h in listing(m, trash.ino).iter().skip(2) {
+        let inside = listing(m, h.ino);
+        let subdirs = inside.iter().filter(|e| e.kind == Kind::Dir).count() - 2;
+        assert_eq!(nlink(m, h.ino) as usize, 2 + subdirs, "the hour's links");
+        dirs += subdirs;
+        files += inside.len() - 2 - subdirs;
+    }
+    (files, dirs)
+}
+
+/// `rm -rf` of a directory another client made: its first deletion runs in the open group
+/// (or opens one) and lists the directory, its entries' inodes locked; the deletions after
+/// it in that directory join the group without a round trip. A name deleted already is
+/// ENOENT from what the group knows. What the trash's hour gets (its times, its links) is
+/// added when the group commits: a client without a cache finds every entry there and the
+/// hour's link count right.
+#[test]
+fn deletions_in_a_directory_join_the_group() {
+    if pg_server::skip() {
+        return;
+    }
+    const N: usize = 24;
+    let db = pg_server::database().unwrap();
+    let u = pg_url(&db.url);
+    let mut fmt = test_format("rmrf");
+    fmt.trash_days = 1;
+    PgMeta::create(&u, &fmt, false).unwrap();
+    let maker = PgMeta::open(&u).unwrap();
+    maker.new_session(session_info("/mnt/maker")).unwrap();
+    let d = mkdir(&maker, ROOT_INO, "d");
+    let s = mkdir(&maker, d.ino, "s");
+    for j in 0..N {
+        mkfile(&maker, d.ino, &format!("f{j}"));
+        mkfile(&maker, s.ino, &format!("g{j}"));
+    }
+    maker.sync().unwrap();
+    let m = PgMeta::open(&u).unwrap();
+    m.new_session(session_info("/mnt/rm")).unwrap();
+    // The trash's hour made (and learned) first.
+    mkfile(&m, ROOT_INO, "x");
+    m.unlink(&CTX, ROOT_INO, b"x").unwrap();
+    let trips = |f: &mut dyn FnMut()| {
+        let before = crate::metrics::round_trips_here();
+        f();
+        crate::metrics::round_trips_here() - before
+    };
+    let mut each = Vec::new();
+    for (dir, prefix) in [(s.ino, "g"), (d.ino, "f")] {
+        for j in 0..N {
+            each.push(trips(&mut || {
+                m.unlink(&CTX, dir, format!("{prefix}{j}").as_bytes())
+                    .unwrap();
+            }));
+        }
+        if dir == s.ino {
+            each.push(trips(&mut || m.rmdir(&CTX, d.ino, b"s").unwrap()));
+        }
+    }
+    let again = trips(&mut || assert_errno(m.unlink(&CTX, d.ino, b"f0"), libc::ENOENT));
+    each.push(trips(&mut || m.rmdir(&CTX, ROOT_INO, b"d").unwrap()));
+    let total: u64 = each.iter().sum();
+    // One for each directory's first deletion, a few for groups that end meanwhile (one
+    // per 128 changes, or 10 ms: a slow machine); without: one or more each.
+    assert!(
+        total <= 3 + 8,
+        "{total} round trips for {} deletions: {each:?}",
+        each.len()
+    );
+    assert_eq!(
+        again, 0,
+        "a deleted name is ENOENT from what the group holds"
+    );
+    m.sync().unwrap();
+    let fresh = PgMeta::open(&u).unwrap();
+    assert_errno(lookup(&fresh, ROOT_INO, "d"), libc::ENOENT);
+    // x, the files of both directories; s and d.
+    assert_eq!(trash_contents(&fresh), (1 + 2 * N, 2));
+}
+
+/// Two clients racing to delete the same names of one directory (each deletion of one may
+/// join its group, or wait for the other's): every name is deleted once, the other client
+/// finding it gone, and the trash holds each once.
+#[test]
+fn racing_deletions_of_two_clients_delete_each_name_once() {
+    if pg_server::skip() {
+        return;
+    }
+    const N: usize = 60;
+    let db = pg_server::database().unwrap();
+    let u = pg_url(&db.url);
+    let mut fmt = test_format("race");
+    fmt.trash_days = 1;
+    PgMeta::create(&u, &fmt, false).unwrap();
+    let clients: Vec<Arc<PgMeta>> = (0..2)
+        .map(|i| {
+            let m = PgMeta::open(&u).unwrap();
+            m.new_session(session_info(&format!("/mnt/{i}"))).unwrap();
+            Arc::new(m)
+        })
+        .collect();
+    let d = mkdir(&*clients[0], ROOT_INO, "d");
+    for j in 0..N {
+        mkfile(&*clients[0], d.ino, &format!("f{j}"));
+        if j % 6 == 0 {
+            mkdir(&*clients[0], d.ino, &format!("s{j}"));
+        }
+    }
+    clients[0].sync().unwrap();
+    let threads: Vec<_> = clients
+        .iter()
+        .enumerate()
+        .map(|(i, m)| {
+            let m = m.clone();
+            std::thread::spawn(move || {
+                let mut won = Vec::new();
+                for k in 0..N {
+                    // Each in its own order: they meet in the middle.
+                    let j = if i == 0 { k } else { N - 1 - k };
+                    match m.unlink(&CTX, d.ino, format!("f{j}").as_bytes()) {
+                        Ok(_) => won.push(format!("f{j}")),
+                        Err(e) => assert_eq!(e.errno(), libc::ENOENT, "f{j}: {e:?}"),
+                    }
+                    if j % 6 == 0 {
+                        match m.rmdir(&CTX, d.ino, format!("s{j}").as_bytes()) {
+                            Ok(()) => won.push(format!("s{j}")),
+                            Err(e) => assert_eq!(e.errno(), libc::ENOENT, "s{j}: {e:?}"),
+                        }
+                    }
+                }
+                m.sync().unwrap();
+                won
+            })
+        })
+        .collect();
+    let mut won: Vec<String> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    won.sort();
+    let mut want: Vec<String> = (0..N).map(|j| format!("f{j}")).collect();
+    want.extend((0..N).step_by(6).map(|j| format!("s{j}")));
+    want.sort();
+    assert_eq!(won, want, "each name deleted once");
+    let fresh = PgMeta::open(&u).unwrap();
+    assert_eq!(listing(&fresh, d.ino).len(), 2, "the directory is empty");
+    assert_eq!(nlink(&fresh, d.ino), 2);
+    assert_eq!(trash_contents(&fresh), (N, N.div_ceil(6)));
+}
