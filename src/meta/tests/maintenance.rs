@@ -9,14 +9,22 @@ engine_tests!(
     directory_deleted_into_the_trash_takes_nothing_new,
 );
 
-fn trash_days_delay_dead_slices(e: Engine) {
+/// Runs `f` on each engine of `e` with a new volume keeping a trash (1 day), given how to
+/// open a client of it.
+fn with_trash(e: Engine, f: impl Fn(&dyn Fn() -> Arc<dyn Meta>)) {
     for b in backends(e) {
         eprintln!("--- engine {}", b.name);
         let place = (b.missing)();
         let mut fmt = test_format("trash");
         fmt.trash_days = 1;
         (place.create)(&fmt, false).unwrap();
-        let m = (place.open)().unwrap();
+        f(&|| (place.open)().unwrap());
+    }
+}
+
+fn trash_days_delay_dead_slices(e: Engine) {
+    with_trash(e, |open| {
+        let m = open();
         assert_eq!(m.format().trash_days, 1);
         let f = mkfile(&*m, ROOT_INO, "f");
         write(&*m, f.ino, 0, 4096);
@@ -59,20 +67,15 @@ fn trash_days_delay_dead_slices(e: Engine) {
             "still in the trash period"
         );
         assert_eq!(m.usage().unwrap().pending_delete, 1);
-    }
+    });
 }
 
 /// A directory deleted into the trash is gone for those still knowing it by its inode
 /// (another client's lookup made just before): nothing is made in it, linked or moved into
 /// it (ENOENT, as in a directory removed for good), until it is restored.
 fn directory_deleted_into_the_trash_takes_nothing_new(e: Engine) {
-    for b in backends(e) {
-        eprintln!("--- engine {}", b.name);
-        let place = (b.missing)();
-        let mut fmt = test_format("trash");
-        fmt.trash_days = 1;
-        (place.create)(&fmt, false).unwrap();
-        let m = (place.open)().unwrap();
+    with_trash(e, |open| {
+        let m = open();
         let d = mkdir(&*m, ROOT_INO, "d");
         let f = mkfile(&*m, ROOT_INO, "f");
         m.rmdir(&CTX, ROOT_INO, b"d").unwrap();
@@ -107,22 +110,17 @@ fn directory_deleted_into_the_trash_takes_nothing_new(e: Engine) {
         .unwrap();
         mkfile(&*m, d.ino, "x");
         assert_eq!(m.getattr(d.ino).unwrap().flags, 0);
-    }
+    });
 }
 
 /// `purge_trash_early`: the oldest deletions go first, as many as the bytes asked for; one
 /// client at a time (another's claim holds until given back or lapsed); counted in the usage;
 /// the slices of what went can be reclaimed at once.
 fn trash_purged_early_oldest_first_by_one_client(e: Engine) {
-    for b in backends(e) {
-        eprintln!("--- engine {}", b.name);
-        let place = (b.missing)();
-        let mut fmt = test_format("trash");
-        fmt.trash_days = 1;
-        (place.create)(&fmt, false).unwrap();
+    with_trash(e, |open| {
         let clients: Vec<Arc<dyn Meta>> = (0..2)
             .map(|i| {
-                let m = (place.open)().unwrap();
+                let m = open();
                 m.new_session(session_info(&format!("/mnt/{i}"))).unwrap();
                 m
             })
@@ -188,5 +186,5 @@ fn trash_purged_early_oldest_first_by_one_client(e: Engine) {
         // Their slices are dead, within the trash period: reclaimed early only.
         assert!(one.dead_slices(10).unwrap().is_empty());
         assert_eq!(one.dead_slices_early(10).unwrap().len(), 4);
-    }
+    });
 }
