@@ -52,8 +52,8 @@ use super::known::{Learned, has_default_acl};
 use super::pool::{Answer, Conn, Pool, Step};
 use super::watch::Watch;
 use super::{
-    Held, PRELOCK_COLUMNS, Shared, held_params, held_steps, shared_sql, text_attr, text_attr_at,
-    touches_sql,
+    Held, Outcome, PRELOCK_COLUMNS, Shared, held_params, held_steps, merge_touches, shared_sql,
+    text_attr, text_attr_at, touches_sql,
 };
 use crate::meta::engine::node_cols;
 use crate::meta::{Attr, Change, Error, Ino, Kind, Result};
@@ -258,6 +258,18 @@ impl Group {
             && self.used == 0
             && self.inodes == 0
             && self.changes.is_empty()
+    }
+
+    /// Adds what a change left (see [`Outcome`]) to the group: its counter changes, its
+    /// in-place updates, what it made, moved and learned (`l`), a directory it read whole.
+    pub(super) fn absorb(&mut self, o: Outcome, l: &Learned) {
+        self.used += o.used;
+        self.inodes += o.inodes;
+        merge_touches(&mut self.touches, o.touches);
+        if let Some((d, names)) = o.listed {
+            self.track.complete.insert(d, names.into_iter().collect());
+        }
+        self.track.apply(l, &o.made, &o.moved, o.xattrs);
     }
 
     pub(super) fn new(conn: Conn, track: Track) -> Group {

@@ -158,20 +158,27 @@ struct Guess {
     checks: String,
 }
 
-/// What a change that opens a group leaves it: the inodes and entries it made, whether it
-/// wrote xattrs, its counter changes, the entries of a directory it read under its lock, and
-/// the directories it moved entries into, the rows it read under a shared lock and their
-/// in-place updates (see [`shared_sql`]).
-type Opened = (
-    Vec<(Ino, Vec<u8>, Ino, Kind)>,
-    bool,
-    i64,
-    i64,
-    Option<Listed>,
-    Vec<Ino>,
-    HashMap<Ino, Attr>,
-    HashMap<Ino, (Nanos, i32)>,
-);
+/// What a change that opens a group leaves it: its outcome, and the rows it read under a
+/// shared lock.
+type Opened = (Outcome, HashMap<Ino, Attr>);
+
+/// What a change run in a group (or opening one) leaves it, taken from its transaction
+/// ([`Db::outcome`]) and added to the group ([`Group::absorb`]).
+pub(super) struct Outcome {
+    /// The inodes and entries it made: (parent, name, inode, kind).
+    pub(super) made: Vec<(Ino, Vec<u8>, Ino, Kind)>,
+    /// The directories it moved entries into.
+    pub(super) moved: Vec<Ino>,
+    /// Whether it wrote xattrs.
+    pub(super) xattrs: bool,
+    /// Its counter changes.
+    pub(super) used: i64,
+    pub(super) inodes: i64,
+    /// The entries of a directory it read whole under its lock.
+    pub(super) listed: Option<Listed>,
+    /// In-place updates of rows read under a shared lock (see [`shared_sql`]).
+    pub(super) touches: HashMap<Ino, (Nanos, i32)>,
+}
 
 /// A directory's entries, read under its lock: (directory, [(name, inode)]).
 type Listed = (Ino, Vec<(Vec<u8>, Ino)>);
@@ -589,6 +596,19 @@ impl Db<'_> {
         {
             self.held.clear();
             self.unbegun = true;
+        }
+    }
+
+    /// What the change left its group (see [`Outcome`]), taken out of the transaction.
+    fn outcome(&mut self) -> Outcome {
+        Outcome {
+            made: std::mem::take(&mut self.made),
+            moved: std::mem::take(&mut self.moved_into),
+            xattrs: self.xattrs,
+            used: self.used,
+            inodes: self.inodes,
+            listed: self.listed.take(),
+            touches: std::mem::take(&mut self.touches),
         }
     }
 
@@ -1036,16 +1056,7 @@ impl Postgres {
                     && !tx.learned.unsure();
                 let opened = if keep {
                     tx.finish()?;
-                    Some((
-                        std::mem::take(&mut tx.made),
-                        tx.xattrs,
-                        tx.used,
-                        tx.inodes,
-                        tx.listed.take(),
-                        std::mem::take(&mut tx.moved_into),
-                        tx.c.shared.clone(),
-                        std::mem::take(&mut tx.touches),
-                    ))
+                    Some((tx.outcome(), tx.c.shared.clone()))
                 } else {
                     tx.commit()?;
                     None
@@ -1062,28 +1073,22 @@ impl Postgres {
                 let _ = lent.batch("ROLLBACK");
             }
             match attempt {
-                Ok((v, learned, Some(opened))) => {
-                    let (made, xattrs, used, inodes, listed, moved, shared, touches) = opened;
-                    let mut track = Track {
-                        shared,
-                        ..Track::default()
-                    };
-                    if let Some((dir, names)) = listed {
-                        track.complete.insert(dir, names.into_iter().collect());
-                    }
-                    track.apply(&learned, &made, &moved, xattrs);
-                    self.shared.known.learn(learned);
+                Ok((v, learned, Some((outcome, shared)))) => {
                     let mut slot = self.group.slot.lock();
                     if slot.is_some() || !self.group.active() {
                         // Another thread opened one meanwhile: this one commits now.
                         drop(slot);
-                        end_now(&mut lent, used, inodes, &touches)?;
+                        self.shared.known.learn(learned);
+                        end_now(&mut lent, outcome.used, outcome.inodes, &outcome.touches)?;
                         return Ok(v);
                     }
+                    let track = Track {
+                        shared,
+                        ..Track::default()
+                    };
                     let mut g = Group::new(lent.detach(), track);
-                    g.used = used;
-                    g.inodes = inodes;
-                    g.touches = touches;
+                    g.absorb(outcome, &learned);
+                    self.shared.known.learn(learned);
                     g.ops = 1;
                     *slot = Some(g);
                     drop(slot);
@@ -1165,22 +1170,17 @@ impl Postgres {
         }
         let held = std::mem::take(&mut tx.held);
         let learned = std::mem::take(&mut tx.learned);
-        let made = std::mem::take(&mut tx.made);
-        let moved = std::mem::take(&mut tx.moved_into);
-        let (used, inodes, xattrs, now) = (tx.used, tx.inodes, tx.xattrs, tx.commit_after);
-        let touches = std::mem::take(&mut tx.touches);
+        let outcome = tx.outcome();
+        let now = tx.commit_after;
         drop(tx);
         g.conn.forget_prefetched();
         match r {
             Err(e) if is_would_wait(&e) => None,
             Err(e) => Some(Err(e.into_meta())),
             Ok(v) => {
-                merge_touches(&mut g.touches, touches);
                 g.held.extend(held);
-                g.used += used;
-                g.inodes += inodes;
+                g.absorb(outcome, &learned);
                 g.ops += 1;
-                g.track.apply(&learned, &made, &moved, xattrs);
                 self.shared.known.learn(learned);
                 if now || g.ops >= group::MAX_OPS {
                     let _ = self.group.commit(slot, true, false);
@@ -1225,9 +1225,8 @@ impl Postgres {
         let learned = std::mem::take(&mut tx.learned);
         // (What it made: the trash's directories, made in a directory the group may know
         // whole.)
-        let made = std::mem::take(&mut tx.made);
-        let moved = std::mem::take(&mut tx.moved_into);
-        let (used, inodes, xattrs, failed) = (tx.used, tx.inodes, tx.xattrs, tx.group_failed);
+        let outcome = tx.outcome();
+        let failed = tx.group_failed;
         drop(tx);
         g.conn.forget_prefetched();
         if failed || g.conn.is_closed() {
@@ -1242,9 +1241,7 @@ impl Postgres {
                     unsent.remove(prefix);
                     g.held = unsent;
                 }
-                g.used += used;
-                g.inodes += inodes;
-                g.track.apply(&learned, &made, &moved, xattrs);
+                g.absorb(outcome, &learned);
                 self.shared.known.learn(learned);
                 Some(self.group.commit(slot, true, true).map(|()| v))
             }
@@ -1364,11 +1361,8 @@ impl Postgres {
         let sent = tx.sent;
         let unsent = std::mem::take(&mut tx.held);
         let learned = std::mem::take(&mut tx.learned);
-        let made = std::mem::take(&mut tx.made);
-        let moved = std::mem::take(&mut tx.moved_into);
-        let listed = tx.listed.take();
-        let (used, inodes, xattrs, failed) = (tx.used, tx.inodes, tx.xattrs, tx.group_failed);
-        let touches = std::mem::take(&mut tx.touches);
+        let outcome = tx.outcome();
+        let failed = tx.group_failed;
         drop(tx);
         let shared = std::mem::take(&mut g.conn.shared);
         g.conn.forget_prefetched();
@@ -1381,17 +1375,11 @@ impl Postgres {
         match r {
             Ok(v) => {
                 g.held = unsent;
-                g.used += used;
-                g.inodes += inodes;
                 g.ops += 1;
                 g.savepoints += 1;
                 g.track.shared.extend(shared);
-                merge_touches(&mut g.touches, touches);
-                if let Some((d, names)) = listed {
-                    g.track.complete.insert(d, names.into_iter().collect());
-                }
                 let unsure = learned.unsure();
-                g.track.apply(&learned, &made, &moved, xattrs);
+                g.absorb(outcome, &learned);
                 self.shared.known.learn(learned);
                 if unsure || g.ops >= group::MAX_OPS || g.savepoints >= group::MAX_SAVEPOINTS {
                     let _ = self.group.commit(slot, !unsure, false);
@@ -1792,7 +1780,7 @@ fn shared_sql(inos: &[Ino], how: &str) -> String {
 }
 
 /// Adds the in-place updates `more` to `to` (the latest time, the link changes summed).
-fn merge_touches(to: &mut HashMap<Ino, (Nanos, i32)>, more: HashMap<Ino, (Nanos, i32)>) {
+pub(super) fn merge_touches(to: &mut HashMap<Ino, (Nanos, i32)>, more: HashMap<Ino, (Nanos, i32)>) {
     for (ino, (t, k)) in more {
         let e = to.entry(ino).or_insert((t, 0));
         e.0 = e.0.max(t);
