@@ -259,7 +259,17 @@ fn directories_open_and_list_in_one_round_trip(vol: &Volume) {
         "the kernel reads past each end: {}",
         after.1
     );
-    assert_eq!(trips("opendir") + trips("releasedir"), 0.0, "{}", after.1);
+    // (On PostgreSQL a group the setup left open may have its commit paid by whichever
+    // request comes first, under load an opendir: at most the two of the listings' note
+    // below. A round trip per open or close would be 4 x D.)
+    let opens = trips("opendir") + trips("releasedir");
+    let slack = if vol.db.is_some() { 2.0 } else { 0.0 };
+    assert!(
+        opens <= slack,
+        "{opens} round trips for {} opens and closes: {}",
+        4 * D,
+        after.1
+    );
     let listed = trips("readdir") + trips("readdirplus");
     match vol.db.is_some() {
         // (The setup's group, which syncfs does not commit, and a background store of
