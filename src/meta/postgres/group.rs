@@ -25,10 +25,10 @@
 //! unmount; a durable commit of file data on inodes it holds (close or fsync of a written
 //! file) commits it with that data, waiting for the flush. After a commit made while changes
 //! keep coming, the same message locks again the rows the group held that its last few
-//! commits' changes wrote ([`KEEP_COMMITS`], more for directories; `SKIP LOCKED`: a row another client is waiting
-//! for is left to it) and keeps those still as the group left them, so that a `tar -x`
-//! keeps its directories from one close to the next. Another client
-//! that wants such a row waits for the next commit, [`MAX_AGE`] at most.
+//! commits' changes wrote ([`KEEP_COMMITS`], more for directories; `SKIP LOCKED`: a row
+//! another client is waiting for is left to it) and keeps those still as the group left
+//! them, so that a `tar -x` keeps its directories from one close to the next. Another
+//! client that wants such a row waits for the next commit, [`MAX_AGE`] at most.
 //!
 //! Reads of this client run inside the open group (they see it); other clients see it once
 //! committed, and are told of its changes then (notifications wait for the commit). What a
