@@ -1229,12 +1229,10 @@ impl Postgres {
         let failed = tx.group_failed;
         drop(tx);
         g.conn.forget_prefetched();
-        if failed || g.conn.is_closed() {
-            // The group's own statements failed: it is lost (said by the commit's failure),
-            // and `f` runs again alone.
-            let _ = self.group.commit(slot, false, false);
+        if self.group_lost(slot, failed) {
             return None;
         }
+        let g = slot.as_mut()?;
         match r {
             Ok(v) => {
                 if one {
@@ -1366,12 +1364,10 @@ impl Postgres {
         drop(tx);
         let shared = std::mem::take(&mut g.conn.shared);
         g.conn.forget_prefetched();
-        if failed || g.conn.is_closed() {
-            // The group's own statements failed: it is lost (said by the commit's failure),
-            // and `f` runs again alone.
-            let _ = self.group.commit(slot, false, false);
+        if self.group_lost(slot, failed) {
             return None;
         }
+        let g = slot.as_mut()?;
         match r {
             Ok(v) => {
                 g.held = unsent;
@@ -1428,13 +1424,24 @@ impl Postgres {
         let learned = std::mem::take(&mut tx.learned);
         let failed = tx.group_failed;
         drop(tx);
-        if failed || g.conn.is_closed() {
-            let _ = self.group.commit(&mut slot, false, false);
+        if self.group_lost(&mut slot, failed) {
             return None;
         }
+        let g = slot.as_mut()?;
         self.shared.known.learn(learned);
         g.held = unsent;
         Some(r.map_err(TxError::into_meta))
+    }
+
+    /// Whether the open group is lost: its own statements failed (`failed`) or its
+    /// connection closed. A lost group is ended (its commit's failure says so, with what it
+    /// held), and the change that found it runs again alone.
+    fn group_lost(&self, slot: &mut Option<Group>, failed: bool) -> bool {
+        let lost = failed || slot.as_ref().is_none_or(|g| g.conn.is_closed());
+        if lost {
+            let _ = self.group.commit(slot, false, false);
+        }
+        lost
     }
 
     /// Commits the open group, if any (keeping what it holds, with `relock`).
