@@ -49,11 +49,11 @@ use hashlink::LinkedHashMap;
 use parking_lot::{Condvar, Mutex};
 
 use super::known::{Learned, has_default_acl};
-use super::pool::{Answer, Conn, Pool, Step};
+use super::pool::{Answer, Conn, P, Pool, Step};
 use super::watch::Watch;
 use super::{
-    Held, Outcome, PRELOCK_COLUMNS, Shared, held_params, held_steps, merge_touches, shared_sql,
-    text_attr, text_attr_at, touches_sql,
+    Held, Outcome, PRELOCK_COLUMNS, Shared, counter_changes, held_params, held_steps,
+    merge_touches, row_attr, shared_sql, text_attr_at, touches_sql,
 };
 use crate::meta::engine::node_cols;
 use crate::meta::{Attr, Change, Error, Ino, Kind, Result};
@@ -85,6 +85,16 @@ const KEEP_COMMITS: u64 = 3;
 
 /// See [`KEEP_COMMITS`].
 const KEEP_DIR_COMMITS: u64 = 48;
+
+/// Locks again the rows of the inodes in `$1` still free, as at a write's first statement
+/// (see `PRELOCK_COLUMNS`).
+const RELOCK: &str = concat!(
+    "SELECT ",
+    node_cols!(),
+    ", ",
+    has_default_acl!(),
+    " FROM unkai_node n WHERE n.ino = ANY($1) ORDER BY n.ino FOR UPDATE SKIP LOCKED"
+);
 
 /// An inode row the group holds, as the group leaves it.
 #[derive(Clone, Debug)]
@@ -356,20 +366,20 @@ impl Grouper {
         let Some(mut g) = slot.take() else {
             return Ok(());
         };
-        let mut end = String::new();
-        for (name, delta) in [("usedSpace", g.used), ("totalInodes", g.inodes)] {
-            if delta != 0 {
-                end.push_str(&format!(
-                    "UPDATE unkai_counter SET value = value + ({delta}) WHERE name = '{name}'; "
-                ));
-            }
+        let mut held = std::mem::take(&mut g.held);
+        let ops = held.len();
+        match counter_changes(&mut g.conn, g.used, g.inodes) {
+            Ok(counters) => held.extend(counters),
+            Err(e) => return Err(self.lost(g, ops, super::pool::pg_msg(&e))),
         }
-        end.push_str(&touches_sql(&g.touches));
+        let mut end = touches_sql(&g.touches);
         if durable {
             end.push_str("SET LOCAL synchronous_commit TO DEFAULT; ");
         }
         end.push_str("SELECT 1; COMMIT");
-        // The rows a change of the last few groups wrote (see [`KEEP_COMMITS`]).
+        // The rows a change of the last few groups wrote (see [`KEEP_COMMITS`]), locked
+        // again by a prepared statement (their list a parameter: a text with it would be
+        // parsed and planned again at every commit).
         let recent = |o: &Own| {
             let keep = match o.attr.kind {
                 Kind::Dir => KEEP_DIR_COMMITS,
@@ -377,35 +387,32 @@ impl Grouper {
             };
             g.track.commits - o.used < keep
         };
-        let inos: Vec<String> = match relock {
+        let inos: Vec<i64> = match relock {
             true => g
                 .track
                 .owned
                 .values()
                 .filter(|o| recent(o))
-                .map(|o| (o.attr.ino as i64).to_string())
+                .map(|o| o.attr.ino as i64)
                 .collect(),
             false => Vec::new(),
         };
+        let relock = match inos.is_empty() {
+            true => None,
+            false => g.conn.stmt(RELOCK).ok(),
+        };
         let shared: Vec<Ino> = g.track.shared.keys().copied().collect();
-        let again = format!(
-            concat!(
-                "BEGIN; SET LOCAL synchronous_commit = off; SELECT ",
-                node_cols!(),
-                ", ",
-                has_default_acl!(),
-                " FROM unkai_node n WHERE n.ino IN ({}) ORDER BY n.ino FOR UPDATE SKIP LOCKED{}"
-            ),
-            inos.join(", "),
-            shared_sql(&shared, " SKIP LOCKED")
-        );
-        let held = std::mem::take(&mut g.held);
-        let ops = held.len();
+        let shared_q = shared_sql(&shared, " SKIP LOCKED");
+        let relock_params: [P<'_>; 1] = [&inos];
         let params = held_params(&held);
         let mut steps = held_steps(&held, &params);
         steps.push(Step::Simple(&end));
-        if !inos.is_empty() {
-            steps.push(Step::Simple(&again));
+        if let Some(stmt) = &relock {
+            steps.push(Step::Simple("BEGIN; SET LOCAL synchronous_commit = off"));
+            steps.push(Step::Rows(stmt, &relock_params));
+            if !shared_q.is_empty() {
+                steps.push(Step::Simple(shared_q.trim_start_matches("; ")));
+            }
         }
         let answers = g.conn.pipeline(&steps);
         let mut learned = Learned::default();
@@ -447,18 +454,7 @@ impl Grouper {
         drop(steps);
         drop(params);
         if !committed {
-            let why = failed.unwrap_or_else(|| "no answer".into());
-            tracing::error!(
-                "a group of {} namespace change(s) already answered could not be committed \
-                 ({why}): they are lost; nothing that close or fsync acknowledged is among them",
-                g.ops.max(ops)
-            );
-            let inos: Vec<Ino> = g.track.owned.keys().copied().collect();
-            self.shared.known.stale(&inos);
-            self.give_back(g.conn);
-            return Err(Error::Engine(format!(
-                "a group of changes could not be committed: {why}"
-            )));
+            return Err(self.lost(g, ops, failed.unwrap_or_else(|| "no answer".into())));
         }
         if !durable {
             g.conn.committed_lazily();
@@ -468,7 +464,7 @@ impl Grouper {
         if !changes.is_empty() {
             self.watch.publish(|| changes);
         }
-        if inos.is_empty() {
+        if relock.is_none() {
             drop(self.pool.lend(g.conn));
             return Ok(());
         }
@@ -477,47 +473,62 @@ impl Grouper {
             commits: g.track.commits + 1,
             ..Track::default()
         };
-        match answers.next() {
-            Some(Ok(Answer::Simple(msgs))) => {
-                for m in msgs {
-                    let ::postgres::SimpleQueryMessage::Row(r) = m else {
-                        continue;
-                    };
-                    if r.get(0) == Some("shared") {
-                        if let Ok(a) = text_attr_at(&r, 1) {
-                            track.shared.insert(a.ino, a);
-                        }
-                        continue;
-                    }
-                    if r.len() != PRELOCK_COLUMNS {
-                        continue;
-                    }
-                    let Ok(a) = text_attr(&r) else { continue };
-                    let no_dacl = r.get(PRELOCK_COLUMNS - 1) == Some("f");
-                    if let Some(o) = g.track.owned.get(&a.ino).filter(|o| o.attr == a) {
-                        if let Some(names) = g.track.complete.remove(&a.ino) {
-                            track.complete.insert(a.ino, names);
-                        }
-                        track.keep(Own {
-                            attr: a,
-                            no_dacl,
-                            no_acl: o.no_acl,
-                            used: o.used,
-                        });
-                    }
-                }
-            }
+        let begun = matches!(answers.next(), Some(Ok(Answer::Simple(_))));
+        let rows = match answers.next() {
+            Some(Ok(Answer::Rows(rows))) if begun => rows,
             _ => {
                 // Not locked again: the connection goes back (its transaction, if any,
                 // ended).
                 self.give_back(g.conn);
                 return Ok(());
             }
+        };
+        for r in &rows {
+            let Ok(a) = row_attr(r, 0) else { continue };
+            let no_dacl = r.try_get::<_, bool>(PRELOCK_COLUMNS - 1).is_ok_and(|d| !d);
+            if let Some(o) = g.track.owned.get(&a.ino).filter(|o| o.attr == a) {
+                if let Some(names) = g.track.complete.remove(&a.ino) {
+                    track.complete.insert(a.ino, names);
+                }
+                track.keep(Own {
+                    attr: a,
+                    no_dacl,
+                    no_acl: o.no_acl,
+                    used: o.used,
+                });
+            }
+        }
+        if !shared_q.is_empty() {
+            let Some(Ok(Answer::Simple(msgs))) = answers.next() else {
+                self.give_back(g.conn);
+                return Ok(());
+            };
+            for m in msgs {
+                if let ::postgres::SimpleQueryMessage::Row(r) = m {
+                    if let Ok(a) = text_attr_at(&r, 1) {
+                        track.shared.insert(a.ino, a);
+                    }
+                }
+            }
         }
         // Complete directories need their row held.
         track.complete.retain(|i, _| track.owned.contains_key(i));
         *slot = Some(Group::new(g.conn, track));
         Ok(())
+    }
+
+    /// The group `g` could not commit (`why`): its `ops` changes, already answered, are lost
+    /// (said in the log); what it held is no longer known; the error to answer.
+    fn lost(&self, g: Group, ops: usize, why: String) -> Error {
+        tracing::error!(
+            "a group of {} namespace change(s) already answered could not be committed \
+             ({why}): they are lost; nothing that close or fsync acknowledged is among them",
+            g.ops.max(ops)
+        );
+        let inos: Vec<Ino> = g.track.owned.keys().copied().collect();
+        self.shared.known.stale(&inos);
+        self.give_back(g.conn);
+        Error::Engine(format!("a group of changes could not be committed: {why}"))
     }
 
     /// `c` back to the pool, its transaction (if any) rolled back; dropped if it is lost.

@@ -199,18 +199,17 @@ fn end_now(
     inodes: i64,
     touches: &HashMap<Ino, (Nanos, i32)>,
 ) -> Result<()> {
-    let mut end = String::new();
-    for (name, delta) in [("usedSpace", used), ("totalInodes", inodes)] {
-        if delta != 0 {
-            end.push_str(&format!(
-                "UPDATE unkai_counter SET value = value + ({delta}) WHERE name = '{name}'; "
-            ));
-        }
-    }
-    end.push_str(&touches_sql(touches));
-    end.push_str("COMMIT");
+    let held = counter_changes(c, used, inodes).map_err(|e| TxError::from(e).into_meta())?;
+    let end = format!("{}COMMIT", touches_sql(touches));
+    let params = held_params(&held);
+    let mut steps = held_steps(&held, &params);
+    steps.push(Step::Simple(&end));
     c.commit_sent = true;
-    c.batch(&end).map_err(|e| TxError::from(e).into_meta())?;
+    // A failed statement fails the ones after it, and the COMMIT then rolls back: the first
+    // error is the answer.
+    if let Some(Err(e)) = c.pipeline(&steps).into_iter().find(|a| a.is_err()) {
+        return Err(TxError::from(e).into_meta());
+    }
     c.committed_lazily();
     Ok(())
 }
@@ -441,6 +440,31 @@ enum Arg {
     Bytes(Vec<u8>),
     Text(String),
     Ints(Vec<i64>),
+}
+
+/// Adds to a counter: `UPDATE unkai_counter`, prepared (a text with the numbers in it would
+/// be parsed and planned again at every commit).
+const ADD_COUNTER: &str = "UPDATE unkai_counter SET value = value + $2 WHERE name = $1";
+
+/// The counter changes a transaction gathered (bytes and inodes, those not zero), as
+/// statements to hold back until its COMMIT.
+fn counter_changes(
+    c: &mut Conn,
+    used: i64,
+    inodes: i64,
+) -> std::result::Result<Vec<Held>, PgError> {
+    let mut held = Vec::new();
+    for (name, delta) in [("usedSpace", used), ("totalInodes", inodes)] {
+        if delta != 0 {
+            held.push(Held::Stmt {
+                stmt: c.stmt(ADD_COUNTER)?,
+                args: vec![Arg::Text(name.into()), Arg::Int(delta)],
+                name: false,
+                edge: None,
+            });
+        }
+    }
+    Ok(held)
 }
 
 /// The parameters of statements held back, as the pipeline takes them.
@@ -808,17 +832,9 @@ impl Db<'_> {
     /// goes before COMMIT, so that a transaction a held statement failed answers the error
     /// instead of a COMMIT that quietly rolls back.)
     fn commit(&mut self) -> TxResult<()> {
-        // Integers only: no quoting.
-        let mut end = String::new();
-        for (name, delta) in [("usedSpace", self.used), ("totalInodes", self.inodes)] {
-            if delta != 0 {
-                end.push_str(&format!(
-                    "UPDATE unkai_counter SET value = value + ({delta}) WHERE name = '{name}'; "
-                ));
-            }
-        }
-        end.push_str(&touches_sql(&self.touches));
-        end.push_str("SELECT 1; COMMIT");
+        let counters = counter_changes(self.c, self.used, self.inodes)?;
+        self.held.extend(counters);
+        let end = format!("{}SELECT 1; COMMIT", touches_sql(&self.touches));
         self.c.commit_sent = true;
         self.send(Some(Step::Simple(&end))).map(|_| ())
     }
