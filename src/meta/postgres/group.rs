@@ -52,7 +52,7 @@ use super::known::{Learned, has_default_acl};
 use super::pool::{Answer, Conn, P, Pool, Step};
 use super::watch::Watch;
 use super::{
-    Held, Outcome, PRELOCK_COLUMNS, Shared, counter_changes, held_params, held_steps,
+    Held, Outcome, PRELOCK_COLUMNS, Shared, coalesce, counter_changes, held_params, held_steps,
     merge_touches, row_attr, shared_sql, text_attr_at, touches_sql,
 };
 use crate::meta::engine::node_cols;
@@ -368,6 +368,7 @@ impl Grouper {
         };
         let mut held = std::mem::take(&mut g.held);
         let ops = held.len();
+        coalesce(&mut held);
         match counter_changes(&mut g.conn, g.used, g.inodes) {
             Ok(counters) => held.extend(counters),
             Err(e) => return Err(self.lost(g, ops, super::pool::pg_msg(&e))),

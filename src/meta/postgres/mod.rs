@@ -199,7 +199,10 @@ fn end_now(
     inodes: i64,
     touches: &HashMap<Ino, (Nanos, i32)>,
 ) -> Result<()> {
-    let held = counter_changes(c, used, inodes).map_err(|e| TxError::from(e).into_meta())?;
+    let held: Vec<Held> = counter_changes(c, used, inodes)
+        .map_err(|e| TxError::from(e).into_meta())?
+        .into_iter()
+        .collect();
     let end = format!("{}COMMIT", touches_sql(touches));
     let params = held_params(&held);
     let mut steps = held_steps(&held, &params);
@@ -442,29 +445,76 @@ enum Arg {
     Ints(Vec<i64>),
 }
 
-/// Adds to a counter: `UPDATE unkai_counter`, prepared (a text with the numbers in it would
-/// be parsed and planned again at every commit).
-const ADD_COUNTER: &str = "UPDATE unkai_counter SET value = value + $2 WHERE name = $1";
+/// Adds `$1` bytes and `$2` inodes to the volume's counters; a counter whose change is 0
+/// is not written (and so not locked). Prepared (a text with the numbers in it would be
+/// parsed and planned again at every commit), and with no list parameter (over one,
+/// PostgreSQL plans the statement again at every use).
+const ADD_COUNTERS: &str = "UPDATE unkai_counter SET value = value + CASE name \
+     WHEN 'usedSpace' THEN $1::BIGINT ELSE $2::BIGINT END \
+     WHERE name IN ('usedSpace', 'totalInodes') \
+     AND CASE name WHEN 'usedSpace' THEN $1::BIGINT ELSE $2::BIGINT END <> 0";
 
-/// The counter changes a transaction gathered (bytes and inodes, those not zero), as
-/// statements to hold back until its COMMIT.
+/// The counter changes a transaction gathered (bytes and inodes; only a counter that
+/// changes is written, and so locked), as a statement to hold back until its COMMIT.
 fn counter_changes(
     c: &mut Conn,
     used: i64,
     inodes: i64,
-) -> std::result::Result<Vec<Held>, PgError> {
-    let mut held = Vec::new();
-    for (name, delta) in [("usedSpace", used), ("totalInodes", inodes)] {
-        if delta != 0 {
-            held.push(Held::Stmt {
-                stmt: c.stmt(ADD_COUNTER)?,
-                args: vec![Arg::Text(name.into()), Arg::Int(delta)],
-                name: false,
-                edge: None,
-            });
+) -> std::result::Result<Option<Held>, PgError> {
+    if used == 0 && inodes == 0 {
+        return Ok(None);
+    }
+    Ok(Some(Held::Stmt {
+        stmt: c.stmt(ADD_COUNTERS)?,
+        sql: ADD_COUNTERS,
+        args: vec![Arg::Int(used), Arg::Int(inodes)],
+        name: false,
+        edge: None,
+    }))
+}
+
+/// Drops from `held` each write of a whole inode row ([`UPDATE_NODE`]) that a later one of
+/// the same row overwrites (see [`overwritten`]).
+fn coalesce(held: &mut Vec<Held>) {
+    let keys: Vec<Option<(&str, Option<i64>)>> = held
+        .iter()
+        .map(|h| match h {
+            Held::Stmt { sql, args, .. } => Some((
+                *sql,
+                match args.first() {
+                    Some(Arg::Int(i)) => Some(*i),
+                    _ => None,
+                },
+            )),
+            _ => None,
+        })
+        .collect();
+    let drop = overwritten(&keys);
+    let mut k = 0;
+    held.retain(|_| {
+        k += 1;
+        !drop[k - 1]
+    });
+}
+
+/// Which of a list of held statements (each a prepared statement's text and its first
+/// parameter, or `None` for anything else) are writes of a whole inode row
+/// ([`UPDATE_NODE`], the inode its first parameter) that a later write of the same row
+/// overwrites with nothing between the two that reads or writes inode rows otherwise (only
+/// statements not naming `unkai_node`, and whole-row writes of other inodes): what the row
+/// ends as is the later write's either way. A `tar -x`'s futimens, chown and chmod of one
+/// file: one write, not three.
+fn overwritten(held: &[Option<(&str, Option<i64>)>]) -> Vec<bool> {
+    let mut later = std::collections::HashSet::new();
+    let mut drop = vec![false; held.len()];
+    for (k, h) in held.iter().enumerate().rev() {
+        match h {
+            Some((sql, Some(ino))) if *sql == UPDATE_NODE => drop[k] = !later.insert(*ino),
+            Some((sql, _)) if !sql.contains("unkai_node") => {}
+            _ => later.clear(),
         }
     }
-    Ok(held)
+    drop
 }
 
 /// The parameters of statements held back, as the pipeline takes them.
@@ -499,10 +549,11 @@ enum Held {
     Simple(String),
     /// Statements of the simple protocol whose rows are taken as [`take_locked`] does.
     First(String),
-    /// A prepared statement; `name` says that a duplicate in the index of names means EEXIST;
-    /// `edge`, that it makes that entry of that inode and returns its id.
+    /// A prepared statement (`sql`); `name` says that a duplicate in the index of names means
+    /// EEXIST; `edge`, that it makes that entry of that inode and returns its id.
     Stmt {
         stmt: ::postgres::Statement,
+        sql: &'static str,
         args: Vec<Arg>,
         name: bool,
         edge: Option<(Ino, Vec<u8>, Ino)>,
@@ -678,6 +729,7 @@ impl Db<'_> {
         let stmt = self.c.stmt(sql)?;
         self.held.push(Held::Stmt {
             stmt,
+            sql,
             args,
             name,
             edge: None,
@@ -2088,6 +2140,7 @@ impl Db<'_> {
         let stmt = self.c.stmt(sql)?;
         self.held.push(Held::Stmt {
             stmt,
+            sql,
             args,
             name: true,
             edge: Some((parent, name.to_vec(), a.ino)),
@@ -2898,5 +2951,30 @@ impl Txn for Db<'_> {
             Some(r) => Some(r.try_get::<_, i64>(0)? as u32),
             None => None,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_whole_row_writes_a_later_one_overwrites_are_dropped() {
+        let w = |ino| Some((UPDATE_NODE, Some(ino)));
+        let chunk = Some((
+            "INSERT INTO unkai_chunk (ino, indx, slices) VALUES ($1, $2, $3)",
+            Some(7),
+        ));
+        let touch = Some((TOUCH_DIR, Some(1)));
+        // Three writes of 7 with another inode's and a chunk between: the last stays.
+        assert_eq!(
+            overwritten(&[w(7), w(8), chunk, w(7), w(7)]),
+            [true, false, false, true, false]
+        );
+        // A statement that reads or writes inode rows otherwise keeps what is before it.
+        assert_eq!(overwritten(&[w(7), touch, w(7)]), [false, false, false]);
+        assert_eq!(overwritten(&[w(7), None, w(7)]), [false, false, false]);
+        // A write of a row with no later one stays.
+        assert_eq!(overwritten(&[w(7), w(8)]), [false, false]);
     }
 }
