@@ -199,10 +199,7 @@ fn end_now(
     inodes: i64,
     touches: &HashMap<Ino, (Nanos, i32)>,
 ) -> Result<()> {
-    let held: Vec<Held> = counter_changes(c, used, inodes)
-        .map_err(|e| TxError::from(e).into_meta())?
-        .into_iter()
-        .collect();
+    let held = counter_changes(c, used, inodes).map_err(|e| TxError::from(e).into_meta())?;
     let end = format!("{}COMMIT", touches_sql(touches));
     let params = held_params(&held);
     let mut steps = held_steps(&held, &params);
@@ -445,32 +442,33 @@ enum Arg {
     Ints(Vec<i64>),
 }
 
-/// Adds `$1` bytes and `$2` inodes to the volume's counters; a counter whose change is 0
-/// is not written (and so not locked). Prepared (a text with the numbers in it would be
-/// parsed and planned again at every commit), and with no list parameter (over one,
-/// PostgreSQL plans the statement again at every use).
-const ADD_COUNTERS: &str = "UPDATE unkai_counter SET value = value + CASE name \
-     WHEN 'usedSpace' THEN $1::BIGINT ELSE $2::BIGINT END \
-     WHERE name IN ('usedSpace', 'totalInodes') \
-     AND CASE name WHEN 'usedSpace' THEN $1::BIGINT ELSE $2::BIGINT END <> 0";
+/// Adds `$2` to counter `$1`: prepared (a text with the number in it would be parsed and
+/// planned again at every commit).
+const ADD_COUNTER: &str = "UPDATE unkai_counter SET value = value + $2 WHERE name = $1";
 
 /// The counter changes a transaction gathered (bytes and inodes; only a counter that
-/// changes is written, and so locked), as a statement to hold back until its COMMIT.
+/// changes is written, and so locked), as statements to hold back until its COMMIT. One
+/// statement per counter, in the same order as every other transaction that changes both
+/// (a quota's check): one statement updating both rows locks them in its plan's order, and
+/// two clients' transactions could then deadlock.
 fn counter_changes(
     c: &mut Conn,
     used: i64,
     inodes: i64,
-) -> std::result::Result<Option<Held>, PgError> {
-    if used == 0 && inodes == 0 {
-        return Ok(None);
+) -> std::result::Result<Vec<Held>, PgError> {
+    let mut held = Vec::new();
+    for (name, delta) in [("usedSpace", used), ("totalInodes", inodes)] {
+        if delta != 0 {
+            held.push(Held::Stmt {
+                stmt: c.stmt(ADD_COUNTER)?,
+                sql: ADD_COUNTER,
+                args: vec![Arg::Text(name.into()), Arg::Int(delta)],
+                name: false,
+                edge: None,
+            });
+        }
     }
-    Ok(Some(Held::Stmt {
-        stmt: c.stmt(ADD_COUNTERS)?,
-        sql: ADD_COUNTERS,
-        args: vec![Arg::Int(used), Arg::Int(inodes)],
-        name: false,
-        edge: None,
-    }))
+    Ok(held)
 }
 
 /// Drops from `held` each write of a whole inode row ([`UPDATE_NODE`]) that a later one of
@@ -1005,8 +1003,11 @@ impl Postgres {
                 // What the change locks must not be held by the group meanwhile. A group
                 // nothing joined since it was last locked again is let go: locking it again
                 // for every change that does not touch it would keep rows of work long done
-                // held, and the group slot taken, for as long as such changes come.
-                let again = !touched && hints.is_none() && busy;
+                // held, and the group slot taken, for as long as such changes come. A change
+                // that names no row to lock (a chmod: its UPDATE locks the row itself) may
+                // touch any: locked again, its row made it wait for the group's next commit
+                // (10 ms; `tar -x` setting its directories' modes).
+                let again = !touched && !inos.is_empty() && hints.is_none() && busy;
                 let _ = self.group.commit(&mut slot, again, false);
             }
         }
