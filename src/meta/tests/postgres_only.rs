@@ -191,8 +191,11 @@ fn deletions_of_two_clients_into_one_trash_hour_each_take_one_round_trip() {
         "{total} round trips for {} deletions: {each:?}",
         each.len()
     );
-    // All arrived (as a client without a cache reads it): the hour's links count the
-    // directories in it.
+    // All arrived (as a client without a cache reads it, once each client's open group has
+    // committed): the hour's links count the directories in it.
+    for m in &clients {
+        m.sync().unwrap();
+    }
     let fresh = PgMeta::open(&u).unwrap();
     let trash = lookup(&fresh, ROOT_INO, ".trash").unwrap();
     let (mut files_in, mut dirs_in) = (0, 0);
