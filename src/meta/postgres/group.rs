@@ -52,8 +52,8 @@ use super::known::{Learned, has_default_acl};
 use super::pool::{Answer, Conn, P, Pool, Step};
 use super::watch::Watch;
 use super::{
-    Held, Outcome, PRELOCK_COLUMNS, Shared, coalesce, counter_changes, held_params, held_steps,
-    merge_touches, row_attr, shared_sql, text_attr_at, touches_sql,
+    Held, Outcome, PRELOCK_COLUMNS, Shared, coalesce, commit_end, held_params, held_steps,
+    merge_touches, row_attr, shared_sql, text_attr_at,
 };
 use crate::meta::engine::node_cols;
 use crate::meta::{Attr, Change, Error, Ino, Kind, Result};
@@ -369,15 +369,13 @@ impl Grouper {
         let mut held = std::mem::take(&mut g.held);
         let ops = held.len();
         coalesce(&mut held);
-        match counter_changes(&mut g.conn, g.used, g.inodes) {
-            Ok(counters) => held.extend(counters),
+        let end = match commit_end(&mut g.conn, g.used, g.inodes, &g.touches, durable) {
+            Ok((counters, end)) => {
+                held.extend(counters);
+                end
+            }
             Err(e) => return Err(self.lost(g, ops, super::pool::pg_msg(&e))),
-        }
-        let mut end = touches_sql(&g.touches);
-        if durable {
-            end.push_str("SET LOCAL synchronous_commit TO DEFAULT; ");
-        }
-        end.push_str("SELECT 1; COMMIT");
+        };
         // The rows a change of the last few groups wrote (see [`KEEP_COMMITS`]), locked
         // again by a prepared statement (their list a parameter: a text with it would be
         // parsed and planned again at every commit).

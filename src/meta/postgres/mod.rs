@@ -199,8 +199,8 @@ fn end_now(
     inodes: i64,
     touches: &HashMap<Ino, (Nanos, i32)>,
 ) -> Result<()> {
-    let held = counter_changes(c, used, inodes).map_err(|e| TxError::from(e).into_meta())?;
-    let end = format!("{}COMMIT", touches_sql(touches));
+    let (held, end) =
+        commit_end(c, used, inodes, touches, false).map_err(|e| TxError::from(e).into_meta())?;
     let params = held_params(&held);
     let mut steps = held_steps(&held, &params);
     steps.push(Step::Simple(&end));
@@ -446,16 +446,21 @@ enum Arg {
 /// planned again at every commit).
 const ADD_COUNTER: &str = "UPDATE unkai_counter SET value = value + $2 WHERE name = $1";
 
-/// The counter changes a transaction gathered (bytes and inodes; only a counter that
-/// changes is written, and so locked), as statements to hold back until its COMMIT. One
-/// statement per counter, in the same order as every other transaction that changes both
-/// (a quota's check): one statement updating both rows locks them in its plan's order, and
-/// two clients' transactions could then deadlock.
-fn counter_changes(
+/// The end of a transaction that gathered counter changes (bytes and inodes) and in-place
+/// updates (`touches`): the counters' statements, to hold back until COMMIT, and the text
+/// to send after them (the updates, with `durable` the wait for the WAL flush, and COMMIT).
+/// Only a counter that changes is written, and so locked; one statement per counter, in
+/// the same order as every other transaction that changes both (a quota's check): one
+/// statement updating both rows locks them in its plan's order, and two clients'
+/// transactions could then deadlock. `SELECT 1` before COMMIT: in a transaction a held
+/// statement failed, it fails too, where a COMMIT would quietly roll back.
+fn commit_end(
     c: &mut Conn,
     used: i64,
     inodes: i64,
-) -> std::result::Result<Vec<Held>, PgError> {
+    touches: &HashMap<Ino, (Nanos, i32)>,
+    durable: bool,
+) -> std::result::Result<(Vec<Held>, String), PgError> {
     let mut held = Vec::new();
     for (name, delta) in [("usedSpace", used), ("totalInodes", inodes)] {
         if delta != 0 {
@@ -468,7 +473,12 @@ fn counter_changes(
             });
         }
     }
-    Ok(held)
+    let mut end = touches_sql(touches);
+    if durable {
+        end.push_str("SET LOCAL synchronous_commit TO DEFAULT; ");
+    }
+    end.push_str("SELECT 1; COMMIT");
+    Ok((held, end))
 }
 
 /// Drops from `held` each write of a whole inode row ([`UPDATE_NODE`]) that a later one of
@@ -487,12 +497,8 @@ fn coalesce(held: &mut Vec<Held>) {
             _ => None,
         })
         .collect();
-    let drop = overwritten(&keys);
-    let mut k = 0;
-    held.retain(|_| {
-        k += 1;
-        !drop[k - 1]
-    });
+    let mut drop = overwritten(&keys).into_iter();
+    held.retain(|_| !drop.next().unwrap_or(false));
 }
 
 /// Which of a list of held statements (each a prepared statement's text and its first
@@ -882,9 +888,8 @@ impl Db<'_> {
     /// goes before COMMIT, so that a transaction a held statement failed answers the error
     /// instead of a COMMIT that quietly rolls back.)
     fn commit(&mut self) -> TxResult<()> {
-        let counters = counter_changes(self.c, self.used, self.inodes)?;
+        let (counters, end) = commit_end(self.c, self.used, self.inodes, &self.touches, false)?;
         self.held.extend(counters);
-        let end = format!("{}SELECT 1; COMMIT", touches_sql(&self.touches));
         self.c.commit_sent = true;
         self.send(Some(Step::Simple(&end))).map(|_| ())
     }
