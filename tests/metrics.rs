@@ -111,11 +111,7 @@ fn metrics_follow_a_workload(vol: &Volume) {
             "unkai_op_duration_seconds_count",
             &fuse_op("create"),
         ) >= (K + 1) as f64
-            && d(
-                &after,
-                "unkai_object_request_duration_seconds_count",
-                "op=\"put\"",
-            ) > 0.0
+            && d(&after, "unkai_object_put_bytes_total", "") >= N as f64
     });
     assert!(settled, "creates and PUTs counted:\n{}", after.1);
     let fuse = "unkai_op_duration_seconds_count";
@@ -141,9 +137,14 @@ fn metrics_follow_a_workload(vol: &Volume) {
         after.1
     );
     assert!(d(&after, fuse, &fuse_op("read")) >= 1.0, "{}", after.1);
-    // The bucket took at least the bytes written (checksums add to them).
+    // The bucket took at least the bytes written (checksums add to them); uploads run
+    // behind the writer, so the wait above waited for them.
     assert!(
-        d(&after, "unkai_object_put_bytes_total", "") >= N as f64,
+        d(
+            &after,
+            "unkai_object_request_duration_seconds_count",
+            "op=\"put\""
+        ) > 0.0,
         "{}",
         after.1
     );
