@@ -374,6 +374,54 @@ fn a_walk_lists_a_tree_in_a_few_round_trips(vol: &Volume) {
     w.unmount();
 }
 
+/// `rm -rf` of a tree of small directories (one file in each, as a source tree's) on
+/// PostgreSQL: the deletions join the open group after a first one in each top directory
+/// locked and listed the rows around it (`Reach::Around`), rather than paying a round trip at
+/// the first deletion in each directory (one per file here, 48 in all, before). Another
+/// mount finds the tree gone.
+fn removing_a_tree_of_small_directories_costs_few_round_trips(vol: &Volume) {
+    const D: usize = 8;
+    const E: usize = 5;
+    let port = free_port();
+    let m = vol.mount_with(&["--metrics", &format!("127.0.0.1:{port}"), "-o", "noatime"]);
+    let make = |top: &str| {
+        for i in 0..D {
+            for j in 0..E {
+                let d = m.p(&format!("{top}/d{i}/e{j}"));
+                std::fs::create_dir_all(&d).unwrap();
+                std::fs::write(d.join("f"), b"x").unwrap();
+            }
+        }
+    };
+    // The first removal prepares the statements on the connections (a round trip each).
+    make("w");
+    make("t");
+    std::fs::remove_dir_all(m.p("w")).unwrap();
+    let before = Scrape::of(port);
+    std::fs::remove_dir_all(m.p("t")).unwrap();
+    let after = Scrape::of(port);
+    let trips = |op: &str| {
+        after.get("unkai_op_round_trips_total", &fuse_op(op))
+            - before.get("unkai_op_round_trips_total", &fuse_op(op))
+    };
+    let removed = trips("unlink") + trips("rmdir");
+    match vol.db.is_some() {
+        // About two per top directory; more where a loaded machine let the group's rows go.
+        true => assert!(
+            removed <= (D * E / 2) as f64,
+            "{removed} round trips to remove {} files and {} directories: {}",
+            D * E,
+            1 + D + D * E,
+            after.1
+        ),
+        false => assert_eq!(removed, 0.0),
+    }
+    let other = vol.mount();
+    assert!(!other.p("t").exists(), "the tree still on another mount");
+    other.unmount();
+    m.unmount();
+}
+
 /// A file extracted as `tar -x` does (made, written, its mode and times set through the
 /// open descriptor, closed) costs PostgreSQL one round trip: the commit that makes its data
 /// durable, which carries the group's held changes and the data's statements in one message
@@ -462,6 +510,12 @@ both_engines!(
     directories_open_and_list_in_one_round_trip(Vec::new()),
     a_walk_lists_a_tree_in_a_few_round_trips(Vec::new()),
     an_extracted_file_costs_one_round_trip(Vec::new()),
+    // Into the trash, as by default (deletions for good ask the server whether the file is
+    // open anywhere: the ordinary way).
+    removing_a_tree_of_small_directories_costs_few_round_trips(vec![(
+        "UNKAI_TRASH_DAYS".into(),
+        "1".into()
+    )]),
 );
 
 /// The inodes of the sockets the process `pid` holds.

@@ -71,7 +71,7 @@ pub(super) const MAX_AGE: Duration = Duration::from_millis(10);
 pub(super) const MAX_SAVEPOINTS: usize = 48;
 
 /// Rows a group holds at most (the oldest are let go).
-const MAX_OWNED: usize = 256;
+const MAX_OWNED: usize = 768;
 
 /// Commits a held file's row is locked again after the last change that wrote it: a file
 /// no change of the last [`KEEP_COMMITS`] groups wrote is let go at the next commit (a
@@ -85,6 +85,12 @@ const KEEP_COMMITS: u64 = 3;
 
 /// See [`KEEP_COMMITS`].
 const KEEP_DIR_COMMITS: u64 = 48;
+
+/// Commits a row locked ahead of the changes (see [`Own::ahead`]) is locked again after it
+/// was, while no change touches it: long enough for a walk on a loaded machine to come to
+/// it, short of holding up to hundreds of rows no change will come to, a directory's whole
+/// [`KEEP_DIR_COMMITS`].
+const KEEP_AHEAD_COMMITS: u64 = 16;
 
 /// Locks again the rows of the inodes in `$1` still free, as at a write's first statement
 /// (see `PRELOCK_COLUMNS`).
@@ -106,6 +112,9 @@ pub(super) struct Own {
     pub(super) no_acl: bool,
     /// The commit count ([`Track::commits`]) when a change last wrote or made it.
     pub(super) used: u64,
+    /// Locked ahead of the changes (a deletion's read-ahead, see `Db::hold_listing`) and
+    /// touched by none since: held again for [`KEEP_AHEAD_COMMITS`], a directory too.
+    pub(super) ahead: bool,
 }
 
 /// What a group holds.
@@ -161,13 +170,15 @@ impl Track {
     /// kind), without what it deleted. With `xattrs` (it wrote extended attributes), the
     /// inodes it made are not known to be without ACLs.
     /// Entries it removed leave the directories known whole; a directory it moved an entry
-    /// into (`moved_into`: the trash's hour) is no longer known whole.
+    /// into (`moved_into`: the trash's hour) is no longer known whole. Rows in `ahead` were
+    /// only locked ahead of the changes to come (see [`Own::ahead`]).
     pub(super) fn apply(
         &mut self,
         l: &Learned,
         made: &[(Ino, Vec<u8>, Ino, Kind)],
         moved_into: &[Ino],
         xattrs: bool,
+        ahead: &std::collections::HashSet<Ino>,
     ) {
         for i in l.gone() {
             self.owned.remove(i);
@@ -197,18 +208,21 @@ impl Track {
                     no_dacl: !xattrs,
                     no_acl: !xattrs,
                     used: 0,
+                    ahead: false,
                 },
                 (Some(o), None) => Own {
                     attr: a.clone(),
                     no_dacl: dacl.unwrap_or(o.no_dacl),
                     no_acl: o.no_acl && !xattrs,
                     used: 0,
+                    ahead: o.ahead && ahead.contains(&a.ino),
                 },
                 (None, None) => Own {
                     attr: a.clone(),
                     no_dacl: dacl.unwrap_or(false),
                     no_acl: false,
                     used: 0,
+                    ahead: ahead.contains(&a.ino),
                 },
             };
             self.own(o);
@@ -276,10 +290,10 @@ impl Group {
         self.used += o.used;
         self.inodes += o.inodes;
         merge_touches(&mut self.touches, o.touches);
-        if let Some((d, names)) = o.listed {
+        for (d, names) in o.listed {
             self.track.complete.insert(d, names.into_iter().collect());
         }
-        self.track.apply(l, &o.made, &o.moved, o.xattrs);
+        self.track.apply(l, &o.made, &o.moved, o.xattrs, &o.ahead);
     }
 
     pub(super) fn new(conn: Conn, track: Track) -> Group {
@@ -381,6 +395,7 @@ impl Grouper {
         // parsed and planned again at every commit).
         let recent = |o: &Own| {
             let keep = match o.attr.kind {
+                _ if o.ahead => KEEP_AHEAD_COMMITS,
                 Kind::Dir => KEEP_DIR_COMMITS,
                 _ => KEEP_COMMITS,
             };
@@ -494,6 +509,7 @@ impl Grouper {
                     no_dacl,
                     no_acl: o.no_acl,
                     used: o.used,
+                    ahead: o.ahead,
                 });
             }
         }

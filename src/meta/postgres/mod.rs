@@ -174,8 +174,10 @@ pub(super) struct Outcome {
     /// Its counter changes.
     pub(super) used: i64,
     pub(super) inodes: i64,
-    /// The entries of a directory it read whole under its lock.
-    pub(super) listed: Option<Listed>,
+    /// The entries of directories it read whole under their locks.
+    pub(super) listed: Vec<Listed>,
+    /// Rows it locked only ahead of the changes to come (see `group::Own::ahead`).
+    pub(super) ahead: std::collections::HashSet<Ino>,
     /// In-place updates of rows read under a shared lock (see [`shared_sql`]).
     pub(super) touches: HashMap<Ino, (Nanos, i32)>,
 }
@@ -183,13 +185,48 @@ pub(super) struct Outcome {
 /// A directory's entries, read under its lock: (directory, [(name, inode)]).
 type Listed = (Ino, Vec<(Vec<u8>, Ino)>);
 
+/// What [`Db::hold_listing`] locks and reads besides the directory's entries.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Reach {
+    /// Nothing (a create: the group it opens knows the directory whole).
+    Dir,
+    /// The entries' inodes that no other transaction holds (up to [`LOCK_CHILDREN`]), so
+    /// that the deletions after it there join the group.
+    Children,
+    /// Those, and the same around it: its parent's row (but the root's), the parent's
+    /// entries' inodes, the listings of its parent and of the subdirectories of both
+    /// ([`SUBDIRS`] each at most), and the lock of those subdirectories' entries' inodes
+    /// (up to [`LOCK_GRANDCHILDREN`]). `rm -rf` deletes a directory's subtrees one after
+    /// the other, and a tree of small directories (a source tree: one or two files in
+    /// each) paid a round trip at the first deletion in each. A listing counts as whole
+    /// only when this transaction holds the directory's row: read by a statement after the
+    /// one that locked it, it sees every change that committed before the lock (each change
+    /// of a directory's entries locks its row first), and none can come after. Never the
+    /// trash's rows (the root's `.trash`, its hours), which every client's deletions share.
+    /// Taken by a deletion in a directory an earlier read-ahead locked and did not list
+    /// (a walk going down where it reached); a deletion elsewhere (files removed in an order
+    /// of their own, each directory once in a while) takes [`Reach::Children`], since the
+    /// rows locked ahead are let go before it comes back (see `group::Own::ahead`).
+    Around,
+}
+
 /// Entries a directory may have for a create in it to read them all with its lock (and the
 /// group it opens to know the directory whole; see `Postgres::write_in_dir`).
 const LIST_MAX: i64 = 1024;
 
 /// Inodes of a directory's entries a deletion that opens (or runs in) a group locks at most
-/// for the deletions after it (see [`Db::hold_listing`]).
+/// for the deletions after it (see [`Db::hold_listing`]); as many again of its
+/// subdirectories' entries.
 const LOCK_CHILDREN: i64 = 128;
+
+/// Subdirectories of its directory a deletion that opens (or runs in) a group reads whole
+/// at most, and their entries at most (see [`Db::hold_listing`]).
+const SUBDIRS: i64 = 64;
+const SUBDIR_ENTRIES: i64 = 1024;
+
+/// Inodes of the subdirectories' entries a deletion that opens (or runs in) a group locks
+/// at most (see [`Db::hold_listing`]).
+const LOCK_GRANDCHILDREN: i64 = 256;
 
 /// Commits the transaction on `c` now, with its counter changes and in-place updates
 /// (lazily).
@@ -525,9 +562,10 @@ fn overwritten(held: &[Option<(&str, Option<i64>)>]) -> Vec<bool> {
 fn held_params(held: &[Held]) -> Vec<Vec<P<'_>>> {
     held.iter()
         .map(|h| match h {
-            Held::Stmt { args, .. } | Held::List { args, .. } | Held::Lock { args, .. } => {
-                args.iter().map(|a| a as P<'_>).collect()
-            }
+            Held::Stmt { args, .. }
+            | Held::List { args, .. }
+            | Held::Sublists { args, .. }
+            | Held::Lock { args, .. } => args.iter().map(|a| a as P<'_>).collect(),
             Held::Simple(_) | Held::First(_) => Vec::new(),
         })
         .collect()
@@ -539,9 +577,10 @@ fn held_steps<'a>(held: &'a [Held], params: &'a [Vec<P<'a>>]) -> Vec<Step<'a>> {
         .zip(params)
         .map(|(h, p)| match h {
             Held::Simple(q) | Held::First(q) => Step::Simple(q),
-            Held::Stmt { stmt, .. } | Held::List { stmt, .. } | Held::Lock { stmt, .. } => {
-                Step::Rows(stmt, p)
-            }
+            Held::Stmt { stmt, .. }
+            | Held::List { stmt, .. }
+            | Held::Sublists { stmt, .. }
+            | Held::Lock { stmt, .. } => Step::Rows(stmt, p),
         })
         .collect()
 }
@@ -567,6 +606,13 @@ enum Held {
         stmt: ::postgres::Statement,
         args: Vec<Arg>,
         dir: Ino,
+    },
+    /// The entries of a directory's subdirectories (each subdirectory read, then its
+    /// entries), read: those of subdirectories this transaction locked before are kept in
+    /// [`Db::listed`] (see [`Db::hold_listing`]).
+    Sublists {
+        stmt: ::postgres::Statement,
+        args: Vec<Arg>,
     },
     /// Inode rows locked (`FOR UPDATE`), read as the transaction's (with whether each has a
     /// default ACL, as its last column).
@@ -608,8 +654,15 @@ struct Db<'a> {
     sent: bool,
     /// A joined change wants the group committed before it returns.
     commit_after: bool,
-    /// A directory's entries read with [`Held::List`].
-    listed: Option<Listed>,
+    /// Directories' entries read with [`Held::List`] and [`Held::Sublists`].
+    listed: Vec<Listed>,
+    /// Directories this transaction locked with [`Held::Lock`].
+    locked_dirs: std::collections::HashSet<Ino>,
+    /// Rows locked with [`Held::Lock`] (the directory listed by [`Db::hold_listing`] aside):
+    /// ahead of the changes to come.
+    ahead: std::collections::HashSet<Ino>,
+    /// The directory [`Db::hold_listing`] listed.
+    listing: Option<Ino>,
     /// Directories an entry was moved into (see [`Track::apply`]).
     moved_into: Vec<Ino>,
     /// Entry ids a deletion joining the group found from what the group holds.
@@ -648,7 +701,10 @@ fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
         xattrs: false,
         sent: false,
         commit_after: false,
-        listed: None,
+        listed: Vec::new(),
+        locked_dirs: Default::default(),
+        ahead: Default::default(),
+        listing: None,
         moved_into: Vec::new(),
         handed: Vec::new(),
         touches: HashMap::new(),
@@ -686,14 +742,15 @@ impl Db<'_> {
             xattrs: self.xattrs,
             used: self.used,
             inodes: self.inodes,
-            listed: self.listed.take(),
+            listed: std::mem::take(&mut self.listed),
+            ahead: std::mem::take(&mut self.ahead),
             touches: std::mem::take(&mut self.touches),
         }
     }
 
-    /// Holds the listing of directory `dir` (see [`Held::List`]), and with `children`, the
-    /// lock of its entries' inodes that no other transaction holds (up to [`LOCK_CHILDREN`]).
-    fn hold_listing(&mut self, dir: Ino, children: bool) -> TxResult<()> {
+    /// Holds the listing of directory `dir` (see [`Held::List`]), and as far as `reach` says,
+    /// locks and listings of the rows around it.
+    fn hold_listing(&mut self, dir: Ino, reach: Reach) -> TxResult<()> {
         let stmt = self.c.stmt(
             "WITH c AS (SELECT count(*) AS n FROM (SELECT 1 FROM unkai_edge
                WHERE parent = $1 LIMIT $2) x)
@@ -706,7 +763,8 @@ impl Db<'_> {
             args: vec![Arg::Int(dir as i64), Arg::Int(LIST_MAX + 1)],
             dir,
         });
-        if children {
+        self.listing = Some(dir);
+        if reach == Reach::Children {
             let stmt = self.c.stmt(concat!(
                 "SELECT ",
                 node_cols!(),
@@ -720,6 +778,69 @@ impl Db<'_> {
             self.held.push(Held::Lock {
                 stmt,
                 args: vec![Arg::Int(dir as i64), Arg::Int(LOCK_CHILDREN)],
+            });
+        }
+        if reach == Reach::Around {
+            // The entries first (as an array), from the directories' index: given the inode
+            // order and a limit, a generic plan walks every inode of the volume in that order.
+            let stmt = self.c.stmt(concat!(
+                "SELECT ",
+                node_cols!(),
+                ", ",
+                has_default_acl!(),
+                " FROM unkai_node n WHERE n.ino = ANY(ARRAY(
+                   (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1)
+                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent = $1 LIMIT $2)
+                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent =
+                     (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1) LIMIT $2)))
+                 ORDER BY n.ino FOR UPDATE SKIP LOCKED"
+            ))?;
+            self.held.push(Held::Lock {
+                stmt,
+                args: vec![Arg::Int(dir as i64), Arg::Int(LOCK_CHILDREN)],
+            });
+            // Each directory read (a row without a name: the parent, the subdirectories),
+            // then the entries of them all, up to a limit that, reached, makes none whole.
+            let stmt = self.c.stmt(
+                "WITH s AS ((SELECT parent AS ino FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1)
+                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent = $1 AND kind = 2 AND ($1 <> 1 OR name <> '.trash')
+                     ORDER BY name LIMIT $2)
+                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent =
+                     (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1) AND kind = 2
+                     ORDER BY name LIMIT $2))
+                 SELECT ino, NULL::BYTEA, NULL::BIGINT, NULL::BIGINT FROM s
+                 UNION ALL SELECT * FROM (SELECT e.parent, e.name, e.ino, e.id FROM unkai_edge e
+                   WHERE e.parent IN (SELECT ino FROM s) LIMIT $3) x",
+            )?;
+            self.held.push(Held::Sublists {
+                stmt,
+                args: vec![
+                    Arg::Int(dir as i64),
+                    Arg::Int(SUBDIRS),
+                    Arg::Int(SUBDIR_ENTRIES + 1),
+                ],
+            });
+            let stmt = self.c.stmt(concat!(
+                "SELECT ",
+                node_cols!(),
+                ", ",
+                has_default_acl!(),
+                " FROM unkai_node n WHERE n.ino = ANY(ARRAY(
+                   SELECT e.ino FROM unkai_edge e WHERE e.parent IN (
+                     (SELECT ino FROM unkai_edge WHERE parent = $1 AND kind = 2 AND ($1 <> 1 OR name <> '.trash')
+                       ORDER BY name LIMIT $2)
+                     UNION ALL (SELECT ino FROM unkai_edge WHERE parent =
+                       (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1) AND kind = 2
+                       ORDER BY name LIMIT $2)) LIMIT $3))
+                 ORDER BY n.ino FOR UPDATE SKIP LOCKED"
+            ))?;
+            self.held.push(Held::Lock {
+                stmt,
+                args: vec![
+                    Arg::Int(dir as i64),
+                    Arg::Int(SUBDIRS),
+                    Arg::Int(LOCK_GRANDCHILDREN),
+                ],
             });
         }
         Ok(())
@@ -792,7 +913,35 @@ impl Db<'_> {
                         }
                     }
                     if whole {
-                        self.listed = Some((*dir, names));
+                        self.listed.push((*dir, names));
+                    }
+                }
+                Ok(Answer::Rows(rows)) if matches!(h, Held::Sublists { .. }) => {
+                    // The subdirectories read (rows without a name), and their entries.
+                    let mut subdirs = std::collections::BTreeSet::new();
+                    let mut names: HashMap<Ino, Vec<(Vec<u8>, Ino)>> = HashMap::new();
+                    let mut entries = 0;
+                    for r in &rows {
+                        let d = r.try_get::<_, i64>(0)? as Ino;
+                        match r.try_get::<_, Option<Vec<u8>>>(1)? {
+                            None => {
+                                subdirs.insert(d);
+                            }
+                            Some(name) => {
+                                entries += 1;
+                                let ino = r.try_get::<_, i64>(2)? as Ino;
+                                let id = r.try_get::<_, i64>(3)?;
+                                self.learned.entry(d, &name, Some((id, ino)));
+                                names.entry(d).or_default().push((name, ino));
+                            }
+                        }
+                    }
+                    if entries <= SUBDIR_ENTRIES {
+                        for d in subdirs {
+                            if self.locked_dirs.contains(&d) {
+                                self.listed.push((d, names.remove(&d).unwrap_or_default()));
+                            }
+                        }
                     }
                 }
                 Ok(Answer::Simple(msgs)) if matches!(h, Held::First(_)) => {
@@ -803,6 +952,12 @@ impl Db<'_> {
                     for r in &rows {
                         let a = row_attr(r, 0)?;
                         let dacl: bool = r.try_get(PRELOCK_COLUMNS - 1)?;
+                        if a.kind == Kind::Dir {
+                            self.locked_dirs.insert(a.ino);
+                        }
+                        if self.listing != Some(a.ino) {
+                            self.ahead.insert(a.ino);
+                        }
                         self.learned.read(&a, !dacl);
                     }
                 }
@@ -1112,7 +1267,11 @@ impl Postgres {
                 // it); for a deletion, its entries' inodes locked too, those nobody else
                 // holds, so that the deletions after it join the group.
                 if list && grouping {
-                    tx.hold_listing(lock[0], hints.is_some())?;
+                    let reach = match hints {
+                        Some(_) => Reach::Children,
+                        None => Reach::Dir,
+                    };
+                    tx.hold_listing(lock[0], reach)?;
                 }
                 // Entries read with their inodes' locks.
                 for ((p, n), e) in &tx.c.entries {
@@ -1397,7 +1556,11 @@ impl Postgres {
         tx.prefix = tx.held.len();
         // The first round trip: the group's statements, the locks and reads, the listing.
         tx.held.push(Held::First(first));
-        let locked = tx.hold_listing(dir, true).and_then(|()| tx.finish());
+        let reach = match track.owned.contains_key(&dir) && !track.complete.contains_key(&dir) {
+            true => Reach::Around,
+            false => Reach::Children,
+        };
+        let locked = tx.hold_listing(dir, reach).and_then(|()| tx.finish());
         if !tx.sent {
             // Nothing reached the server: the group's statements wait as they were.
             let mut unsent = std::mem::take(&mut tx.held);
