@@ -413,7 +413,11 @@ fn short_of_room(postgres: bool) {
     // objects: a file may go up as two slices where the kernel's writeback cache had handed
     // over only part of it when a FLUSH came (a close of the descriptor by a child of this
     // process at its exec: the other test here starts commands), and its slice then ends
-    // off the block grid, one object more.
+    // off the block grid, one object more. The second slice may also begin before the
+    // first ends (pages the application dirtied again while the kernel wrote them back go
+    // up again: 24 KiB more once in CI), so the bytes may pass the files' by less than a
+    // block; a file purged and left behind would add whole blocks (and fsck, above, finds
+    // no leaked object).
     let objects = files_under(&disk.path.join("bucket").join(&vol.name));
     let bytes: usize = objects
         .iter()
@@ -422,10 +426,11 @@ fn short_of_room(postgres: bool) {
             name.rsplit('_').next().unwrap().parse::<usize>().unwrap()
         })
         .sum();
-    assert_eq!(
-        bytes,
+    assert!(
+        (kept.len() * LEN..kept.len() * LEN + (1 << 20)).contains(&bytes),
+        "{bytes} bytes of the objects left in the bucket, {} kept: {objects:#?}\nthe mount's \
+         log:\n{}",
         kept.len() * LEN,
-        "bytes of the objects left in the bucket: {objects:#?}\nthe mount's log:\n{}",
         tail(&log, 60)
     );
 }
