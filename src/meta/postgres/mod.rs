@@ -185,6 +185,44 @@ pub(super) struct Outcome {
 /// A directory's entries, read under its lock: (directory, [(name, inode)]).
 type Listed = (Ino, Vec<(Vec<u8>, Ino)>);
 
+/// A statement that locks and reads, in inode order, the inode rows whose `n.ino` meets
+/// `$cond` (SQL) and that no other transaction holds, with whether each has a default ACL
+/// (see [`Held::Lock`]).
+macro_rules! lock_skipping {
+    ($cond:expr) => {
+        concat!(
+            "SELECT ",
+            node_cols!(),
+            ", ",
+            has_default_acl!(),
+            " FROM unkai_node n WHERE n.ino ",
+            $cond,
+            " ORDER BY n.ino FOR UPDATE SKIP LOCKED"
+        )
+    };
+}
+
+/// [`Reach::Around`]'s directory `$1`'s parent (none for the root's entries), as SQL.
+macro_rules! parent_sql {
+    () => {
+        "(SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1)"
+    };
+}
+
+/// [`Reach::Around`]'s subdirectories of directory `$1` and of its parent, `$2` of each at
+/// most (never the root's `.trash`), as SQL.
+macro_rules! subdirs_sql {
+    () => {
+        concat!(
+            "(SELECT ino FROM unkai_edge WHERE parent = $1 AND kind = 2
+               AND ($1 <> 1 OR name <> '.trash') ORDER BY name LIMIT $2)
+             UNION ALL (SELECT ino FROM unkai_edge WHERE parent = ",
+            parent_sql!(),
+            " AND kind = 2 ORDER BY name LIMIT $2)"
+        )
+    };
+}
+
 /// What [`Db::hold_listing`] locks and reads besides the directory's entries.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Reach {
@@ -765,15 +803,10 @@ impl Db<'_> {
         });
         self.listing = Some(dir);
         if reach == Reach::Children {
-            let stmt = self.c.stmt(concat!(
-                "SELECT ",
-                node_cols!(),
-                ", ",
-                has_default_acl!(),
-                // The entries first, from the directory's index: given the inode order and
-                // a limit, a generic plan walks every inode of the volume in that order.
-                " FROM unkai_node n WHERE n.ino IN (SELECT ino FROM unkai_edge WHERE parent = $1 LIMIT $2)
-                 ORDER BY n.ino FOR UPDATE SKIP LOCKED"
+            // The entries first, from the directory's index: given the inode order and a
+            // limit, a generic plan walks every inode of the volume in that order.
+            let stmt = self.c.stmt(lock_skipping!(
+                "IN (SELECT ino FROM unkai_edge WHERE parent = $1 LIMIT $2)"
             ))?;
             self.held.push(Held::Lock {
                 stmt,
@@ -781,37 +814,31 @@ impl Db<'_> {
             });
         }
         if reach == Reach::Around {
-            // The entries first (as an array), from the directories' index: given the inode
-            // order and a limit, a generic plan walks every inode of the volume in that order.
-            let stmt = self.c.stmt(concat!(
-                "SELECT ",
-                node_cols!(),
-                ", ",
-                has_default_acl!(),
-                " FROM unkai_node n WHERE n.ino = ANY(ARRAY(
-                   (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1)
-                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent = $1 LIMIT $2)
-                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent =
-                     (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1) LIMIT $2)))
-                 ORDER BY n.ino FOR UPDATE SKIP LOCKED"
-            ))?;
+            // The parent, the entries of both (as an array, from the directories' index).
+            let stmt = self.c.stmt(lock_skipping!(concat!(
+                "= ANY(ARRAY(",
+                parent_sql!(),
+                " UNION ALL (SELECT ino FROM unkai_edge WHERE parent = $1 LIMIT $2)
+                  UNION ALL (SELECT ino FROM unkai_edge WHERE parent = ",
+                parent_sql!(),
+                " LIMIT $2)))"
+            )))?;
             self.held.push(Held::Lock {
                 stmt,
                 args: vec![Arg::Int(dir as i64), Arg::Int(LOCK_CHILDREN)],
             });
             // Each directory read (a row without a name: the parent, the subdirectories),
             // then the entries of them all, up to a limit that, reached, makes none whole.
-            let stmt = self.c.stmt(
-                "WITH s AS ((SELECT parent AS ino FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1)
-                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent = $1 AND kind = 2 AND ($1 <> 1 OR name <> '.trash')
-                     ORDER BY name LIMIT $2)
-                   UNION ALL (SELECT ino FROM unkai_edge WHERE parent =
-                     (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1) AND kind = 2
-                     ORDER BY name LIMIT $2))
+            let stmt = self.c.stmt(concat!(
+                "WITH s(ino) AS (",
+                parent_sql!(),
+                " UNION ALL ",
+                subdirs_sql!(),
+                ")
                  SELECT ino, NULL::BYTEA, NULL::BIGINT, NULL::BIGINT FROM s
                  UNION ALL SELECT * FROM (SELECT e.parent, e.name, e.ino, e.id FROM unkai_edge e
-                   WHERE e.parent IN (SELECT ino FROM s) LIMIT $3) x",
-            )?;
+                   WHERE e.parent IN (SELECT ino FROM s) LIMIT $3) x"
+            ))?;
             self.held.push(Held::Sublists {
                 stmt,
                 args: vec![
@@ -820,20 +847,11 @@ impl Db<'_> {
                     Arg::Int(SUBDIR_ENTRIES + 1),
                 ],
             });
-            let stmt = self.c.stmt(concat!(
-                "SELECT ",
-                node_cols!(),
-                ", ",
-                has_default_acl!(),
-                " FROM unkai_node n WHERE n.ino = ANY(ARRAY(
-                   SELECT e.ino FROM unkai_edge e WHERE e.parent IN (
-                     (SELECT ino FROM unkai_edge WHERE parent = $1 AND kind = 2 AND ($1 <> 1 OR name <> '.trash')
-                       ORDER BY name LIMIT $2)
-                     UNION ALL (SELECT ino FROM unkai_edge WHERE parent =
-                       (SELECT parent FROM unkai_edge WHERE ino = $1 AND parent <> 1 LIMIT 1) AND kind = 2
-                       ORDER BY name LIMIT $2)) LIMIT $3))
-                 ORDER BY n.ino FOR UPDATE SKIP LOCKED"
-            ))?;
+            let stmt = self.c.stmt(lock_skipping!(concat!(
+                "= ANY(ARRAY(SELECT e.ino FROM unkai_edge e WHERE e.parent IN (",
+                subdirs_sql!(),
+                ") LIMIT $3))"
+            )))?;
             self.held.push(Held::Lock {
                 stmt,
                 args: vec![
