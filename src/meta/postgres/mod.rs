@@ -253,17 +253,15 @@ enum Reach {
 const LIST_MAX: i64 = 1024;
 
 /// Inodes of a directory's entries a deletion that opens (or runs in) a group locks at most
-/// for the deletions after it (see [`Db::hold_listing`]); as many again of its
-/// subdirectories' entries.
+/// for the deletions after it (see [`Db::hold_listing`]); with [`Reach::Around`], as many
+/// again of its parent's entries.
 const LOCK_CHILDREN: i64 = 128;
 
-/// Subdirectories of its directory a deletion that opens (or runs in) a group reads whole
-/// at most, and their entries at most (see [`Db::hold_listing`]).
+/// With [`Reach::Around`]: the subdirectories of the directory, and as many of its
+/// parent's, that a deletion reads whole at most; the entries of all these (and of the
+/// parent) it reads at most; and the inodes of the subdirectories' entries it locks at most.
 const SUBDIRS: i64 = 64;
 const SUBDIR_ENTRIES: i64 = 1024;
-
-/// Inodes of the subdirectories' entries a deletion that opens (or runs in) a group locks
-/// at most (see [`Db::hold_listing`]).
 const LOCK_GRANDCHILDREN: i64 = 256;
 
 /// Commits the transaction on `c` now, with its counter changes and in-place updates
@@ -645,9 +643,9 @@ enum Held {
         args: Vec<Arg>,
         dir: Ino,
     },
-    /// The entries of a directory's subdirectories (each subdirectory read, then its
-    /// entries), read: those of subdirectories this transaction locked before are kept in
-    /// [`Db::listed`] (see [`Db::hold_listing`]).
+    /// The entries of directories around a deletion's (its parent, the subdirectories of
+    /// both: each directory read, then its entries), read: those of directories this
+    /// transaction locked before are kept in [`Db::listed`] (see [`Reach::Around`]).
     Sublists {
         stmt: ::postgres::Statement,
         args: Vec<Arg>,
