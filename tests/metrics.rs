@@ -71,6 +71,16 @@ impl Scrape {
         };
         self.0.get(&key).copied().unwrap_or(0.0)
     }
+
+    /// How much `name` with `labels` moved since `before`.
+    fn since(&self, before: &Scrape, name: &str, labels: &str) -> f64 {
+        self.get(name, labels) - before.get(name, labels)
+    }
+
+    /// The round trips FUSE requests `op` made since `before`.
+    fn trips_since(&self, before: &Scrape, op: &str) -> f64 {
+        self.since(before, "unkai_op_round_trips_total", &fuse_op(op))
+    }
 }
 
 /// The labels of the FUSE requests `op` (after the volume's).
@@ -99,9 +109,7 @@ fn metrics_follow_a_workload(vol: &Volume) {
     assert!(back == data, "read back what was written");
     drop(f);
 
-    let d = |after: &Scrape, name: &str, labels: &str| {
-        after.get(name, labels) - before.get(name, labels)
-    };
+    let d = |after: &Scrape, name: &str, labels: &str| after.since(&before, name, labels);
     // What the kernel asked is counted once the reply is sent: wait for the last of it.
     let mut after = Scrape::of(port);
     let settled = eventually(Duration::from_secs(30), || {
@@ -231,9 +239,6 @@ fn directories_open_and_list_in_one_round_trip(vol: &Volume) {
     // What was made is committed (a group's reads would count otherwise).
     let dir = std::fs::File::open(m.p("t")).unwrap();
     nix::unistd::syncfs(&dir).unwrap();
-    let d = |after: &Scrape, before: &Scrape, name: &str, labels: &str| {
-        after.get(name, labels) - before.get(name, labels)
-    };
     let before = Scrape::of(port);
     for i in 0..D {
         for _twice in 0..2 {
@@ -249,12 +254,12 @@ fn directories_open_and_list_in_one_round_trip(vol: &Volume) {
     let mut after = Scrape::of(port);
     let settled = eventually(Duration::from_secs(30), || {
         after = Scrape::of(port);
-        d(&after, &before, fuse, &fuse_op("releasedir")) >= 2.0 * D as f64
+        after.since(&before, fuse, &fuse_op("releasedir")) >= 2.0 * D as f64
     });
     assert!(settled, "every releasedir counted:\n{}", after.1);
-    let trips = |op: &str| d(&after, &before, "unkai_op_round_trips_total", &fuse_op(op));
-    let listings = d(&after, &before, fuse, &fuse_op("readdir"))
-        + d(&after, &before, fuse, &fuse_op("readdirplus"));
+    let trips = |op: &str| after.trips_since(&before, op);
+    let listings = after.since(&before, fuse, &fuse_op("readdir"))
+        + after.since(&before, fuse, &fuse_op("readdirplus"));
     assert!(
         listings >= 4.0 * D as f64,
         "the kernel reads past each end: {}",
@@ -340,10 +345,7 @@ fn a_walk_lists_a_tree_in_a_few_round_trips(vol: &Volume) {
     got.sort();
     assert_eq!(got, expected(&[]));
     let after = Scrape::of(port);
-    let trips = |op: &str| {
-        after.get("unkai_op_round_trips_total", &fuse_op(op))
-            - before.get("unkai_op_round_trips_total", &fuse_op(op))
-    };
+    let trips = |op: &str| after.trips_since(&before, op);
     let listed = trips("readdir") + trips("readdirplus");
     match vol.db.is_some() {
         // 41 directories: `t` alone, then `d0` with the 63 after and below it (all), and
@@ -400,10 +402,7 @@ fn removing_a_tree_of_small_directories_costs_few_round_trips(vol: &Volume) {
     let before = Scrape::of(port);
     std::fs::remove_dir_all(m.p("t")).unwrap();
     let after = Scrape::of(port);
-    let trips = |op: &str| {
-        after.get("unkai_op_round_trips_total", &fuse_op(op))
-            - before.get("unkai_op_round_trips_total", &fuse_op(op))
-    };
+    let trips = |op: &str| after.trips_since(&before, op);
     let removed = trips("unlink") + trips("rmdir");
     match vol.db.is_some() {
         // About two per top directory; more where a loaded machine let the group's rows go.
@@ -474,10 +473,7 @@ fn an_extracted_file_costs_one_round_trip(vol: &Volume) {
         "create", "write", "setattr", "flush", "release", "getattr", "lookup",
     ]
     .iter()
-    .map(|op| {
-        after.get("unkai_op_round_trips_total", &fuse_op(op))
-            - before.get("unkai_op_round_trips_total", &fuse_op(op))
-    })
+    .map(|op| after.trips_since(&before, op))
     .sum();
     match vol.db.is_some() {
         // One per file, and a little for a group the timer let go on a loaded machine (each
