@@ -132,15 +132,7 @@ impl Member {
 
     /// The sum of the samples of `name` whose labels hold `label` (e.g. `op="get"`).
     fn figure(&self, name: &str, label: &str) -> f64 {
-        let (status, body) = http_get(&format!("http://127.0.0.1:{}/metrics", self.metrics), None);
-        assert_eq!(status, 200);
-        String::from_utf8(body)
-            .unwrap()
-            .lines()
-            .filter(|l| !l.starts_with('#'))
-            .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
-            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum()
+        figure_at(self.metrics, name, label)
     }
 
     /// Requests to the bucket for objects (whole or ranges) so far.
@@ -152,6 +144,20 @@ impl Member {
     fn log(&self) -> String {
         self.m.log_text()
     }
+}
+
+/// The sum of the samples of `name` whose labels hold `label` (e.g. `op="get"`), scraped
+/// from the figures served on port `metrics`.
+fn figure_at(metrics: u16, name: &str, label: &str) -> f64 {
+    let (status, body) = http_get(&format!("http://127.0.0.1:{metrics}/metrics"), None);
+    assert_eq!(status, 200);
+    String::from_utf8(body)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(label))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
 }
 
 /// Waits until every member knows `n` members.
@@ -350,17 +356,23 @@ fn small_reads_of_blocks_the_group_holds_ask_their_owner_not_the_bucket() {
 
 /// A member killed (SIGKILL) while two others read through it: they go on from the bucket
 /// with no error and read the right bytes.
+///
+/// The victim is killed once it has served a block, not at a fixed point of the file: which
+/// member owns a block follows the members' addresses, new each run, and in about one run
+/// in six the victim owned none of the first quarter's blocks (it had served nothing when
+/// killed, and the test proved nothing). Past 40 of the 48 blocks the readers stop anyway.
 #[test]
 fn readers_go_on_when_a_member_is_killed_mid_read() {
     let server = servers::s3(BUCKET);
     let vol = s3_volume(&server, &[("UNKAI_FAULTS", "latency_ms=20")]);
-    let data = pattern(24 * MIB, 43);
+    let data = pattern(48 * MIB, 43);
     write_file(&vol, "data.bin", &data);
     let victim = Member::join(&vol, "victim", &[]);
     let readers = [Member::join(&vol, "r1", &[]), Member::join(&vol, "r2", &[])];
     wait_for_group(&[&victim, &readers[0], &readers[1]], 3);
+    let victims_figures = victim.metrics;
     let mut victim_slot = Some(victim);
-    let (reached, quarter) = mpsc::channel::<()>();
+    let (reached, stopped) = mpsc::channel::<()>();
     let data = &data;
     std::thread::scope(|s| {
         // Here, so that a failure of this thread drops them and no reader waits forever.
@@ -383,8 +395,12 @@ fn readers_go_on_when_a_member_is_killed_mid_read() {
                     }
                     got.extend_from_slice(&buf[..n]);
                     // (A read may return less than asked: the suite hung once on `==` here.)
-                    if got.len() >= 6 * MIB && !waited {
-                        // A quarter read: the member is killed before the rest.
+                    if !waited
+                        && got.len() >= 4 * MIB
+                        && (got.len() >= 40 * MIB
+                            || figure_at(victims_figures, "unkai_peer_served_total", "") >= 1.0)
+                    {
+                        // The member is killed before the rest is read.
                         waited = true;
                         reached.send(()).unwrap();
                         go.recv().unwrap();
@@ -393,18 +409,21 @@ fn readers_go_on_when_a_member_is_killed_mid_read() {
                 got
             }));
         }
-        // A reader that failed before its quarter ends the wait (its sender gone with it).
+        // A reader that failed before it stopped ends the wait (its sender gone with it).
         drop(reached);
         for _ in 0..2 {
-            quarter
+            stopped
                 .recv()
-                .expect("both readers read a quarter before the kill");
+                .expect("both readers stopped before the kill");
         }
         let victim = victim_slot.take().unwrap();
         let served = victim.figure("unkai_peer_served_total", "");
         assert!(
             served >= 1.0,
-            "the victim served nothing before it was killed"
+            "the victim served nothing in 40 blocks before it was killed; its log:\n{}\n\
+             r1's log:\n{}",
+            tail(&victim.log(), 30),
+            tail(&readers[0].log(), 30)
         );
         victim.m.kill9();
         for g in &gos {
