@@ -139,6 +139,50 @@ struct Shared {
     session: AtomicU64,
     /// Inodes as this client's commits left them (see `known`).
     known: Known,
+    /// Directories found too large to list (see [`Large`]).
+    large: Large,
+}
+
+/// Directories a listing found with more than [`LIST_MAX`] entries, each with how many more
+/// times [`Db::hold_listing`] skips it: such a listing is never whole, so the group can
+/// decide nothing from it, and each cost the server a scan of [`LIST_MAX`] entries (and a
+/// deletion's read-ahead the lock of [`LOCK_CHILDREN`] rows, which a directory that large
+/// cannot use): 10,000 files created in one directory and removed went from 4,400 unlinks/s
+/// at 1,000 files to under 400. A directory is listed again after [`LARGE_SKIPS`] skips (it
+/// may have shrunk).
+#[derive(Default)]
+struct Large(parking_lot::Mutex<HashMap<Ino, u32>>);
+
+/// How many times [`Db::hold_listing`] skips a directory found too large before it lists it
+/// again; and how many such directories are remembered at most (all forgotten beyond).
+const LARGE_SKIPS: u32 = 256;
+const LARGE_DIRS: usize = 4096;
+
+impl Large {
+    /// Whether `dir` is skipped this time (one fewer time to go).
+    fn skip(&self, dir: Ino) -> bool {
+        let mut m = self.0.lock();
+        match m.get_mut(&dir) {
+            Some(0) => {
+                m.remove(&dir);
+                false
+            }
+            Some(left) => {
+                *left -= 1;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// `dir` was found with more than [`LIST_MAX`] entries.
+    fn saw(&self, dir: Ino) {
+        let mut m = self.0.lock();
+        if m.len() >= LARGE_DIRS {
+            m.clear();
+        }
+        m.insert(dir, LARGE_SKIPS);
+    }
 }
 
 impl Shared {
@@ -785,8 +829,12 @@ impl Db<'_> {
     }
 
     /// Holds the listing of directory `dir` (see [`Held::List`]), and as far as `reach` says,
-    /// locks and listings of the rows around it.
+    /// locks and listings of the rows around it; nothing for a directory lately found too
+    /// large to list ([`Large`]).
     fn hold_listing(&mut self, dir: Ino, reach: Reach) -> TxResult<()> {
+        if self.shared.large.skip(dir) {
+            return Ok(());
+        }
         let stmt = self.c.stmt(
             "WITH c AS (SELECT count(*) AS n FROM (SELECT 1 FROM unkai_edge
                WHERE parent = $1 LIMIT $2) x)
@@ -930,6 +978,8 @@ impl Db<'_> {
                     }
                     if whole {
                         self.listed.push((*dir, names));
+                    } else {
+                        self.shared.large.saw(*dir);
                     }
                 }
                 Ok(Answer::Rows(rows)) if matches!(h, Held::Sublists { .. }) => {
