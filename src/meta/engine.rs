@@ -260,11 +260,16 @@ pub trait Engine: Send + Sync + 'static {
 
     /// As [`Engine::write_grouped`] locking `parent`, for a change that makes an entry in the
     /// directory `parent`: an engine may read the directory's other entries with its lock.
+    /// `contained`: `f` locks and changes no row but the directory's, its new entry's and
+    /// the new inode's (no quota or inode limit to charge), so an engine may run it inside
+    /// a transaction that holds the directory, where it cannot wait for another's lock.
     fn write_in_dir<T>(
         &self,
         parent: Ino,
+        contained: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
+        let _ = contained;
         self.write_grouped(&[parent], false, f)
     }
 

@@ -98,8 +98,9 @@ impl<E: Engine> EngineMeta<E> {
         let sid = self.sid();
         let e = self.epoch();
         let mut after = None;
+        let contained = !self.quotas_kept() && self.format.read().inodes == 0;
         self.engine
-            .write_in_dir(parent, |tx| {
+            .write_in_dir(parent, contained, |tx| {
                 let mut p = Self::parent_dir(tx, parent)?;
                 self.check_not_trash(&p)?;
                 check_dir_change(&p, false)?;

@@ -175,6 +175,11 @@ impl Large {
         }
     }
 
+    /// Whether `dir` was lately found with more than [`LIST_MAX`] entries.
+    fn has(&self, dir: Ino) -> bool {
+        self.0.lock().contains_key(&dir)
+    }
+
     /// `dir` was found with more than [`LIST_MAX`] entries.
     fn saw(&self, dir: Ino) {
         let mut m = self.0.lock();
@@ -290,6 +295,18 @@ enum Reach {
     /// of their own, each directory once in a while) takes [`Reach::Children`], since the
     /// rows locked ahead are let go before it comes back (see `group::Own::ahead`).
     Around,
+}
+
+/// Whether a change's first message reads its directory's entries with its lock (see
+/// [`Db::hold_listing`]).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Listing {
+    No,
+    Yes,
+    /// Yes, for a contained create (see `Engine::write_in_dir`): in a directory the open
+    /// group holds and that was found too large to list ([`Large`]), it runs in the group,
+    /// under a savepoint (`Postgres::under_savepoint`), instead of after its commit.
+    Contained,
 }
 
 /// Entries a directory may have for a create in it to read them all with its lock (and the
@@ -791,6 +808,21 @@ fn db<'a>(c: &'a mut Conn, shared: &'a Shared, lone: bool) -> Db<'a> {
     }
 }
 
+/// Whether none of the statements `held` can fail with an answer for the change that held
+/// them (a name taken): they may stay held in a group, sent later.
+fn certain(held: &[Held]) -> bool {
+    held.iter().all(|h| {
+        matches!(
+            h,
+            Held::Stmt {
+                name: false,
+                edge: None,
+                ..
+            }
+        )
+    })
+}
+
 /// The error of a failed step, as the operation reports it: a duplicate name is EEXIST where
 /// the statement inserts a name.
 fn step_err(e: PgError, name: bool) -> TxError {
@@ -1190,7 +1222,7 @@ impl Postgres {
         rename_lock: bool,
         lazy: bool,
         hints: Option<&EntryHints<'_>>,
-        list: bool,
+        list: Listing,
         mut f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
         let lazy = lazy && self.shared.lazy_ok();
@@ -1212,6 +1244,12 @@ impl Postgres {
                     if let Some(r) = self.join(&mut slot, &inos, hints, &mut f) {
                         return r;
                     }
+                    // A create in a directory too large to know whole: in the group.
+                    if list == Listing::Contained && self.shared.large.has(lock[0]) {
+                        if let Some(r) = self.under_savepoint(&mut slot, &inos, false, &mut f) {
+                            return r;
+                        }
+                    }
                 }
                 // A deletion that cannot join runs in it (its rows locked without waiting).
                 if grouping && !inos.is_empty() {
@@ -1222,7 +1260,7 @@ impl Postgres {
                     }
                 }
                 if !lazy && !rename_lock && hints.is_none() && held && !inos.is_empty() {
-                    if let Some(r) = self.durably_in_group(&mut slot, &inos, &mut f) {
+                    if let Some(r) = self.under_savepoint(&mut slot, &inos, true, &mut f) {
                         return r;
                     }
                 }
@@ -1332,7 +1370,7 @@ impl Postgres {
                 // under its lock (a group holding the directory then knows every entry of
                 // it); for a deletion, its entries' inodes locked too, those nobody else
                 // holds, so that the deletions after it join the group.
-                if list && grouping {
+                if list != Listing::No && grouping {
                     let reach = match hints {
                         Some(_) => Reach::Children,
                         None => Reach::Dir,
@@ -1351,7 +1389,7 @@ impl Postgres {
                 // its statements are sent (their errors are its answer), not committed.
                 // So does a deletion (which listed its directory).
                 let keep = grouping
-                    && (!tx.made.is_empty() || (hints.is_some() && list))
+                    && (!tx.made.is_empty() || (hints.is_some() && list != Listing::No))
                     && !tx.learned.unsure();
                 let opened = if keep {
                     tx.finish()?;
@@ -1489,14 +1527,19 @@ impl Postgres {
         }
     }
 
-    /// Runs `f`, a change that must be durable when it returns (file data) and locks only
-    /// inodes the group holds, inside the group (it may wait: nobody else can hold what it
-    /// locks), then commits the group with it, waiting for the WAL flush. A failure of `f`
-    /// undoes only `f` (a savepoint). None if the group was lost meanwhile (run it alone).
-    fn durably_in_group<T>(
+    /// Runs `f`, a change that locks only inodes the group holds, inside the group under a
+    /// savepoint (it may wait for the server, not for another client: nobody else can hold
+    /// what it locks; a failure of `f` undoes only `f`). With `durable` (file data that must
+    /// be durable when it returns), the group then commits with it, waiting for the WAL
+    /// flush. Without (a contained create in a directory too large to know whole), its
+    /// statements whose failure would be its answer (a name taken) are sent now, with the
+    /// group's, and the group goes on: one round trip, no commit. None if the group was lost
+    /// meanwhile (run it alone).
+    fn under_savepoint<T>(
         &self,
         slot: &mut Option<Group>,
         sorted: &[Ino],
+        durable: bool,
         f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Option<Result<T>> {
         let g = slot.as_mut()?;
@@ -1512,8 +1555,9 @@ impl Postgres {
         tx.held.push(Held::Simple("SAVEPOINT unkai_w".into()));
         let r = f(&mut tx);
         // Nothing of `f` needed an answer: its statements go with the group's commit, one
-        // message in all (they write rows the group holds and slices of this client's).
-        let one = r.is_ok() && !tx.sent;
+        // message in all (durable: they write rows the group holds and slices of this
+        // client's; lazy: none can fail).
+        let one = r.is_ok() && !tx.sent && (durable || certain(&tx.held[prefix + 1..]));
         let r = if one {
             r
         } else {
@@ -1523,8 +1567,9 @@ impl Postgres {
         let mut unsent = std::mem::take(&mut tx.held);
         let learned = std::mem::take(&mut tx.learned);
         // (What it made: the trash's directories, made in a directory the group may know
-        // whole.)
+        // whole; a file.)
         let outcome = tx.outcome();
+        let now = tx.commit_after;
         let failed = tx.group_failed;
         drop(tx);
         g.conn.forget_prefetched();
@@ -1536,11 +1581,21 @@ impl Postgres {
             Ok(v) => {
                 if one {
                     unsent.remove(prefix);
-                    g.held = unsent;
                 }
+                g.held = unsent;
                 g.absorb(outcome, &learned);
+                let unsure = learned.unsure();
                 self.shared.known.learn(learned);
-                Some(self.group.commit(slot, true, true).map(|()| v))
+                if durable {
+                    return Some(self.group.commit(slot, true, true).map(|()| v));
+                }
+                g.ops += 1;
+                g.savepoints += usize::from(sent);
+                if now || unsure || g.ops >= group::MAX_OPS || g.savepoints >= group::MAX_SAVEPOINTS
+                {
+                    let _ = self.group.commit(slot, !unsure, false);
+                }
+                Some(Ok(v))
             }
             Err(e) => {
                 if !sent {
@@ -1642,17 +1697,7 @@ impl Postgres {
         tx.track = Some(track);
         let mut r = locked.and_then(|()| f(&mut tx));
         // Statements whose failure would be the answer (a name taken) are sent now.
-        let certain = tx.held.iter().all(|h| {
-            matches!(
-                h,
-                Held::Stmt {
-                    name: false,
-                    edge: None,
-                    ..
-                }
-            )
-        });
-        if r.is_ok() && !certain {
+        if r.is_ok() && !certain(&tx.held) {
             r = tx.finish().and(r);
         }
         if r.is_ok() {
@@ -1851,7 +1896,7 @@ impl Engine for Postgres {
         rename_lock: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, rename_lock, false, None, false, f)
+        self.transact(lock, rename_lock, false, None, Listing::No, f)
     }
 
     /// A namespace or attribute change: one transaction, committed at once (others see it)
@@ -1863,7 +1908,7 @@ impl Engine for Postgres {
         rename_lock: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(lock, rename_lock, true, None, false, f)
+        self.transact(lock, rename_lock, true, None, Listing::No, f)
     }
 
     /// As `write_grouped`, reading the directory's entries (up to [`LIST_MAX`]) with its
@@ -1873,9 +1918,14 @@ impl Engine for Postgres {
     fn write_in_dir<T>(
         &self,
         parent: Ino,
+        contained: bool,
         f: impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Result<T> {
-        self.transact(&[parent], false, true, None, true, f)
+        let list = match contained {
+            true => Listing::Contained,
+            false => Listing::Yes,
+        };
+        self.transact(&[parent], false, true, None, list, f)
     }
 
     /// The entry, its inode's lock (and a directory's emptiness) and the other entries looked
@@ -1891,7 +1941,10 @@ impl Engine for Postgres {
             false,
             true,
             Some(hints),
-            hints.trash_hour.is_some(),
+            match hints.trash_hour {
+                Some(_) => Listing::Yes,
+                None => Listing::No,
+            },
             f,
         )
     }
