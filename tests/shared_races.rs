@@ -130,7 +130,11 @@ impl Op {
     /// makes the new name later, as on any Linux file system; rename(2) too, and when the
     /// target then names the file the source resolved to, the kernel answers success itself
     /// (two names of one file). The source may come from the kernel's cache of names, as it
-    /// was a moment earlier (until the other client's change is pushed, or the entry TTL).
+    /// was a moment earlier (until the other client's change is pushed, or the entry TTL);
+    /// so may the target, and the two need not be as old: the other client's rename of `a`
+    /// onto `b` told to this one, the kernel may resolve `b` anew (now `a`'s file) while its
+    /// entry of `a` still waits to be dropped, names the same file, and the rename of `b`
+    /// onto `a` is answered by the kernel alone (a run under the full suite's load saw it).
     /// The other calls are one step each, by name, on the server.
     fn steps(&self) -> usize {
         match self {
@@ -140,16 +144,24 @@ impl Op {
     }
 
     /// Step `k` of the call on `s`, as POSIX says; the answer once it is known. `held` is
-    /// what the first step resolved.
-    fn step(&self, k: usize, s: &mut Names, held: &mut Option<String>) -> Option<i32> {
+    /// what the first step resolved; `start`, the names as the race began (what a kernel's
+    /// cache may still show).
+    fn step(
+        &self,
+        k: usize,
+        s: &mut Names,
+        held: &mut Option<String>,
+        start: &Names,
+    ) -> Option<i32> {
         Some(match *self {
             Op::Rename(from, _) | Op::Link(from, _) if k == 0 => {
                 *held = s.get(from).cloned();
                 return held.is_none().then_some(libc::ENOENT);
             }
             Op::Rename(from, to) => {
-                if s.get(to) == held.as_ref() {
-                    // Two names of one file: nothing happens (the kernel's own answer).
+                if s.get(to) == held.as_ref() || start.get(to) == held.as_ref() {
+                    // Two names of one file, as now or as the kernel's cache may still show
+                    // the target: nothing happens (the kernel's own answer).
                     return Some(0);
                 }
                 // The server renames by name.
@@ -219,12 +231,12 @@ fn serial_outcomes(start: &Names, x: &Op, y: &Op) -> Vec<((i32, i32), Names)> {
         for i in 0..nx + ny {
             if bits & (1 << i) == 0 {
                 if rx.is_none() {
-                    rx = x.step(kx, &mut s, &mut hx);
+                    rx = x.step(kx, &mut s, &mut hx, start);
                 }
                 kx += 1;
             } else {
                 if ry.is_none() {
-                    ry = y.step(ky, &mut s, &mut hy);
+                    ry = y.step(ky, &mut s, &mut hy, start);
                 }
                 ky += 1;
             }
