@@ -144,14 +144,14 @@ impl Op {
     }
 
     /// Step `k` of the call on `s`, as POSIX says; the answer once it is known. `held` is
-    /// what the first step resolved; `start`, the names as the race began (what a kernel's
-    /// cache may still show).
+    /// what the first step resolved; `stale`, the names a kernel's cache may still show for
+    /// the target (as the race began), if it does.
     fn step(
         &self,
         k: usize,
         s: &mut Names,
         held: &mut Option<String>,
-        start: &Names,
+        stale: Option<&Names>,
     ) -> Option<i32> {
         Some(match *self {
             Op::Rename(from, _) | Op::Link(from, _) if k == 0 => {
@@ -159,7 +159,8 @@ impl Op {
                 return held.is_none().then_some(libc::ENOENT);
             }
             Op::Rename(from, to) => {
-                if s.get(to) == held.as_ref() || start.get(to) == held.as_ref() {
+                let cached = stale.unwrap_or(&*s).get(to);
+                if cached == held.as_ref() {
                     // Two names of one file, as now or as the kernel's cache may still show
                     // the target: nothing happens (the kernel's own answer).
                     return Some(0);
@@ -220,23 +221,28 @@ impl Op {
 fn serial_outcomes(start: &Names, x: &Op, y: &Op) -> Vec<((i32, i32), Names)> {
     let (nx, ny) = (x.steps(), y.steps());
     let mut out = Vec::new();
-    // Each interleaving: a bit per step, set where it is one of y's.
-    for bits in 0u32..1 << (nx + ny) {
+    // Each interleaving: a bit per step, set where it is one of y's; and for each call,
+    // whether its kernel resolves the target from the names as the race began.
+    for (bits, st) in (0u32..1 << (nx + ny)).flat_map(|b| (0..4).map(move |st| (b, st))) {
         if bits.count_ones() as usize != ny {
             continue;
         }
+        let (sx, sy) = (
+            (st & 1 == 1).then_some(start),
+            (st & 2 == 2).then_some(start),
+        );
         let mut s = start.clone();
         let (mut kx, mut ky, mut hx, mut hy) = (0, 0, None, None);
         let (mut rx, mut ry) = (None, None);
         for i in 0..nx + ny {
             if bits & (1 << i) == 0 {
                 if rx.is_none() {
-                    rx = x.step(kx, &mut s, &mut hx, start);
+                    rx = x.step(kx, &mut s, &mut hx, sx);
                 }
                 kx += 1;
             } else {
                 if ry.is_none() {
-                    ry = y.step(ky, &mut s, &mut hy, start);
+                    ry = y.step(ky, &mut s, &mut hy, sy);
                 }
                 ky += 1;
             }
