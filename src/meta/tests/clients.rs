@@ -478,18 +478,15 @@ fn the_engines_threads_leave_signals_to_the_process(e: Engine) {
         mkdir(&*m, ROOT_INO, "d");
         // A lone-less SQLite volume may start none yet; the others have their timer.
         let some = name != "sqlite";
-        let deadline = std::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let threads = engine_threads();
-            let open: Vec<_> = threads.iter().filter(|t| !t.2).collect();
-            if (!some || !threads.is_empty()) && open.is_empty() {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{name}: engine threads that take SIGTERM: {open:?} (of {threads:?})"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let mut threads = Vec::new();
+        let blocked = eventually(Duration::from_secs(30), || {
+            threads = engine_threads();
+            (!some || !threads.is_empty()) && threads.iter().all(|t| t.2)
+        });
+        let open: Vec<_> = threads.iter().filter(|t| !t.2).collect();
+        assert!(
+            blocked,
+            "{name}: engine threads that take SIGTERM: {open:?} (of {threads:?})"
+        );
     }
 }

@@ -284,6 +284,20 @@ fn session_info(mountpoint: &str) -> SessionInfo {
     }
 }
 
+/// Whether `f` holds within `limit`, tried every 20 ms (as tests/common's `eventually`).
+fn eventually(limit: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        if f() {
+            return true;
+        }
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 #[track_caller]
 fn assert_errno<T: std::fmt::Debug>(r: Result<T>, errno: i32) {
     match r {

@@ -150,9 +150,9 @@ fn deletions_of_two_clients_into_one_trash_hour_each_take_one_round_trip() {
     // Until changes are pushed to each client, its cache is off, and a deletion does not know
     // what the name it removes names: its trash name is then looked up, not guessed.
     for (m, d) in clients.iter().zip(&dirs) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let n = trips(&mut || {
+        let mut n = 0;
+        let answered = eventually(Duration::from_secs(60), || {
+            n = trips(&mut || {
                 m.getattr(*d).unwrap();
                 for j in 1..=N {
                     lookup(m, *d, &format!("f{j}")).unwrap();
@@ -161,15 +161,9 @@ fn deletions_of_two_clients_into_one_trash_hour_each_take_one_round_trip() {
                     }
                 }
             });
-            if n == 0 {
-                break;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the cache never answered: {n} round trips"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+            n == 0
+        });
+        assert!(answered, "the cache never answered: {n} round trips");
     }
     let mut each = Vec::new();
     for j in 1..=N {
@@ -369,25 +363,19 @@ fn racing_deletions_of_two_clients_delete_each_name_once() {
 /// figures reach the statistics when it ends, at the latest).
 fn edge_rows_read(url: &str) -> i64 {
     let mut c = ::postgres::Client::connect(url, ::postgres::NoTls).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let others: i64 = c
+    let mut others = 0;
+    let alone = eventually(Duration::from_secs(60), || {
+        others = c
             .query_one(
                 "SELECT count(*) FROM pg_stat_activity
                  WHERE datname = current_database() AND pid <> pg_backend_pid()",
                 &[],
             )
             .unwrap()
-            .get(0);
-        if others == 0 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the clients' {others} connections never closed"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+            .get::<_, i64>(0);
+        others == 0
+    });
+    assert!(alone, "the clients' {others} connections never closed");
     let r = c
         .query_one(
             "SELECT (SELECT coalesce(sum(idx_tup_read), 0) FROM pg_stat_user_indexes
