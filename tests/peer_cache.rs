@@ -287,6 +287,17 @@ fn an_answer_altered_on_the_way_is_refused_by_its_seal() {
     bad.m.unmount();
 }
 
+/// Whether `p`, a file of a disk cache, is a whole block: not a temporary file being written,
+/// and at least the block's length, the last `_` field of its name (the file adds a header).
+/// Blocks are not all 1 MiB: a file written under load may be flushed as several slices,
+/// and a slice's last block is shorter.
+fn whole_block(p: &std::path::Path) -> bool {
+    let name = p.to_string_lossy();
+    let len = name.rsplit('_').next().and_then(|l| l.parse::<u64>().ok());
+    !name.contains(".tmp.")
+        && len.is_some_and(|len| std::fs::metadata(p).is_ok_and(|m| m.len() >= len))
+}
+
 /// Small random reads (4 KiB, no read-ahead) of blocks the group holds: each block's owner
 /// answers the read's segments and their checksums from what it holds, so the reader asks
 /// the bucket for nothing and gets the right bytes.
@@ -307,10 +318,7 @@ fn small_reads_of_blocks_the_group_holds_ask_their_owner_not_the_bucket() {
     let served = reader.figure("unkai_peer_served_total", "") as usize;
     assert!(
         eventually(Duration::from_secs(60), || {
-            let blocks = files_under(&cache).into_iter().filter(|p| {
-                std::fs::metadata(p).is_ok_and(|m| m.len() >= MIB as u64)
-                    && !p.to_string_lossy().contains(".tmp.")
-            });
+            let blocks = files_under(&cache).into_iter().filter(|p| whole_block(p));
             blocks.count() >= served
         }),
         "the reader's disk cache never held the {served} blocks it served: {:?}",
