@@ -305,9 +305,7 @@ enum Listing {
     Yes,
     /// Yes, for a contained create (see `Engine::write_in_dir`): in a directory the open
     /// group holds and that was found too large to list ([`Large`]), it runs in the group,
-    /// under a savepoint (`Postgres::under_savepoint`), instead of after its commit; in one
-    /// the group does not hold, in the group too, the directory locked without waiting
-    /// (`Postgres::in_group`).
+    /// under a savepoint (`Postgres::under_savepoint`), instead of after its commit.
     Contained,
 }
 
@@ -1256,17 +1254,9 @@ impl Postgres {
                 // A deletion that cannot join runs in it (its rows locked without waiting).
                 if grouping && !inos.is_empty() {
                     if let Some(h) = hints.filter(|h| h.trash_hour.is_some()) {
-                        if let Some(r) = self.in_group(&mut slot, &inos, lock[0], Some(h), &mut f) {
+                        if let Some(r) = self.in_group(&mut slot, &inos, lock[0], h, &mut f) {
                             return r;
                         }
-                    }
-                }
-                // So does a contained create in a directory it does not hold (or know whole):
-                // the directory locked without waiting and listed, one round trip, where
-                // committing the group first and then opening one made two.
-                if grouping && list == Listing::Contained && hints.is_none() && inos.len() == 1 {
-                    if let Some(r) = self.in_group(&mut slot, &inos, lock[0], None, &mut f) {
-                        return r;
                     }
                 }
                 if !lazy && !rename_lock && hints.is_none() && held && !inos.is_empty() {
@@ -1630,18 +1620,12 @@ impl Postgres {
     /// deletions after it in `dir` join. Its statements (none of which can fail: the rows are
     /// locked, the trash's names free) stay held in the group. None if it cannot (a row
     /// another transaction holds, the group lost): run it the ordinary way.
-    ///
-    /// Without `h`, `f` is a contained create in `dir` (see `Engine::write_in_dir`): `dir`
-    /// is locked without waiting and listed (its entries alone, as the create that opens a
-    /// group lists it), so that its answer (a name taken) is known from the listing and the
-    /// creates after it in `dir` join; in a directory too large to list, its statements are
-    /// sent at once (their failure is its answer), still without a commit.
     fn in_group<T>(
         &self,
         slot: &mut Option<Group>,
         sorted: &[Ino],
         dir: Ino,
-        h: Option<&EntryHints<'_>>,
+        h: &EntryHints<'_>,
         f: &mut impl FnMut(&mut dyn Txn) -> TxResult<T>,
     ) -> Option<Result<T>> {
         let g = slot.as_mut()?;
@@ -1661,7 +1645,7 @@ impl Postgres {
                         g.conn.no_default_acl.insert(*i);
                     }
                 }
-                None if h.and_then(|h| h.trash_hour) == Some(*i) && *i != dir => share.push(*i),
+                None if h.trash_hour == Some(*i) && *i != dir => share.push(*i),
                 None => unheld.push((*i as i64).to_string()),
             }
         }
@@ -1679,13 +1663,11 @@ impl Postgres {
             ));
         }
         first.push_str(&shared_sql(&share, " NOWAIT"));
-        if let Some(h) = h {
-            first.push_str(&prefetch_sql(h, true));
-            // What is not found is known absent.
-            g.conn.entries.insert((h.entry.0, h.entry.1.to_vec()), None);
-            for e in &h.edges {
-                g.conn.edges.insert(e.clone(), None);
-            }
+        first.push_str(&prefetch_sql(h, true));
+        // What is not found is known absent.
+        g.conn.entries.insert((h.entry.0, h.entry.1.to_vec()), None);
+        for e in &h.edges {
+            g.conn.edges.insert(e.clone(), None);
         }
         let Group {
             conn, track, held, ..
@@ -1696,7 +1678,6 @@ impl Postgres {
         // The first round trip: the group's statements, the locks and reads, the listing.
         tx.held.push(Held::First(first));
         let reach = match track.owned.contains_key(&dir) && !track.complete.contains_key(&dir) {
-            _ if h.is_none() => Reach::Dir,
             true => Reach::Around,
             false => Reach::Children,
         };
@@ -1719,7 +1700,7 @@ impl Postgres {
         if r.is_ok() && !certain(&tx.held) {
             r = tx.finish().and(r);
         }
-        if let Some(h) = h.filter(|_| r.is_ok()) {
+        if r.is_ok() {
             // The entry was removed (unlink, rmdir).
             tx.learned.entry(h.entry.0, h.entry.1, None);
         }
@@ -1759,7 +1740,7 @@ impl Postgres {
                 if locked_ok && e.is_posix() {
                     return Some(Err(e.into_meta()));
                 }
-                tracing::debug!("a change could not run in the open group: {e:?}");
+                tracing::debug!("a deletion could not run in the open group: {e:?}");
                 None
             }
         }
