@@ -250,8 +250,9 @@ fn listen_loop(
                 continue;
             }
         };
-        if warned {
-            tracing::info!("listening for other mounts' changes again");
+        match warned {
+            true => tracing::info!("listening for other mounts' changes again"),
+            false => tracing::info!("listening for other mounts' changes"),
         }
         warned = false;
         delay = Duration::from_millis(50);
