@@ -851,9 +851,10 @@ fn kernel_ttls_follow_other_mounts_coming_and_going() {
     );
     drop(b);
     assert!(
-        eventually(Duration::from_secs(60), || a
-            .log_text()
-            .contains("this mount now has the volume to itself")),
+        a.logs(
+            "this mount now has the volume to itself",
+            Duration::from_secs(60)
+        ),
         "TTLs stayed short after the other mount went:\n{}",
         a.log_text()
     );

@@ -259,9 +259,10 @@ fn import_read_copy_on_write_changed_behind_refresh_then_gc_leaves_objects() {
     let e = std::fs::read(m.p("data/dir/sub/c.bin")).unwrap_err();
     assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
     assert!(
-        eventually(Duration::from_secs(30), || m.log_text().contains(
-            "imported object s3://imports/data/dir/sub/c.bin changed behind unkai"
-        )),
+        m.logs(
+            "imported object s3://imports/data/dir/sub/c.bin changed behind unkai",
+            Duration::from_secs(30)
+        ),
         "no log line naming the object: {}",
         tail(&m.log_text(), 20)
     );

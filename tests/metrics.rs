@@ -322,9 +322,10 @@ fn a_walk_lists_a_tree_in_a_few_round_trips(vol: &Volume) {
     // the suite's load).
     if vol.db.is_some() {
         assert!(
-            eventually(Duration::from_secs(60), || m
-                .log_text()
-                .contains("listening for other mounts' changes")),
+            m.logs(
+                "listening for other mounts' changes",
+                Duration::from_secs(60)
+            ),
             "the mount never listened for changes; log:\n{}",
             m.log_text()
         );

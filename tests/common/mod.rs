@@ -384,15 +384,18 @@ impl Mount {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Whether this mount's log says `text` within `limit`.
+    pub fn logs(&self, text: &str, limit: Duration) -> bool {
+        eventually(limit, || self.log_text().contains(text))
+    }
+
     /// Waits (60 s at most) until this mount, which started alone on its SQLite volume, has
     /// noticed another mount (its check of sessions runs every 2 s): until then it answers from
     /// memory and gives its kernel a lone mount's 30 s, so only changes after it are promised
     /// to show within a second or two. `what` names the other mount in the failure.
     pub fn wait_noticed_another_client(&self, what: &str) {
         assert!(
-            eventually(Duration::from_secs(60), || self
-                .log_text()
-                .contains("another client mounted the volume")),
+            self.logs("another client mounted the volume", Duration::from_secs(60)),
             "{} never noticed {what}:\n{}",
             self.path.display(),
             self.log_text()
