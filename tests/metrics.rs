@@ -422,7 +422,7 @@ fn removing_a_tree_of_small_directories_costs_few_round_trips(vol: &Volume) {
     let trips = |op: &str| after.trips_since(&before, op);
     let removed = trips("unlink") + trips("rmdir");
     match vol.db.is_some() {
-        // About two per top directory (13 on a quiet machine); more where a loaded machine
+        // About one per top directory (9 on a quiet machine); more where a loaded machine
         // let the group's rows go (24 once in the full suite). Without the read-ahead, 48.
         true => assert!(
             removed <= (D * E * 3 / 4) as f64,

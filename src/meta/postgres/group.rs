@@ -13,12 +13,13 @@
 //! change is answered at once and its statements are held back, sent with the
 //! group's next message ("joined"). Any change that needs an answer from the server runs the
 //! ordinary way, after the group has committed ("no lock is held while waiting": nothing of
-//! the group can then be undone by a deadlock of it), except a deletion into the trash: it
-//! runs inside the group, under a savepoint, its locks taken without waiting (`NOWAIT`: a
-//! row another client holds sends it the ordinary way), and leaves the group holding its
-//! directory whole, so that the deletions after it there join. The trash's hour directory,
-//! where every client's deletions go, is held only under a shared lock, and its times and
-//! links are changed at the commit.
+//! the group can then be undone by a deadlock of it), except a deletion into the trash and
+//! a contained create (no quota kept, no inode limit) in a directory the group does not
+//! hold: each runs inside the group, under a savepoint, its locks taken without waiting
+//! (`NOWAIT`: a row another client holds sends it the ordinary way), and leaves the group
+//! holding its directory whole, so that the deletions or creates after it there join. The
+//! trash's hour directory, where every client's deletions go, is held only under a shared
+//! lock, and its times and links are changed at the commit.
 //!
 //! A group commits (lazily: no WAL flush waited for) [`MAX_AGE`] after it opened, after
 //! [`MAX_OPS`] changes, before a change that cannot join, before a snapshot, at `sync`, at
@@ -133,6 +134,9 @@ pub(super) struct Track {
     pub(super) commits: u64,
     /// Rows it holds under a shared lock (the trash's hour, see `shared_sql`), as read.
     pub(super) shared: HashMap<Ino, Attr>,
+    /// The directory of the group's latest deletion (kept across commits): a deletion next
+    /// in a subdirectory of it is `rm -rf` walking down (see `Reach::Around`).
+    pub(super) last_deletion: Option<Ino>,
 }
 
 impl Track {
@@ -485,6 +489,7 @@ impl Grouper {
         // What was locked again, and whether it is as the group left it.
         let mut track = Track {
             commits: g.track.commits + 1,
+            last_deletion: g.track.last_deletion,
             ..Track::default()
         };
         let begun = matches!(answers.next(), Some(Ok(Answer::Simple(_))));
