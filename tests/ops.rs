@@ -178,6 +178,9 @@ fn pushed_changes_reach_a_subdir_mounts_root() {
     ];
     let whole = vol.mount_with(&long);
     fs::create_dir(whole.p("a")).unwrap();
+    // Another client finds a change once it is committed (10 ms at most after it was
+    // answered); a mount starting sooner would find no /a. fsyncdir commits it now.
+    fs::File::open(whole.p("a")).unwrap().sync_all().unwrap();
     let mut args = long.to_vec();
     args.extend(["--subdir", "/a"]);
     let sub = vol.mount_with(&args);

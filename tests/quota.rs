@@ -379,6 +379,9 @@ fn two_clients_race_to_a_quota_on_postgres() {
     let (m1, m2) = (vol.mount(), vol.mount());
     fs::create_dir_all(m1.p("p/one")).unwrap();
     fs::create_dir_all(m1.p("p/two")).unwrap();
+    // Another client finds a change once it is committed (10 ms at most after it was
+    // answered): fsyncdir commits it now, for `quota set` to find /p.
+    fs::File::open(m1.p("p")).unwrap().sync_all().unwrap();
     let (ok, out, err) = vol.cmd("quota", &["set", "--path", "/p", "--capacity", "20M"]);
     assert!(ok, "{out}{err}");
     assert!(eventually(Duration::from_secs(30), || m2

@@ -388,12 +388,6 @@ fn edge_rows_read(url: &str) -> i64 {
     r.get(0)
 }
 
-/// In a directory with more entries than a create or deletion lists with its lock (1,024),
-/// found so once, the creates and deletions after it do not read its entries again (each
-/// read 1,025 of them, and each deletion locked 128 of their inodes besides: 3,000 files
-/// created in one directory and removed went at half and a tenth of the speed of 1,000),
-/// counted by the server (rows of `unkai_edge` read); and each create runs in the open
-/// group that holds the directory, in one round trip, instead of after its commit.
 /// Files made one after the other in directories the open group does not hold (each in
 /// another of 20, as an extraction in an order that is not the tree's), each closed (the
 /// group commits at each close): each create runs in the group, its directory locked
@@ -457,6 +451,12 @@ fn creates_in_directories_the_group_does_not_hold_take_one_round_trip() {
     assert_eq!(fresh.readdir(e.ino, 2, 10, false).unwrap().len(), 2);
 }
 
+/// In a directory with more entries than a create or deletion lists with its lock (1,024),
+/// found so once, the creates and deletions after it do not read its entries again (each
+/// read 1,025 of them, and each deletion locked 128 of their inodes besides: 3,000 files
+/// created in one directory and removed went at half and a tenth of the speed of 1,000),
+/// counted by the server (rows of `unkai_edge` read); and each create runs in the open
+/// group that holds the directory, in one round trip, instead of after its commit.
 #[test]
 fn changes_in_a_large_directory_do_not_read_it_each_time() {
     if pg_server::skip() {
