@@ -293,14 +293,13 @@ enum Reach {
     /// Taken by a deletion in a directory the group holds that an earlier read-ahead locked
     /// and did not list (a walk going down where it reached), or whose parent or
     /// grandparent the group's last deletion was in (a walk coming down from it: `rm -rf`
-    /// of a tree this client
-    /// made lately, its directories held and known whole but their files let go, so that
-    /// each directory's first deletion cannot join). A deletion elsewhere (files removed in
-    /// an order of their own, each directory once in a while) takes [`Reach::Children`],
-    /// since the rows locked ahead are let go before it comes back (see
-    /// `group::Own::ahead`), and the larger read-ahead only costs the server (four clients
-    /// on the same machine removed S2m's trees half as fast when every deletion in a
-    /// directory the group held read around it).
+    /// of a tree this client made lately, its directories held and known whole but their
+    /// files let go, so that each directory's first deletion cannot join). A deletion
+    /// elsewhere (files removed in an order of their own, each directory once in a while)
+    /// takes [`Reach::Children`], since the rows locked ahead are let go before it comes
+    /// back (see `group::Own::ahead`), and the larger read-ahead only costs the server
+    /// (four clients on the same machine removed S2m's trees half as fast when every
+    /// deletion in a directory the group held read around it).
     Around,
 }
 
