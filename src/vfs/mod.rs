@@ -630,6 +630,7 @@ impl Vfs {
             return 0;
         };
         let mut w = w.lock();
+        w.retire();
         let bytes = w.buffered();
         self.buffered.fetch_sub(bytes, Ordering::Relaxed);
         w.discard(&self.store);
@@ -1001,14 +1002,36 @@ impl Vfs {
         stamp: bool,
     ) -> Result<(u32, bool)> {
         let h = self.handle(fh)?;
+        let w = self.writer_or_new(h.ino);
+        self.write_with(&h, w, off, data, kill_suidgid, stamp)
+    }
+
+    /// [`Vfs::write_timed`] through writer `taken`, just taken from the mount's map, or, if
+    /// the map let go of it before its lock is had here (the last release of another
+    /// descriptor of the file, or a discard), through the map's writer now. Bytes buffered
+    /// into a writer the map no longer holds reach no flush: the write, the unlock and the
+    /// close succeed and the bytes are lost (see docs/design.md, "Writes").
+    fn write_with(
+        &self,
+        h: &handle::Handle,
+        mut taken: SharedWriter,
+        off: u64,
+        data: &[u8],
+        kill_suidgid: Option<&Ctx>,
+        stamp: bool,
+    ) -> Result<(u32, bool)> {
         h.wrote.store(true, Ordering::Relaxed);
         let append = self.cfg.append_at_end && h.flags & libc::O_APPEND != 0;
-        let w = self.writer_or_new(h.ino);
         let mut changed = false;
-        let total = {
+        let total = loop {
             // The counter moves only under the writer's lock, as in flush: so it can never be
             // taken below zero by a flush that already counts bytes not yet added.
-            let mut w = w.lock();
+            let mut w = taken.lock();
+            if w.retired() {
+                drop(w);
+                taken = self.writer_or_new(h.ino);
+                continue;
+            }
             let caps = !w.privs_dropped.caps;
             let suidgid = kill_suidgid.filter(|_| !w.privs_dropped.suidgid);
             if caps || suidgid.is_some() {
@@ -1050,7 +1073,7 @@ impl Vfs {
             let grew = w.buffered() - before;
             let total = self.buffered.fetch_add(grew, Ordering::Relaxed) + grew;
             res?;
-            total
+            break total;
         };
         if total > self.cfg.buffer_limit {
             tracing::debug!(
@@ -1130,7 +1153,17 @@ impl Vfs {
         }
         if last {
             let mut writers = self.writers.lock();
-            if writers.get(&h.ino).is_some_and(|w| !w.lock().is_dirty()) {
+            let clean = writers.get(&h.ino).is_some_and(|w| {
+                let mut w = w.lock();
+                // Retired under its lock: a write that took it from the map meanwhile (a
+                // descriptor opened since `last` was decided) goes to the map's next one.
+                let clean = !w.is_dirty();
+                if clean {
+                    w.retire();
+                }
+                clean
+            });
+            if clean {
                 writers.remove(&h.ino);
                 // Under the map's lock: once the writer is gone, its retirement is known.
                 self.retired.lock().add(h.ino);
@@ -1676,6 +1709,45 @@ mod tests {
             assert_eq!(vfs.read(fh, 0, 1 << 20).unwrap(), data, "{name:?}");
             vfs.release(fh).unwrap();
         }
+        std::mem::forget(_mdir);
+    }
+
+    /// A write that took the file's writer from the mount's map just before the last release
+    /// of another descriptor let go of it (clean, so the map drops it) still reaches the
+    /// volume: it finds the writer retired once it holds its lock, and buffers into the
+    /// map's. Before, its bytes went into the dropped writer, which no flush finds: close
+    /// succeeded and the bytes were lost.
+    #[test]
+    fn a_write_racing_the_last_release_is_not_lost() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = format!("file://{}", dir.path().join("bucket").display());
+        let fmt = Format::for_tests("r", &storage, 64 << 10);
+        let (_mdir, meta) = crate::meta::sqlite::scratch(&fmt);
+        let obj = ObjectStorage::open(&fmt.storage, true).unwrap();
+        let store = DataStore::new(obj, fmt.clone(), DataConfig::default()).unwrap();
+        let cfg = Config {
+            background: false,
+            ..Config::default()
+        };
+        let vfs = Vfs::new(meta, store, cfg);
+        let f = vfs
+            .meta
+            .mknod(&Ctx::ROOT, ROOT_INO, b"log", Kind::File, 0o644, 0, None)
+            .unwrap();
+        let first = vfs.open(f.ino, libc::O_WRONLY).unwrap().fh;
+        vfs.write_timed(first, 0, b"first ", None, true).unwrap();
+        // The next write's first step, on a descriptor about to be opened ...
+        let taken = vfs.writer_or_new(f.ino);
+        // ... then the last release: it commits "first " and lets the clean writer go.
+        vfs.release(first).unwrap();
+        assert!(vfs.writer(f.ino).is_none(), "the map let go of the writer");
+        let second = vfs.open(f.ino, libc::O_WRONLY).unwrap().fh;
+        let h = vfs.handle(second).unwrap();
+        vfs.write_with(&h, taken, 6, b"second", None, true).unwrap();
+        vfs.release(second).unwrap();
+        let fh = vfs.open(f.ino, libc::O_RDONLY).unwrap().fh;
+        assert_eq!(vfs.read(fh, 0, 100).unwrap(), b"first second");
+        vfs.release(fh).unwrap();
         std::mem::forget(_mdir);
     }
 

@@ -318,6 +318,8 @@ pub struct FileWriter {
     /// The end of the file up to which writes were found to fit the volume's limits (see
     /// `Vfs::write`): past it, the writer asks again.
     pub room_to: u64,
+    /// The mount's map of writers let go of this one (see [`FileWriter::retire`]).
+    retired: bool,
 }
 
 /// What a write drops, as Linux does (see `Vfs::drop_privs`): file capabilities (on any
@@ -343,7 +345,19 @@ impl FileWriter {
             maybe_committed: false,
             privs_dropped: Privs::default(),
             room_to: 0,
+            retired: false,
         }
+    }
+
+    /// Marks the writer let go of by the mount (under its lock, as it leaves the mount's map
+    /// of writers): a write that took it from the map just before must not buffer into it,
+    /// since no flush would ever find it again (see `Vfs::write_with`).
+    pub fn retire(&mut self) {
+        self.retired = true;
+    }
+
+    pub fn retired(&self) -> bool {
+        self.retired
     }
 
     /// Whether a close reported these writes failed (and nothing stored them since).
