@@ -249,3 +249,69 @@ fn a_file_grown_by_another_mount_shows_its_new_size() {
     fa.read_to_end(&mut got).unwrap();
     assert_eq!(got, b"hello, world!?#");
 }
+
+/// The first mount of an SQLite volume has the writeback cache (it starts alone). Once it has
+/// noticed a second mount, a file it opens for writing bypasses the cache: the kernel hands
+/// over the bytes written and no others. With the cache, it wrote back whole pages, and the
+/// bytes the second mount had written beside its own in the same page (closed, so
+/// acknowledged) went back to the values its page held: lost.
+#[test]
+fn a_mount_no_longer_alone_writes_back_only_its_own_bytes() {
+    let vol = Volume::new();
+    let a = vol.mount();
+    assert!(
+        a.log_text().contains("writeback cache on"),
+        "a mount alone has the writeback cache by default:\n{}",
+        a.log_text()
+    );
+    fs::write(a.p("f"), vec![b'o'; 8192]).unwrap();
+    let b = vol.mount();
+    a.wait_noticed_another_client("the second mount");
+    assert!(
+        a.log_text()
+            .contains("files opened for writing bypass the writeback cache"),
+        "{}",
+        a.log_text()
+    );
+    let fa = OpenOptions::new().write(true).open(a.p("f")).unwrap();
+    fa.write_all_at(&[b'A'; 100], 0).unwrap();
+    let fb = OpenOptions::new().write(true).open(b.p("f")).unwrap();
+    fb.write_all_at(&[b'B'; 100], 100).unwrap();
+    drop(fb);
+    drop(fa);
+    let mut want = vec![b'o'; 8192];
+    want[..100].fill(b'A');
+    want[100..200].fill(b'B');
+    assert!(fs::read(b.p("f")).unwrap() == want, "B's bytes were lost");
+    assert!(fs::read(a.p("f")).unwrap() == want, "A reads what B reads");
+    // A shared mapping of a file so opened still works (through the page cache).
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(a.p("f"))
+        .unwrap();
+    // SAFETY: a shared mapping of 8192 bytes of an open file, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            8192,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        )
+    };
+    assert_ne!(p, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
+    // SAFETY: within the mapping.
+    unsafe {
+        *(p as *mut u8).add(4096) = b'M';
+        assert_eq!(libc::msync(p, 8192, libc::MS_SYNC), 0);
+        libc::munmap(p, 8192);
+    }
+    drop(f);
+    want[4096] = b'M';
+    assert!(
+        fs::read(b.p("f")).unwrap() == want,
+        "the mapped write reached B"
+    );
+}

@@ -88,8 +88,10 @@ pub struct Args {
     /// holds). `auto` (the default) turns it on when this mount starts with the volume to
     /// itself (an SQLite volume no other mount has open) and the volume has no capacity or
     /// quotas (write() itself must fail past them); PostgreSQL volumes and later mounts go
-    /// without. With it, times have the kernel's coarse clock, and a write refused later (past
-    /// the largest file size, a limit set while mounted) fails at fsync or close instead.
+    /// without. While another client shares the volume, files opened for writing bypass it
+    /// (it writes back whole pages, which would undo the other client's bytes beside ours).
+    /// With it, times have the kernel's coarse clock, and a write refused later (past the
+    /// largest file size, a limit set while mounted) fails at fsync or close instead.
     #[arg(long, value_enum, default_value_t = Toggle::Auto, env = "UNKAI_WRITEBACK_CACHE")]
     writeback_cache: Toggle,
     /// FUSE passthrough: a file opened for reading (at most 1 GiB) is copied to local disk

@@ -308,6 +308,17 @@ impl Adapter {
         self.cache.writeback && self.coherence.forget_refused(ino, || self.names_of(ino))
     }
 
+    /// Whether an open with `flags` bypasses the kernel's writeback cache (`FOPEN_DIRECT_IO`):
+    /// one for writing while other clients share the volume. The cache writes back whole
+    /// pages, so the bytes another client wrote beside ours in a page since the kernel read
+    /// it would go back to their old values (lost though their close succeeded); direct,
+    /// the kernel sends the bytes written and no others. Reads through other descriptors
+    /// keep the page cache (a direct write drops the pages it covers), and a shared mmap
+    /// goes through the page cache as before (`FUSE_DIRECT_IO_ALLOW_MMAP`).
+    fn bypasses_cache(&self, flags: i32) -> bool {
+        self.cache.writeback && !self.coherence.alone() && flags & libc::O_ACCMODE != libc::O_RDONLY
+    }
+
     /// FOPEN flags of an open: the kernel keeps the file's pages only if the file has not
     /// changed elsewhere since this mount last saw it (`keep`); otherwise its cached size
     /// and times go too, so the open sees what the last close elsewhere left (close-to-open).
@@ -547,6 +558,18 @@ impl Filesystem for Adapter {
                 .is_err()
         {
             tracing::warn!("the kernel lacks the FUSE writeback cache; writes go through");
+        }
+        if self.cache.writeback
+            && config
+                .add_capabilities(InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP)
+                .is_err()
+        {
+            // Files opened for writing while others share the volume bypass the cache
+            // (`bypasses_cache`); without this, a shared mmap of one fails (ENODEV).
+            tracing::warn!(
+                "the kernel lacks FUSE_DIRECT_IO_ALLOW_MMAP: while the volume is shared, a \
+                 shared mmap of a file opened for writing fails"
+            );
         }
         // POSIX ACLs: the kernel enforces them from the system.posix_acl_* xattrs and leaves
         // the umask to us (meta applies it, or a directory's default ACL instead).
@@ -912,7 +935,13 @@ impl Filesystem for Adapter {
                             reply.error(op.failed_with(e));
                         }
                     }
-                    None => reply.opened(FileHandle(o.fh), self.open_flags(ino, o.keep)),
+                    None => {
+                        let mut f = self.open_flags(ino, o.keep);
+                        if self.bypasses_cache(flags.0) {
+                            f |= FopenFlags::FOPEN_DIRECT_IO;
+                        }
+                        reply.opened(FileHandle(o.fh), f)
+                    }
                 }
             }
             Err(e) => reply.error(op.failed_with(errno(&e))),
@@ -1434,11 +1463,14 @@ impl Filesystem for Adapter {
                     p.opened_ordinarily(a.ino, fh);
                 }
                 // A new file: the kernel has no pages of it to keep or drop.
-                let f = if self.cache.keep_cache {
+                let mut f = if self.cache.keep_cache {
                     FopenFlags::FOPEN_KEEP_CACHE
                 } else {
                     FopenFlags::empty()
                 };
+                if self.bypasses_cache(flags) {
+                    f |= FopenFlags::FOPEN_DIRECT_IO;
+                }
                 reply.created(
                     &self.attr_ttl(&a).min(self.entry_ttl(parent)),
                     &self.kernel_attr(&a),

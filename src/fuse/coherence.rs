@@ -66,16 +66,9 @@ impl Coherence {
         self.alone.store(alone, Ordering::Release);
     }
 
-    /// Records whether this mount is the volume's only client; says so in the log when it
-    /// changes.
-    pub fn set_alone(&self, alone: bool) {
-        if self.alone.swap(alone, Ordering::AcqRel) != alone {
-            if alone {
-                tracing::info!("this mount now has the volume to itself: long kernel cache TTLs");
-            } else {
-                tracing::info!("another client mounted the volume: short kernel cache TTLs");
-            }
-        }
+    /// Records whether this mount is the volume's only client; whether that changed.
+    pub fn set_alone(&self, alone: bool) -> bool {
+        self.alone.swap(alone, Ordering::AcqRel) != alone
     }
 
     /// Whether other clients' changes reach this kernel as they happen.

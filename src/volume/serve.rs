@@ -298,13 +298,32 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
             durability: cfg.flags.durability(),
             ..vfs::Config::default()
         };
+        let writeback = cache.writeback;
         decided = Some(cache);
         let coherence = coherence.clone();
         Ok(Setup {
             vfs,
             on_alone: Some(Box::new(move |alone| {
-                if follow {
-                    coherence.set_alone(alone)
+                if coherence.set_alone(alone) {
+                    let ttls = match (follow, alone) {
+                        (false, _) => "",
+                        (true, true) => ": long kernel cache TTLs",
+                        (true, false) => ": short kernel cache TTLs",
+                    };
+                    let cache = match (writeback, alone) {
+                        (false, _) => "",
+                        (true, true) => "; the writeback cache takes writes again",
+                        (true, false) => {
+                            "; files opened for writing bypass the writeback cache (see \
+                             docs/design.md)"
+                        }
+                    };
+                    match alone {
+                        true => {
+                            tracing::info!("this mount now has the volume to itself{ttls}{cache}")
+                        }
+                        false => tracing::info!("another client mounted the volume{ttls}{cache}"),
+                    }
                 }
             })),
         })
