@@ -314,4 +314,20 @@ fn a_mount_no_longer_alone_writes_back_only_its_own_bytes() {
         fs::read(b.p("f")).unwrap() == want,
         "the mapped write reached B"
     );
+    // Appends without a lock, B's after A's open: each lands at the end the volume knows
+    // (A's kernel still counts the size A opened with).
+    let fa = OpenOptions::new().append(true).open(a.p("f")).unwrap();
+    let fb = OpenOptions::new().append(true).open(b.p("f")).unwrap();
+    (&fb).write_all(b"x").unwrap();
+    drop(fb);
+    (&fa).write_all(b"y").unwrap();
+    drop(fa);
+    want.extend_from_slice(b"xy");
+    let got = fs::read(b.p("f")).unwrap();
+    assert!(
+        got == want,
+        "appends: {} bytes ending {:?}",
+        got.len(),
+        String::from_utf8_lossy(&got[got.len().saturating_sub(4)..])
+    );
 }

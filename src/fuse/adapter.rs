@@ -314,7 +314,9 @@ impl Adapter {
     /// it would go back to their old values (lost though their close succeeded); direct,
     /// the kernel sends the bytes written and no others. Reads through other descriptors
     /// keep the page cache (a direct write drops the pages it covers), and a shared mmap
-    /// goes through the page cache as before (`FUSE_DIRECT_IO_ALLOW_MMAP`).
+    /// goes through the page cache as before (`FUSE_DIRECT_IO_ALLOW_MMAP`). Its appends go
+    /// at the volume's end (`Vfs::append_at_end`), not at the kernel's size, which keeps no
+    /// count of the other client's appends since the open.
     fn bypasses_cache(&self, flags: i32) -> bool {
         self.cache.writeback && !self.coherence.alone() && flags & libc::O_ACCMODE != libc::O_RDONLY
     }
@@ -939,6 +941,7 @@ impl Filesystem for Adapter {
                         let mut f = self.open_flags(ino, o.keep);
                         if self.bypasses_cache(flags.0) {
                             f |= FopenFlags::FOPEN_DIRECT_IO;
+                            self.vfs.append_at_end(o.fh);
                         }
                         reply.opened(FileHandle(o.fh), f)
                     }
@@ -1470,6 +1473,7 @@ impl Filesystem for Adapter {
                 };
                 if self.bypasses_cache(flags) {
                     f |= FopenFlags::FOPEN_DIRECT_IO;
+                    self.vfs.append_at_end(fh);
                 }
                 reply.created(
                     &self.attr_ttl(&a).min(self.entry_ttl(parent)),

@@ -27,6 +27,9 @@ pub struct Handle {
     pub window: AtomicU64,
     /// Something was written through this handle (the antivirus scan follows its close).
     pub wrote: AtomicBool,
+    /// O_APPEND writes through it go at the end the volume knows, whatever offset the kernel
+    /// sent (see [`crate::vfs::Vfs::append_at_end`]).
+    pub at_end: AtomicBool,
     /// A directory's handle: its listing was read to the end, whose cookie this is
     /// (`u64::MAX`: not yet). See `Vfs::readdir_open`.
     pub listed_to: AtomicU64,
@@ -50,6 +53,7 @@ impl Handles {
             ahead: AtomicU64::new(0),
             window: AtomicU64::new(0),
             wrote: AtomicBool::new(false),
+            at_end: AtomicBool::new(false),
             listed_to: AtomicU64::new(u64::MAX),
         });
         self.map.lock().insert(fh, h);

@@ -1021,7 +1021,8 @@ impl Vfs {
         stamp: bool,
     ) -> Result<(u32, bool)> {
         h.wrote.store(true, Ordering::Relaxed);
-        let append = self.cfg.append_at_end && h.flags & libc::O_APPEND != 0;
+        let at_end = self.cfg.append_at_end || h.at_end.load(Ordering::Relaxed);
+        let append = at_end && h.flags & libc::O_APPEND != 0;
         let mut changed = false;
         let total = loop {
             // The counter moves only under the writer's lock, as in flush: so it can never be
@@ -1087,6 +1088,17 @@ impl Vfs {
             self.sync_ino(h.ino)?;
         }
         Ok((data.len() as u32, changed))
+    }
+
+    /// O_APPEND writes through `fh` go at the end the volume knows (with this mount's pending
+    /// writes), whatever offset the kernel sends, as on a mount configured so
+    /// ([`Config::append_at_end`]): for a descriptor whose writes bypass a kernel cache that
+    /// otherwise decides the offset from a size of its own, which another client's appends
+    /// leave behind.
+    pub fn append_at_end(&self, fh: u64) {
+        if let Ok(h) = self.handle(fh) {
+            h.at_end.store(true, Ordering::Relaxed);
+        }
     }
 
     /// `close()` of a descriptor: commits the file's writes so the next open sees them.
