@@ -23,6 +23,18 @@ fn mount(vol: &Volume) -> Mount {
     m
 }
 
+/// The first mount of `vol`, with default settings: alone on its SQLite volume, so with the
+/// writeback cache.
+fn first_mount(vol: &Volume) -> Mount {
+    let m = vol.mount();
+    assert!(
+        m.log_text().contains("writeback cache on"),
+        "a mount alone has the writeback cache by default:\n{}",
+        m.log_text()
+    );
+    m
+}
+
 #[test]
 fn random_writes_match_a_model_across_remounts() {
     let vol = Volume::new();
@@ -204,12 +216,7 @@ fn a_file_written_back_in_parts_goes_up_whole() {
 #[test]
 fn a_file_grown_by_another_mount_shows_its_new_size() {
     let vol = Volume::new();
-    let a = vol.mount();
-    assert!(
-        a.log_text().contains("writeback cache on"),
-        "a mount alone has the writeback cache by default:\n{}",
-        a.log_text()
-    );
+    let a = first_mount(&vol);
     let b = vol.mount();
     assert!(
         b.log_text().contains("writeback cache off"),
@@ -258,12 +265,7 @@ fn a_file_grown_by_another_mount_shows_its_new_size() {
 #[test]
 fn a_mount_no_longer_alone_writes_back_only_its_own_bytes() {
     let vol = Volume::new();
-    let a = vol.mount();
-    assert!(
-        a.log_text().contains("writeback cache on"),
-        "a mount alone has the writeback cache by default:\n{}",
-        a.log_text()
-    );
+    let a = first_mount(&vol);
     fs::write(a.p("f"), vec![b'o'; 8192]).unwrap();
     let b = vol.mount();
     a.wait_noticed_another_client("the second mount");

@@ -1647,6 +1647,23 @@ mod tests {
     use crate::meta::{Format, ROOT_INO, SetTime};
     use crate::object::ObjectStorage;
 
+    /// A Vfs without background work over a fresh SQLite volume whose blocks of `block_size`
+    /// go to a local bucket in the directory returned.
+    fn scratch_vfs(block_size: u32) -> (tempfile::TempDir, Vfs) {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = format!("file://{}", dir.path().join("bucket").display());
+        let fmt = Format::for_tests("r", &storage, block_size);
+        let (mdir, meta) = crate::meta::sqlite::scratch(&fmt);
+        std::mem::forget(mdir);
+        let obj = ObjectStorage::open(&fmt.storage, true).unwrap();
+        let store = DataStore::new(obj, fmt.clone(), DataConfig::default()).unwrap();
+        let cfg = Config {
+            background: false,
+            ..Config::default()
+        };
+        (dir, Vfs::new(meta, store, cfg))
+    }
+
     /// A file of 32 blocks of 64 KiB, written through one data store; returns the volume's
     /// metadata, a Vfs over a fresh data store (nothing cached), the file and its bytes.
     fn cold_file() -> (tempfile::TempDir, Vfs, Ino, Vec<u8>) {
@@ -1681,17 +1698,7 @@ mod tests {
     /// them). Writes that stamp their time still commit before an mtime set after them.
     #[test]
     fn times_handed_over_between_writebacks_do_not_cut_the_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = format!("file://{}", dir.path().join("bucket").display());
-        let fmt = Format::for_tests("r", &storage, 4 << 20);
-        let (_mdir, meta) = crate::meta::sqlite::scratch(&fmt);
-        let obj = ObjectStorage::open(&fmt.storage, true).unwrap();
-        let store = DataStore::new(obj, fmt.clone(), DataConfig::default()).unwrap();
-        let cfg = Config {
-            background: false,
-            ..Config::default()
-        };
-        let vfs = Vfs::new(meta, store, cfg);
+        let (_dir, vfs) = scratch_vfs(4 << 20);
         let puts = || vfs.store().traffic().puts.load(Relaxed);
         let data: Vec<u8> = (0..600_000u32).map(|i| (i % 251) as u8).collect();
         let times = SetAttr {
@@ -1721,7 +1728,6 @@ mod tests {
             assert_eq!(vfs.read(fh, 0, 1 << 20).unwrap(), data, "{name:?}");
             vfs.release(fh).unwrap();
         }
-        std::mem::forget(_mdir);
     }
 
     /// A write that took the file's writer from the mount's map just before the last release
@@ -1731,17 +1737,7 @@ mod tests {
     /// succeeded and the bytes were lost.
     #[test]
     fn a_write_racing_the_last_release_is_not_lost() {
-        let dir = tempfile::tempdir().unwrap();
-        let storage = format!("file://{}", dir.path().join("bucket").display());
-        let fmt = Format::for_tests("r", &storage, 64 << 10);
-        let (_mdir, meta) = crate::meta::sqlite::scratch(&fmt);
-        let obj = ObjectStorage::open(&fmt.storage, true).unwrap();
-        let store = DataStore::new(obj, fmt.clone(), DataConfig::default()).unwrap();
-        let cfg = Config {
-            background: false,
-            ..Config::default()
-        };
-        let vfs = Vfs::new(meta, store, cfg);
+        let (_dir, vfs) = scratch_vfs(64 << 10);
         let f = vfs
             .meta
             .mknod(&Ctx::ROOT, ROOT_INO, b"log", Kind::File, 0o644, 0, None)
@@ -1760,7 +1756,6 @@ mod tests {
         let fh = vfs.open(f.ino, libc::O_RDONLY).unwrap().fh;
         assert_eq!(vfs.read(fh, 0, 100).unwrap(), b"first second");
         vfs.release(fh).unwrap();
-        std::mem::forget(_mdir);
     }
 
     /// Reads that come a little out of order still make a stream, whose next blocks are
