@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// A new, empty database and its URL (None when PostgreSQL tests are off, said once:
+/// the test then returns). Keep the database until the test ends: its drop removes it.
+fn empty_database() -> Option<(pg_server::TestDb, PgUrl)> {
+    if pg_server::skip() {
+        return None;
+    }
+    let db = pg_server::database().unwrap();
+    let u = pg_url(&db.url);
+    Some((db, u))
+}
+
 /// A volume shares its database with other applications' tables: format (even --force)
 /// touches only its own `unkai_*` tables.
 #[test]
@@ -36,11 +47,9 @@ fn keeps_other_tables() {
 /// message that does not show it; URLs print without it.
 #[test]
 fn password_sources() {
-    if pg_server::skip() {
+    let Some((db, u)) = empty_database() else {
         return;
-    }
-    let db = pg_server::database().unwrap();
-    let u = pg_url(&db.url);
+    };
     PgMeta::create(&u, &test_format("pw"), false).unwrap();
     let (bare, pw) = pg_server::split_password(&db.url);
     assert!(!u.to_string().contains(&pw), "{u}");
@@ -79,11 +88,9 @@ fn password_sources() {
 /// none waits forever, counters agree.
 #[test]
 fn many_clients_one_directory() {
-    if pg_server::skip() {
+    let Some((_db, u)) = empty_database() else {
         return;
-    }
-    let db = pg_server::database().unwrap();
-    let u = pg_url(&db.url);
+    };
     PgMeta::create(&u, &test_format("many"), false).unwrap();
     let clients: Vec<PgMeta> = (0..4).map(|_| PgMeta::open(&u).unwrap()).collect();
     let d = mkdir(&clients[0], ROOT_INO, "d");
@@ -117,12 +124,10 @@ fn many_clients_one_directory() {
 /// round trips. It checks only that the hour is alive, and changes it in place.
 #[test]
 fn deletions_of_two_clients_into_one_trash_hour_each_take_one_round_trip() {
-    if pg_server::skip() {
-        return;
-    }
     const N: usize = 10;
-    let db = pg_server::database().unwrap();
-    let u = pg_url(&db.url);
+    let Some((_db, u)) = empty_database() else {
+        return;
+    };
     let mut fmt = test_format("hour");
     fmt.trash_days = 1;
     PgMeta::create(&u, &fmt, false).unwrap();
@@ -227,12 +232,10 @@ fn trash_contents(m: &dyn Meta) -> (usize, usize) {
 /// hour's link count right.
 #[test]
 fn deletions_in_a_directory_join_the_group() {
-    if pg_server::skip() {
-        return;
-    }
     const N: usize = 24;
-    let db = pg_server::database().unwrap();
-    let u = pg_url(&db.url);
+    let Some((_db, u)) = empty_database() else {
+        return;
+    };
     let mut fmt = test_format("rmrf");
     fmt.trash_days = 1;
     PgMeta::create(&u, &fmt, false).unwrap();
@@ -293,12 +296,10 @@ fn deletions_in_a_directory_join_the_group() {
 /// finding it gone, and the trash holds each once.
 #[test]
 fn racing_deletions_of_two_clients_delete_each_name_once() {
-    if pg_server::skip() {
-        return;
-    }
     const N: usize = 60;
-    let db = pg_server::database().unwrap();
-    let u = pg_url(&db.url);
+    let Some((_db, u)) = empty_database() else {
+        return;
+    };
     let mut fmt = test_format("race");
     fmt.trash_days = 1;
     PgMeta::create(&u, &fmt, false).unwrap();
@@ -395,13 +396,11 @@ fn edge_rows_read(url: &str) -> i64 {
 /// transaction of its own. A name taken there is still said at the call.
 #[test]
 fn creates_in_directories_the_group_does_not_hold_take_one_round_trip() {
-    if pg_server::skip() {
-        return;
-    }
     const DIRS: usize = 20;
     const N: usize = 100;
-    let db = pg_server::database().unwrap();
-    let u = pg_url(&db.url);
+    let Some((_db, u)) = empty_database() else {
+        return;
+    };
     PgMeta::create(&u, &test_format("spread"), false).unwrap();
     let dirs: Vec<Attr> = {
         let maker = PgMeta::open(&u).unwrap();
@@ -459,13 +458,11 @@ fn creates_in_directories_the_group_does_not_hold_take_one_round_trip() {
 /// group that holds the directory, in one round trip, instead of after its commit.
 #[test]
 fn changes_in_a_large_directory_do_not_read_it_each_time() {
-    if pg_server::skip() {
-        return;
-    }
     const BIG: usize = 1100;
     const N: usize = 100;
-    let db = pg_server::database().unwrap();
-    let u = pg_url(&db.url);
+    let Some((db, u)) = empty_database() else {
+        return;
+    };
     PgMeta::create(&u, &test_format("large"), false).unwrap();
     let d = {
         let maker = PgMeta::open(&u).unwrap();
