@@ -184,6 +184,52 @@ pub fn covered(recs: &[SliceRec]) -> u64 {
         .sum()
 }
 
+/// What appending `added` to a chunk's records `before` does to its stored bytes
+/// ([`covered`]): `(after, before)`, the stored bytes of the ranges `added` covers once they
+/// are appended and before. `covered(before ++ added) - covered(before)` is `after - before`.
+///
+/// Outside those ranges nothing changes, so only they are looked at: the newest records of
+/// `before` are walked back until the ranges are accounted for, where [`covered`] would
+/// build two whole views. A file written by sync writes appends a record per write to a
+/// chunk of hundreds until compaction: two views per write were a fifth of the mount's CPU.
+pub fn covered_change(before: &[SliceRec], added: &[SliceRec]) -> (u64, u64) {
+    let after = covered(added);
+    // The ranges `added` covers, disjoint and sorted: what of them is not yet accounted for.
+    let mut open: Vec<(u64, u64)> = Vec::new();
+    for r in build_view(added) {
+        match open.last_mut() {
+            Some((_, end)) if *end == r.pos as u64 => *end = r.end(),
+            _ => open.push((r.pos as u64, r.end())),
+        }
+    }
+    let mut old = 0;
+    for r in before.iter().rev().filter(|r| r.len > 0) {
+        if open.is_empty() {
+            break;
+        }
+        let (start, end) = (r.pos as u64, r.end());
+        let mut left = Vec::with_capacity(open.len() + 1);
+        for &(s, e) in &open {
+            let (from, to) = (s.max(start), e.min(end));
+            if from >= to {
+                left.push((s, e));
+                continue;
+            }
+            if r.is_stored() {
+                old += to - from;
+            }
+            if s < from {
+                left.push((s, from));
+            }
+            if to < e {
+                left.push((to, e));
+            }
+        }
+        open = left;
+    }
+    (after, old)
+}
+
 /// Whether the view has data (a non-zero slice) anywhere in `[start, end)`.
 pub fn has_data(view: &[SliceRec], start: u64, end: u64) -> bool {
     view.iter()
@@ -439,6 +485,40 @@ mod tests {
             assert!(view.windows(2).all(|w| w[0].end() <= w[1].pos as u64));
             assert_eq!(flatten(&view, n), model(&recs, n), "records {recs:?}");
         }
+    }
+
+    #[test]
+    fn covered_change_matches_two_views() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(7);
+        let random_rec = |rng: &mut rand::rngs::StdRng, i: u64| {
+            let n = 200u32;
+            let pos = rng.random_range(0..n);
+            let len = rng.random_range(0..(n - pos + 1));
+            match rng.random_range(0..5) {
+                0 => SliceRec::zero(pos, len),
+                1 => SliceRec::reserved(pos, len),
+                _ => rec(pos, i + 1, len),
+            }
+        };
+        for _ in 0..500 {
+            let all: Vec<SliceRec> = (0..rng.random_range(1..30))
+                .map(|i| random_rec(&mut rng, i))
+                .collect();
+            let split = rng.random_range(0..all.len());
+            let (before, added) = all.split_at(split);
+            let (after, old) = covered_change(before, added);
+            assert_eq!(
+                covered(&all) as i64 - covered(before) as i64,
+                after as i64 - old as i64,
+                "before {before:?} added {added:?}"
+            );
+        }
+        // A sync write after a fallocate: 4 KiB of the reservation becomes data.
+        let before = [SliceRec::reserved(0, 1 << 20), rec(0, 1, 4096)];
+        assert_eq!(covered_change(&before, &[rec(4096, 2, 4096)]), (4096, 4096));
+        // Into a hole: the bytes are new.
+        assert_eq!(covered_change(&[rec(0, 1, 10)], &[rec(20, 2, 10)]), (10, 0));
     }
 
     #[test]

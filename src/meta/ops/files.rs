@@ -87,7 +87,8 @@ impl<E: Engine> EngineMeta<E> {
             let list = tx.append_chunk(a.ino, index, &recs)?;
             self.note_fragmented(a.ino, index, list.len());
             let before = &list[..list.len().saturating_sub(recs.len())];
-            a.stored = (a.stored + slice::covered(&list)).saturating_sub(slice::covered(before));
+            let (after, was) = slice::covered_change(before, &list[before.len()..]);
+            a.stored = (a.stored + after).saturating_sub(was);
         }
         Ok(())
     }
