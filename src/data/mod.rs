@@ -812,6 +812,14 @@ impl DataStore {
     /// Makes uploaded or staged blocks durable (fsync of their files on local disk; a staged
     /// pack that shares the engine's flush is durable once the engine's sync that follows
     /// returns, see [`DataStore::share_flush_with`]).
+    /// Starts writing out what [`DataStore::sync`] of `keys` will wait for (staged pieces),
+    /// without waiting.
+    pub fn start_sync(&self, keys: &[String]) {
+        if let Some(st) = &self.shared.stage {
+            st.start_sync(keys);
+        }
+    }
+
     pub fn sync(&self, keys: &[String]) -> Result<()> {
         let rest = match &self.shared.stage {
             Some(st) => st.sync(keys).map_err(|e| Error::Object(e.into()))?,

@@ -426,6 +426,28 @@ impl Stage {
     /// the keys that are not staged (already uploaded, or never staged). A settled raw entry
     /// whose directory shares the engine's flush ([`Stage::share_flush_with`]) is only
     /// written out here: it is durable once the engine's fdatasync that follows returns.
+    /// Starts writing out the staged pieces of `keys` whose sync costs no flush of its own
+    /// (settled, flushed by the engine), without waiting: the [`Stage::sync`] that follows
+    /// waits for writes already under way while the engine commits. Best effort: that sync
+    /// reports what fails.
+    pub fn start_sync(&self, keys: &[String]) {
+        for k in keys {
+            let Some((path, _)) = self.file_of(k) else {
+                continue;
+            };
+            let settled = self.index.lock().blocks.get(k).is_some_and(|e| e.settled);
+            if settled && self.flushed_by_engine(k) {
+                if let Ok(f) = File::open(path) {
+                    use std::os::fd::AsRawFd;
+                    // SAFETY: a plain system call on a descriptor `f` keeps open.
+                    unsafe {
+                        libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
+                    };
+                }
+            }
+        }
+    }
+
     pub fn sync(&self, keys: &[String]) -> io::Result<Vec<String>> {
         let mut rest = Vec::new();
         let mut dirs: Vec<&Path> = Vec::new();

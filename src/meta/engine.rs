@@ -332,6 +332,14 @@ pub trait Engine: Send + Sync + 'static {
     /// Makes every commit so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
+    /// Starts writing out what [`Engine::sync`] will make durable, without waiting, so that
+    /// it has less to wait for while the caller makes what the commits refer to durable (a
+    /// sync write's staged piece, written out at the same time). Nothing by default: the
+    /// commit waits for `sync`, after the caller's data (SQLite commits here, see there).
+    fn begin_sync(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The local file `sync` is an fdatasync of (SQLite's database, its WAL beside it), if it
     /// is one: the data layer's syncs of staged packs on the same disk share its flush (see
     /// `data::stage`).

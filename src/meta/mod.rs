@@ -850,6 +850,12 @@ pub trait Meta: Send + Sync {
     /// Makes everything committed so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
+    /// Commits what this client changed and starts writing it out, without waiting (see
+    /// `Engine::begin_sync`); a `sync` follows.
+    fn begin_sync(&self) -> Result<()> {
+        Ok(())
+    }
+
     /// The local file `sync` is an fdatasync of, if it is one (see `Engine::sync_file`).
     fn sync_file(&self) -> Option<std::path::PathBuf> {
         None

@@ -420,12 +420,20 @@ impl Vfs {
 
     /// Makes the file's data and metadata durable: in the bucket (or the staging area) and
     /// in the engine.
+    ///
+    /// The staged pieces and the engine's commit are written out side by side: the pieces'
+    /// writes start, the engine commits and starts its own, then the pieces are waited for
+    /// (durable, or written before the engine's flush when that flush covers them), and only
+    /// then the engine syncs: its commit never becomes durable before what it refers to.
     fn sync_ino(&self, ino: Ino) -> Result<()> {
         self.flush_ino(ino)?;
-        if let Some(w) = self.writer(ino) {
-            let keys = w.lock().take_unsynced();
-            self.store.sync(&keys)?;
-        }
+        let keys = self
+            .writer(ino)
+            .map(|w| w.lock().take_unsynced())
+            .unwrap_or_default();
+        self.store.start_sync(&keys);
+        self.meta.begin_sync()?;
+        self.store.sync(&keys)?;
         Ok(self.meta.sync()?)
     }
 

@@ -478,6 +478,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         self.engine.sync()
     }
 
+    fn begin_sync(&self) -> Result<()> {
+        self.engine.begin_sync()
+    }
+
     fn sync_file(&self) -> Option<std::path::PathBuf> {
         self.engine.sync_file()
     }
