@@ -250,13 +250,15 @@ fn listen_loop(
                 continue;
             }
         };
+        // Said once the changes flow (the cache answers from then on): tests, and people
+        // reading the log, take the line to mean the mount keeps what it reads.
+        sink(Change::Up);
         match warned {
             true => tracing::info!("listening for other mounts' changes again"),
             false => tracing::info!("listening for other mounts' changes"),
         }
         warned = false;
         delay = Duration::from_millis(50);
-        sink(Change::Up);
         let mut pinged = Instant::now();
         let lost = loop {
             if stop.load(Ordering::Acquire) {
