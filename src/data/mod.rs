@@ -809,9 +809,6 @@ impl DataStore {
             .map_or(0, |st| st.share_flush_with(file))
     }
 
-    /// Makes uploaded or staged blocks durable (fsync of their files on local disk; a staged
-    /// pack that shares the engine's flush is durable once the engine's sync that follows
-    /// returns, see [`DataStore::share_flush_with`]).
     /// Starts writing out what [`DataStore::sync`] of `keys` will wait for (staged pieces),
     /// without waiting.
     pub fn start_sync(&self, keys: &[String]) {
@@ -820,6 +817,9 @@ impl DataStore {
         }
     }
 
+    /// Makes uploaded or staged blocks durable (fsync of their files on local disk; a staged
+    /// pack that shares the engine's flush is durable once the engine's sync that follows
+    /// returns, see [`DataStore::share_flush_with`]).
     pub fn sync(&self, keys: &[String]) -> Result<()> {
         let rest = match &self.shared.stage {
             Some(st) => st.sync(keys).map_err(|e| Error::Object(e.into()))?,

@@ -422,10 +422,6 @@ impl Stage {
         Some(e.id)
     }
 
-    /// Makes the staged blocks among `keys` durable (their files and directories); returns
-    /// the keys that are not staged (already uploaded, or never staged). A settled raw entry
-    /// whose directory shares the engine's flush ([`Stage::share_flush_with`]) is only
-    /// written out here: it is durable once the engine's fdatasync that follows returns.
     /// Starts writing out the staged pieces of `keys` whose sync costs no flush of its own
     /// (settled, flushed by the engine), without waiting: the [`Stage::sync`] that follows
     /// waits for writes already under way while the engine commits. Best effort: that sync
@@ -448,6 +444,10 @@ impl Stage {
         }
     }
 
+    /// Makes the staged blocks among `keys` durable (their files and directories); returns
+    /// the keys that are not staged (already uploaded, or never staged). A settled raw entry
+    /// whose directory shares the engine's flush ([`Stage::share_flush_with`]) is only
+    /// written out here: it is durable once the engine's fdatasync that follows returns.
     pub fn sync(&self, keys: &[String]) -> io::Result<Vec<String>> {
         let mut rest = Vec::new();
         let mut dirs: Vec<&Path> = Vec::new();

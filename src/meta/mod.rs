@@ -850,8 +850,8 @@ pub trait Meta: Send + Sync {
     /// Makes everything committed so far durable on stable storage.
     fn sync(&self) -> Result<()>;
 
-    /// Commits what this client changed and starts writing it out, without waiting (see
-    /// `Engine::begin_sync`); a `sync` follows.
+    /// Starts writing out what the `sync` that follows will make durable, without waiting
+    /// (see `Engine::begin_sync`: SQLite commits its group here; others do nothing).
     fn begin_sync(&self) -> Result<()> {
         Ok(())
     }
