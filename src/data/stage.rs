@@ -145,6 +145,9 @@ impl Stage {
             let (dir, lock) = new_dir(&vdir)?;
             for other in fs::read_dir(&vdir)? {
                 let other = other?.path();
+                if is_unborn_dir(&other) {
+                    remove_unborn(&other);
+                }
                 if other == dir || !is_stage_dir(&other) {
                     continue;
                 }
@@ -541,23 +544,56 @@ fn try_lock(f: File) -> Result<Flock<File>, nix::Error> {
     Flock::lock(f, FlockArg::LockExclusiveNonblock).map_err(|(_, e)| e)
 }
 
-/// Creates and locks a new staging directory in `vdir`.
+/// Creates and locks a new staging directory in `vdir`. It is made and locked under a name
+/// adoption never looks at (`.new-stage-*`) and then renamed into place, so that another
+/// mount starting at the same moment never finds it before it is locked (it would take the
+/// empty directory for a dead mount's, lock it and remove it, under the new mount's feet).
 fn new_dir(vdir: &Path) -> io::Result<(PathBuf, Flock<File>)> {
     loop {
-        let dir = vdir.join(format!(
-            "stage-{}-{:08x}",
-            std::process::id(),
-            rand::random::<u32>()
-        ));
-        match fs::create_dir(&dir) {
+        let name = format!("stage-{}-{:08x}", std::process::id(), rand::random::<u32>());
+        let (tmp, dir) = (vdir.join(format!(".new-{name}")), vdir.join(&name));
+        if dir.exists() {
+            continue;
+        }
+        match fs::create_dir(&tmp) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(e),
         }
-        let lock = try_lock(File::create(dir.join(LOCK))?)
-            .map_err(|e| io::Error::other(format!("locking {}: {e}", dir.display())))?;
+        let lock = try_lock(File::create(tmp.join(LOCK))?)
+            .map_err(|e| io::Error::other(format!("locking {}: {e}", tmp.display())))?;
+        fs::rename(&tmp, &dir)?;
         return Ok((dir, lock));
     }
+}
+
+/// Removes `p`, a directory `new_dir` made and never renamed into place (its mount ended in
+/// between), once it is an hour old: an empty directory and its lock file.
+fn remove_unborn(p: &Path) {
+    let old = fs::metadata(p)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|age| age > Duration::from_secs(3600));
+    if !old {
+        return;
+    }
+    // (Asked only of an old one: taking the lock of a young one, even for a moment, would
+    // fail its mount's own locking.)
+    let free = match File::open(p.join(LOCK)) {
+        Ok(f) => try_lock(f).is_ok(),
+        Err(e) => e.kind() == io::ErrorKind::NotFound,
+    };
+    if free {
+        let _ = fs::remove_file(p.join(LOCK));
+        let _ = fs::remove_dir(p);
+    }
+}
+
+fn is_unborn_dir(p: &Path) -> bool {
+    p.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with(".new-stage-"))
 }
 
 /// Moves the blocks of `other` into `dir` if no live process holds `other`, then removes it.
@@ -578,7 +614,14 @@ fn adopt(other: &Path, dir: &Path, index: &mut Index) -> io::Result<()> {
         return Ok(()); // a live mount holds it
     };
     let mut adopted = 0;
-    for f in fs::read_dir(other)? {
+    let files = match fs::read_dir(other) {
+        Ok(rd) => rd,
+        // Removed since it was listed: its mount emptied it as it ended, or another mount
+        // starting adopted it first.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    for f in files {
         let f = f?;
         let name = f.file_name().to_string_lossy().into_owned();
         if name == LOCK {
@@ -664,6 +707,59 @@ mod tests {
         assert_eq!(key_of(&file_name("a%2Fb/c")), "a%2Fb/c");
         assert_eq!(slice_id(k), Some(12345));
         assert_eq!(slice_id("vol/x"), None);
+    }
+
+    /// Mounts starting at the same moment never take each other's new staging directory for
+    /// a dead mount's (removing it under the new mount): each is locked before it is seen.
+    #[test]
+    fn stages_opened_at_once_keep_their_directories() {
+        let t = tempfile::tempdir().unwrap();
+        let roots = vec![t.path().join("a")];
+        std::thread::scope(|sc| {
+            for th in 0..3u64 {
+                let roots = &roots;
+                sc.spawn(move || {
+                    for i in 0..300u64 {
+                        let (s, _) = Stage::open(roots, "u1", 1 << 20).unwrap();
+                        let id = th * 1000 + i;
+                        let k = format!("v/u1/chunks/0/0/{id}_0_5");
+                        s.put(&k, id, &[vec![7u8; 5].into()], Duration::ZERO)
+                            .unwrap();
+                        assert!(s.dirs()[0].join(LOCK).exists(), "{:?}", s.dirs());
+                        assert_eq!(s.read(&k).unwrap().unwrap(), vec![7u8; 5]);
+                        assert_eq!(s.remove(&k), Some(id));
+                    }
+                });
+            }
+        });
+        // Nothing left behind: every stage went empty, and no directory was left unborn.
+        let left: Vec<_> = fs::read_dir(volume_dir(&roots[0], "u1"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A directory left between its making and its renaming (a mount killed there) goes
+    /// once old; a young one stays (it may be a mount starting now).
+    #[test]
+    fn unborn_staging_directories_go_once_old() {
+        let t = tempfile::tempdir().unwrap();
+        let roots = vec![t.path().join("a")];
+        let vdir = volume_dir(&roots[0], "u1");
+        fs::create_dir_all(&vdir).unwrap();
+        let (old, young) = (vdir.join(".new-stage-1-aa"), vdir.join(".new-stage-2-bb"));
+        for d in [&old, &young] {
+            fs::create_dir(d).unwrap();
+            File::create(d.join(LOCK)).unwrap();
+        }
+        let hour_ago = std::time::SystemTime::now() - Duration::from_secs(7200);
+        File::open(&old).unwrap().set_modified(hour_ago).unwrap();
+        let (s, _) = Stage::open(&roots, "u1", 1 << 20).unwrap();
+        assert!(!old.exists());
+        assert!(young.exists());
+        assert!(s.dirs()[0].starts_with(&vdir));
     }
 
     /// Blocks put are read back, synced, removed; a stage dropped with blocks leaves them
