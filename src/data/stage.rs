@@ -437,11 +437,7 @@ impl Stage {
             let settled = self.index.lock().blocks.get(k).is_some_and(|e| e.settled);
             if settled && self.flushed_by_engine(k) {
                 if let Ok(f) = File::open(path) {
-                    use std::os::fd::AsRawFd;
-                    // SAFETY: a plain system call on a descriptor `f` keeps open.
-                    unsafe {
-                        libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE)
-                    };
+                    start_write_out(&f);
                 }
             }
         }
@@ -664,6 +660,14 @@ fn adopt(other: &Path, dir: &Path, index: &mut Index) -> io::Result<()> {
 
 fn sync_dir(d: &Path) -> io::Result<()> {
     File::open(d)?.sync_all()
+}
+
+/// Starts writing `f`'s dirty pages out, without waiting (a failure leaves them to the sync
+/// that follows, if any).
+fn start_write_out(f: &File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a plain system call on a descriptor `f` keeps open.
+    unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
 /// Writes `f`'s dirty pages and waits for the disk to complete them (into its write cache:

@@ -313,7 +313,19 @@ impl ObjectStorage {
     /// Stores `data` (one buffer, or parts sent as one object without being copied
     /// together) under `key`.
     pub async fn put(&self, key: &str, data: impl Into<Payload>) -> Result<()> {
-        Ok(self.bucket.put(key, data.into()).await?)
+        let data = data.into();
+        let large = data.content_length() >= local::WRITE_OUT_EARLY;
+        self.bucket.put(key, data).await?;
+        if let Some(root) = self.local_root.as_ref().filter(|_| large) {
+            // A large object in a local directory: its disk writes start now, beside the
+            // writes still coming, rather than all at the fsync (see `local::write_out_early`).
+            let path = root.join(key);
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => drop(rt.spawn_blocking(move || local::write_out_early(&path))),
+                Err(_) => local::write_out_early(&path),
+            }
+        }
+        Ok(())
     }
 
     /// What this storage put and got so far (write amplification: `put_bytes` against the
