@@ -317,8 +317,8 @@ fn appends_between_flock_and_unlock_from_two_mounts_lose_nothing(vol: &Volume) {
         // The first mount of an SQLite volume starts alone, with the kernel's writeback
         // cache, and learns of the second at its next check of sessions (2 s at most); a file
         // it opened for writing before that keeps the cache (its appends at the kernel's
-        // size: torn lines, seen once in a full suite). That window is known (the closing
-        // notes of issue 36); what this test checks is the locks, from then on.
+        // size: torn lines, seen once in a full suite). That window is known (design.md,
+        // "Whole pages across mounts": left open); this test checks the locks from then on.
         a.wait_noticed_another_client("the second mount");
     }
     File::create(a.p("log")).unwrap();
