@@ -315,10 +315,10 @@ fn appends_between_flock_and_unlock_from_two_mounts_lose_nothing(vol: &Volume) {
     let b = vol.mount();
     if vol.meta_url.starts_with("sqlite:") {
         // The first mount of an SQLite volume starts alone, with the kernel's writeback
-        // cache, and learns of the second at its next check of sessions (2 s at most); a file
-        // it opened for writing before that keeps the cache (its appends at the kernel's
-        // size: torn lines, seen once in a full suite). That window is known (design.md,
-        // "Whole pages across mounts": left open); this test checks the locks from then on.
+        // cache, and learns of the second at its next check of sessions (2 s at most). Opens
+        // before that bypass the cache too since the second's session moved the database
+        // (design.md, "Whole pages across mounts"; before, a torn line here once); this test
+        // is of the locks, so it starts once the first mount knows.
         a.wait_noticed_another_client("the second mount");
     }
     File::create(a.p("log")).unwrap();

@@ -257,6 +257,28 @@ fn a_file_grown_by_another_mount_shows_its_new_size() {
     assert_eq!(got, b"hello, world!?#");
 }
 
+/// As below, right after the second mount started: the first has not checked sessions yet
+/// (every 2 s), but the second's session row moved the database under it, so a file it opens
+/// for writing bypasses the cache already: the second mount's bytes in the same page stay.
+#[test]
+fn a_mount_just_joined_by_another_writes_back_only_its_own_bytes() {
+    let vol = Volume::new();
+    let a = first_mount(&vol);
+    fs::write(a.p("f"), vec![b'o'; 8192]).unwrap();
+    let b = vol.mount();
+    let fa = OpenOptions::new().write(true).open(a.p("f")).unwrap();
+    fa.write_all_at(&[b'A'; 100], 0).unwrap();
+    let fb = OpenOptions::new().write(true).open(b.p("f")).unwrap();
+    fb.write_all_at(&[b'B'; 100], 100).unwrap();
+    drop(fb);
+    drop(fa);
+    let mut want = vec![b'o'; 8192];
+    want[..100].fill(b'A');
+    want[100..200].fill(b'B');
+    assert!(fs::read(b.p("f")).unwrap() == want, "B's bytes were lost");
+    assert!(fs::read(a.p("f")).unwrap() == want, "A reads what B reads");
+}
+
 /// The first mount of an SQLite volume has the writeback cache (it starts alone). Once it has
 /// noticed a second mount, a file it opens for writing bypasses the cache: the kernel hands
 /// over the bytes written and no others. With the cache, it wrote back whole pages, and the

@@ -305,6 +305,13 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
+    /// Whether another process may have written since this client was last found alone
+    /// (SQLite: the database's `data_version` moved; grouping then stops at once, as at a
+    /// write). `false` where the engine cannot tell, or has no reason to think so.
+    fn others_wrote(&self) -> bool {
+        false
+    }
+
     /// Commits the changes grouped so far (before deciding from committed state what to
     /// delete from the bucket).
     fn commit_group(&self) -> Result<()> {

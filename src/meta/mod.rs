@@ -868,6 +868,14 @@ pub trait Meta: Send + Sync {
     fn set_alone(&self, alone: bool) {
         let _ = alone;
     }
+
+    /// Whether, though last found alone, this client may have company since: another
+    /// process wrote the volume's database (SQLite; a second mount registering its session
+    /// does), so the next check of sessions will likely say so. Asked before what only a
+    /// client alone may do (the kernel's writeback cache for a file opened for writing).
+    fn others_wrote(&self) -> bool {
+        false
+    }
     /// Slices no longer referenced whose trash period is over (their objects may be deleted).
     fn dead_slices(&self, limit: usize) -> Result<Vec<DeadSlice>>;
     /// Slices no longer referenced, trash period or not, those dead longest first: for a disk

@@ -508,7 +508,7 @@ impl Engine for Sqlite {
             if !data_version(&conn).is_some_and(|v| self.group.alone_since(v)) {
                 // Another process wrote: no grouping until sessions say alone again. The
                 // group just begun takes `f` and commits with it.
-                self.group.enable(false, || None);
+                self.group.stop_for_company();
                 drop(conn);
                 timed.cancel();
                 return self.write(lock, rename_lock, f);
@@ -579,6 +579,27 @@ impl Engine for Sqlite {
 
     fn grouping(&self) -> bool {
         self.group.enabled()
+    }
+
+    fn others_wrote(&self) -> bool {
+        if !self.group.enabled() {
+            // Stopped for another process's write, or not grouping (no version to compare).
+            return self.group.suspects_company();
+        }
+        let conn = self.writer.lock();
+        if self.group.suspects_company() {
+            return true; // a group began meanwhile and found the version moved
+        }
+        if !self.group.enabled() || !conn.is_autocommit() {
+            // A group is open: it checked the version when it began, and holds the
+            // database's write lock, so nobody has written since.
+            return false;
+        }
+        if data_version(&conn).is_some_and(|v| self.group.alone_since(v)) {
+            return false;
+        }
+        self.group.stop_for_company();
+        true
     }
 
     fn commit_group(&self) -> Result<()> {

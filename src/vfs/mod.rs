@@ -437,6 +437,12 @@ impl Vfs {
         Ok(self.meta.sync()?)
     }
 
+    /// Whether another process may have joined the volume since this client was last found
+    /// alone on it (see [`Meta::others_wrote`]).
+    pub fn others_wrote(&self) -> bool {
+        self.meta.others_wrote()
+    }
+
     // ---- namespace ----
 
     pub fn lookup(&self, ctx: &Ctx, parent: Ino, name: &[u8]) -> Result<Attr> {

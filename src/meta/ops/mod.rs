@@ -490,6 +490,10 @@ impl<E: Engine> Meta for EngineMeta<E> {
         EngineMeta::set_alone(self, alone)
     }
 
+    fn others_wrote(&self) -> bool {
+        self.engine.others_wrote()
+    }
+
     // The volume: its settings, quotas, usage (settings.rs).
     fn format(&self) -> Format {
         self.format.read().clone()

@@ -55,6 +55,9 @@ struct Shared {
     /// SQLite's `data_version` of the writer when grouping began: it moves when another
     /// connection (another process: a second mount, `fsck --repair`) commits.
     version: Mutex<Option<i64>>,
+    /// Grouping stopped because another process wrote ([`Group::stop_for_company`]), until
+    /// it is turned on again.
+    suspected: AtomicBool,
 }
 
 /// The state of grouping of one engine, and the thread that commits old groups.
@@ -84,7 +87,14 @@ impl Group {
         let on = on && self.thread.is_some();
         if self.shared.enabled.swap(on, SeqCst) != on && on {
             *self.shared.version.lock() = version();
+            self.shared.suspected.store(false, SeqCst);
         }
+    }
+
+    /// Stops grouping because another process wrote (the caller commits the open group).
+    pub(super) fn stop_for_company(&self) {
+        self.enable(false, || None);
+        self.shared.suspected.store(true, SeqCst);
     }
 
     /// Whether no other connection has committed since grouping began, given the writer's
@@ -97,6 +107,13 @@ impl Group {
 
     pub(super) fn enabled(&self) -> bool {
         self.shared.enabled.load(SeqCst)
+    }
+
+    /// Whether grouping stopped because another process wrote (see [`Group::alone_since`]),
+    /// not because this client was told it is not alone: until the next check of sessions
+    /// says alone again.
+    pub(super) fn suspects_company(&self) -> bool {
+        self.shared.suspected.load(SeqCst)
     }
 
     pub(super) fn is_open(&self) -> bool {
