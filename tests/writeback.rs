@@ -257,15 +257,9 @@ fn a_file_grown_by_another_mount_shows_its_new_size() {
     assert_eq!(got, b"hello, world!?#");
 }
 
-/// As below, right after the second mount started: the first has not checked sessions yet
-/// (every 2 s), but the second's session row moved the database under it, so a file it opens
-/// for writing bypasses the cache already: the second mount's bytes in the same page stay.
-#[test]
-fn a_mount_just_joined_by_another_writes_back_only_its_own_bytes() {
-    let vol = Volume::new();
-    let a = first_mount(&vol);
-    fs::write(a.p("f"), vec![b'o'; 8192]).unwrap();
-    let b = vol.mount();
+/// A writes bytes 0-99 and B bytes 100-199 of the 8 KiB file `f` (A's descriptor opened
+/// first, B's closed first); both then read both writes. Returns the file's bytes.
+fn writes_beside(a: &Mount, b: &Mount) -> Vec<u8> {
     let fa = OpenOptions::new().write(true).open(a.p("f")).unwrap();
     fa.write_all_at(&[b'A'; 100], 0).unwrap();
     let fb = OpenOptions::new().write(true).open(b.p("f")).unwrap();
@@ -277,6 +271,19 @@ fn a_mount_just_joined_by_another_writes_back_only_its_own_bytes() {
     want[100..200].fill(b'B');
     assert!(fs::read(b.p("f")).unwrap() == want, "B's bytes were lost");
     assert!(fs::read(a.p("f")).unwrap() == want, "A reads what B reads");
+    want
+}
+
+/// As below, right after the second mount started: the first has not checked sessions yet
+/// (every 2 s), but the second's session row moved the database under it, so a file it opens
+/// for writing bypasses the cache already: the second mount's bytes in the same page stay.
+#[test]
+fn a_mount_just_joined_by_another_writes_back_only_its_own_bytes() {
+    let vol = Volume::new();
+    let a = first_mount(&vol);
+    fs::write(a.p("f"), vec![b'o'; 8192]).unwrap();
+    let b = vol.mount();
+    writes_beside(&a, &b);
 }
 
 /// The first mount of an SQLite volume has the writeback cache (it starts alone). Once it has
@@ -297,17 +304,7 @@ fn a_mount_no_longer_alone_writes_back_only_its_own_bytes() {
         "{}",
         a.log_text()
     );
-    let fa = OpenOptions::new().write(true).open(a.p("f")).unwrap();
-    fa.write_all_at(&[b'A'; 100], 0).unwrap();
-    let fb = OpenOptions::new().write(true).open(b.p("f")).unwrap();
-    fb.write_all_at(&[b'B'; 100], 100).unwrap();
-    drop(fb);
-    drop(fa);
-    let mut want = vec![b'o'; 8192];
-    want[..100].fill(b'A');
-    want[100..200].fill(b'B');
-    assert!(fs::read(b.p("f")).unwrap() == want, "B's bytes were lost");
-    assert!(fs::read(a.p("f")).unwrap() == want, "A reads what B reads");
+    let mut want = writes_beside(&a, &b);
     // A shared mapping of a file so opened still works (through the page cache).
     let f = OpenOptions::new()
         .read(true)
