@@ -437,7 +437,7 @@ impl Stage {
             let settled = self.index.lock().blocks.get(k).is_some_and(|e| e.settled);
             if settled && self.flushed_by_engine(k) {
                 if let Ok(f) = File::open(path) {
-                    start_write_out(&f);
+                    crate::object::local::start_write_out(&f);
                 }
             }
         }
@@ -521,8 +521,7 @@ impl Drop for Stage {
         // An empty directory goes; one still holding blocks stays, for the next mount.
         if self.index.lock().blocks.is_empty() {
             for d in &self.dirs {
-                let _ = fs::remove_file(d.join(LOCK));
-                let _ = fs::remove_dir(d);
+                remove_empty(d);
             }
         }
     }
@@ -581,9 +580,14 @@ fn remove_unborn(p: &Path) {
         Err(e) => e.kind() == io::ErrorKind::NotFound,
     };
     if free {
-        let _ = fs::remove_file(p.join(LOCK));
-        let _ = fs::remove_dir(p);
+        remove_empty(p);
     }
+}
+
+/// Removes staging directory `d` with its lock file, if nothing else is left in it.
+fn remove_empty(d: &Path) {
+    let _ = fs::remove_file(d.join(LOCK));
+    let _ = fs::remove_dir(d);
 }
 
 fn is_unborn_dir(p: &Path) -> bool {
@@ -660,14 +664,6 @@ fn adopt(other: &Path, dir: &Path, index: &mut Index) -> io::Result<()> {
 
 fn sync_dir(d: &Path) -> io::Result<()> {
     File::open(d)?.sync_all()
-}
-
-/// Starts writing `f`'s dirty pages out, without waiting (a failure leaves them to the sync
-/// that follows, if any).
-fn start_write_out(f: &File) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: a plain system call on a descriptor `f` keeps open.
-    unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
 }
 
 /// Writes `f`'s dirty pages and waits for the disk to complete them (into its write cache:

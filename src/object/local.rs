@@ -85,8 +85,8 @@ pub fn write_out_early(path: &Path) {
 }
 
 /// Starts writing `f`'s dirty pages out, without waiting (a failure leaves them to the
-/// fdatasync that follows).
-fn start_write_out(f: &std::fs::File) {
+/// fdatasync that follows, if any). Also the staging area's (`data::stage`).
+pub(crate) fn start_write_out(f: &std::fs::File) {
     use std::os::fd::AsRawFd;
     // SAFETY: a plain system call on a descriptor `f` keeps open.
     unsafe { libc::sync_file_range(f.as_raw_fd(), 0, 0, libc::SYNC_FILE_RANGE_WRITE) };
@@ -125,8 +125,8 @@ fn all_at_once<T: Sync>(
 mod tests {
     use super::*;
 
-    /// Many objects in several directories are synced at once; ones deleted meanwhile (and
-    /// a directory emptied and removed) are skipped; a file that cannot be opened fails it.
+    /// Many objects in several directories are synced at once; ones deleted meanwhile (or
+    /// whose directory is gone) are skipped; a file that cannot be opened fails it.
     #[test]
     fn many_objects_sync_at_once_and_missing_ones_are_skipped() {
         let t = tempfile::tempdir().unwrap();
