@@ -26,6 +26,36 @@ pub fn unkai() -> Command {
     c
 }
 
+/// Set in a test process started by [`in_own_process`].
+const OWN_PROCESS_ENV: &str = "UNKAI_TEST_OWN_PROCESS";
+
+/// Runs test `name` (this test binary's) again in a process of its own, where no other test
+/// runs, and says whether it did (the caller then returns): `false` in that process, which
+/// runs the test's body. For a test that must not share its process with tests that start
+/// programs: every fork copies the process's descriptors, and the child's exec or exit
+/// closes them, a close the kernel passes on to a FUSE file (FLUSH, which commits what was
+/// written so far) though the test's own descriptor stays open. Fails if the test fails
+/// there, with its output.
+pub fn in_own_process(name: &str) -> bool {
+    if std::env::var_os(OWN_PROCESS_ENV).is_some() {
+        return false;
+    }
+    let out = Command::new(std::env::current_exe().expect("the test binary"))
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(OWN_PROCESS_ENV, "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the test in a process of its own");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{name} in a process of its own ({}):\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    true
+}
+
 /// Runs unkai with `args`; returns (exit success, stdout, stderr).
 pub fn run(args: &[&str]) -> (bool, String, String) {
     run_env(args, &[])
