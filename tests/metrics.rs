@@ -108,6 +108,9 @@ fn metrics_follow_a_workload(vol: &Volume) {
     (&f).read_to_end(&mut back).unwrap();
     assert!(back == data, "read back what was written");
     drop(f);
+    // An fsync through a descriptor of its own makes what the closed one wrote durable: the
+    // local bucket's objects of the file (9 MiB: 3 blocks at least) are counted.
+    std::fs::File::open(m.p("big")).unwrap().sync_all().unwrap();
 
     let d = |after: &Scrape, name: &str, labels: &str| after.since(&before, name, labels);
     // What the kernel asked is counted once the reply is sent: wait for the last of it.
@@ -145,6 +148,11 @@ fn metrics_follow_a_workload(vol: &Volume) {
         after.1
     );
     assert!(d(&after, fuse, &fuse_op("read")) >= 1.0, "{}", after.1);
+    assert!(
+        d(&after, "unkai_object_synced_total", "") >= 3.0,
+        "the fsync after the close: {}",
+        after.1
+    );
     // The bucket took at least the bytes written (checksums add to them); uploads run
     // behind the writer, so the wait above waited for them.
     assert!(

@@ -827,6 +827,15 @@ impl DataStore {
         };
         Ok(self.shared.obj.sync(&rest)?)
     }
+
+    /// Makes every staged block and every object of a local-directory bucket durable (for
+    /// blocks whose keys were not kept to [`DataStore::sync`] them).
+    pub fn sync_everything(&self) -> Result<()> {
+        if let Some(st) = &self.shared.stage {
+            st.sync_everything().map_err(|e| Error::Object(e.into()))?;
+        }
+        Ok(self.shared.obj.sync_everything()?)
+    }
 }
 
 /// Fetches bytes `range` of a block of length `blen`, from the cache, a fetch ahead of it

@@ -494,6 +494,13 @@ impl Stage {
         Ok(rest)
     }
 
+    /// Makes every staged block durable (`syncfs` of each staging directory's file system).
+    pub fn sync_everything(&self) -> io::Result<()> {
+        self.dirs
+            .iter()
+            .try_for_each(|d| crate::object::local::sync_file_system(d))
+    }
+
     /// Blocks and bytes staged.
     pub fn usage(&self) -> (u64, u64) {
         let ix = self.index.lock();

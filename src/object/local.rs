@@ -41,7 +41,8 @@ const SYNC_THREADS: usize = 16;
 /// the concurrent syncs' journal commits and flushes. One after the other, each fdatasync
 /// paid its own writes and disk flush: the fsync of a 2 GiB file just written (512 blocks)
 /// took longer than its writing.
-pub fn sync(root: &Path, keys: &[String]) -> std::io::Result<()> {
+/// Returns how many objects there were (those deleted meanwhile are skipped).
+pub fn sync(root: &Path, keys: &[String]) -> std::io::Result<usize> {
     let mut files = Vec::with_capacity(keys.len());
     let mut dirs = std::collections::BTreeSet::new();
     for k in keys {
@@ -67,7 +68,20 @@ pub fn sync(root: &Path, keys: &[String]) -> std::io::Result<()> {
         // Emptied and removed since (the local store removes empty directories).
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(e),
-    })
+    })?;
+    Ok(files.len())
+}
+
+/// Makes everything written to the file system holding `dir` durable (`syncfs`). Also the
+/// staging area's (`data::stage`).
+pub(crate) fn sync_file_system(dir: &Path) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir)?;
+    // SAFETY: a plain system call on a descriptor `d` keeps open.
+    match unsafe { libc::syncfs(d.as_raw_fd()) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()),
+    }
 }
 
 /// Objects at least this large have their disk writes started once put
@@ -142,7 +156,8 @@ mod tests {
         }
         std::fs::remove_file(t.path().join(&keys[7])).unwrap();
         keys.push("v/chunks/9/gone_0_4".into());
-        sync(t.path(), &keys).unwrap();
+        assert_eq!(sync(t.path(), &keys).unwrap(), 89, "the objects there");
+        sync_file_system(t.path()).unwrap();
         assert_eq!(
             std::fs::read_to_string(t.path().join(&keys[31])).unwrap(),
             "1-1"

@@ -391,8 +391,20 @@ impl ObjectStorage {
 
     /// Makes the given objects durable (fsync for a local directory; nothing otherwise).
     pub fn sync(&self, keys: &[String]) -> Result<()> {
+        if let Some(root) = &self.local_root {
+            let n = local::sync(root, keys)?;
+            self.traffic
+                .synced
+                .fetch_add(n as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Makes every object of a local-directory bucket durable (`syncfs` of its file system):
+    /// for objects whose keys were not kept.
+    pub fn sync_everything(&self) -> Result<()> {
         match &self.local_root {
-            Some(root) => Ok(local::sync(root, keys)?),
+            Some(root) => Ok(local::sync_file_system(root)?),
             None => Ok(()),
         }
     }

@@ -51,6 +51,8 @@ pub struct Traffic {
     pub put_bytes: AtomicU64,
     pub gets: AtomicU64,
     pub get_bytes: AtomicU64,
+    /// Objects of a local-directory bucket made durable (fdatasync) for fsyncs.
+    pub synced: AtomicU64,
     /// Each attempt's time by kind (`Op as usize`), failed ones too.
     latency: [Histogram; 5],
     /// Attempts that failed by kind (an object not found is an answer, not an error).
@@ -64,6 +66,7 @@ impl Default for Traffic {
             put_bytes: AtomicU64::new(0),
             gets: AtomicU64::new(0),
             get_bytes: AtomicU64::new(0),
+            synced: AtomicU64::new(0),
             latency: Op::ALL.map(|op| {
                 metrics::latency(
                     "unkai_object_request_duration_seconds",
@@ -118,6 +121,12 @@ impl Traffic {
             "Bytes read from the object store.",
             &[],
             n(&self.get_bytes),
+        );
+        out.counter(
+            "unkai_object_synced_total",
+            "Objects of a local-directory bucket made durable (fdatasync) for fsyncs.",
+            &[],
+            n(&self.synced),
         );
     }
 }

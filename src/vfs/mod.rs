@@ -17,6 +17,7 @@ pub mod locks;
 pub mod paths;
 pub mod reader;
 pub mod scan;
+mod unsynced;
 pub mod writer;
 
 use std::collections::HashMap;
@@ -147,6 +148,8 @@ pub struct Vfs {
     stamps: Mutex<HashMap<Ino, Stamp>>,
     /// Antivirus scanning of files written (`--scan`; None: off).
     scanning: Mutex<Option<scan::Scanning>>,
+    /// What closed files' writers left for a later fsync to make durable.
+    unsynced: Mutex<unsynced::Unsynced>,
 }
 
 /// What a file was (size and times) when this mount last opened or changed it: the kernel's
@@ -262,6 +265,7 @@ impl Vfs {
             locks: locks::Locks::default(),
             stamps: Mutex::new(HashMap::new()),
             scanning: Mutex::new(None),
+            unsynced: Mutex::default(),
         }
     }
 
@@ -425,15 +429,39 @@ impl Vfs {
     /// writes start, the engine commits and starts its own, then the pieces are waited for
     /// (durable, or written before the engine's flush when that flush covers them), and only
     /// then the engine syncs: its commit never becomes durable before what it refers to.
+    ///
+    /// What writers of the file already closed left unsynced is made durable too (see
+    /// `unsynced`): an fsync through a new descriptor covers what the old ones wrote.
     fn sync_ino(&self, ino: Ino) -> Result<()> {
         self.flush_ino(ino)?;
-        let keys = self
+        let mut keys = self
             .writer(ino)
             .map(|w| w.lock().take_unsynced())
             .unwrap_or_default();
-        self.store.start_sync(&keys);
+        let (closed, forgot) = self.unsynced.lock().take(ino);
+        let ours = keys.len();
+        keys.extend(closed);
+        let res = self.sync_keys(&keys, forgot);
+        if res.is_err() {
+            // The next fsync tries again (the open writer's keys included).
+            let rest = keys.split_off(ours);
+            self.unsynced.lock().give_back(ino, rest, forgot);
+            if let Some(w) = self.writer(ino) {
+                w.lock().give_back_unsynced(keys);
+            }
+        }
+        res
+    }
+
+    /// Makes `keys` durable with the engine's commits (`everything`: all that is stored on
+    /// local disk too, for keys forgotten).
+    fn sync_keys(&self, keys: &[String], everything: bool) -> Result<()> {
+        self.store.start_sync(keys);
         self.meta.begin_sync()?;
-        self.store.sync(&keys)?;
+        self.store.sync(keys)?;
+        if everything {
+            self.store.sync_everything()?;
+        }
         Ok(self.meta.sync()?)
     }
 
@@ -626,6 +654,7 @@ impl Vfs {
     fn drop_writer_if_closed(&self, ino: Ino) {
         if !self.handles.any_open(ino) {
             self.discard_writer(ino);
+            self.unsynced.lock().drop_file(ino);
         }
     }
 
@@ -1186,6 +1215,8 @@ impl Vfs {
                 let clean = !w.is_dirty();
                 if clean {
                     w.retire();
+                    // For a later fsync of the file (`unsynced`).
+                    self.unsynced.lock().keep(h.ino, w.take_unsynced());
                 }
                 clean
             });
@@ -1703,6 +1734,42 @@ mod tests {
         let vfs = Vfs::new(meta, open(), cfg);
         std::mem::forget(_mdir);
         (dir, vfs, f.ino, data)
+    }
+
+    /// An fsync through a new descriptor makes durable what closed ones wrote (a local
+    /// bucket's objects sit in the page cache until then), as a local file system's fsync
+    /// does: `sync FILE`, or open, fsync, close after writing. A deleted file's are dropped.
+    #[test]
+    fn an_fsync_after_the_close_makes_the_closed_writes_durable() {
+        let (_dir, vfs) = scratch_vfs(256 << 10);
+        let synced = || vfs.store().traffic().synced.load(Relaxed);
+        let data: Vec<u8> = (0..600_000u32).map(|i| (i % 249) as u8).collect();
+        let mut inos = Vec::new();
+        for name in [&b"kept"[..], b"deleted"] {
+            let f = vfs
+                .meta
+                .mknod(&Ctx::ROOT, ROOT_INO, name, Kind::File, 0o644, 0, None)
+                .unwrap();
+            for half in [&data[..300_000], &data[300_000..]] {
+                let fh = vfs.open(f.ino, libc::O_WRONLY | libc::O_APPEND).unwrap().fh;
+                let at = vfs.getattr(f.ino).unwrap().length;
+                vfs.write(fh, at, half, None).unwrap();
+                vfs.flush(fh).unwrap();
+                vfs.release(fh).unwrap();
+            }
+            inos.push(f.ino);
+        }
+        assert_eq!(synced(), 0, "nothing synced before an fsync");
+        // Two slices of 300,000 bytes, each two blocks (256 KiB and the rest).
+        let fh = vfs.open(inos[0], libc::O_RDONLY).unwrap().fh;
+        vfs.fsync(fh).unwrap();
+        assert_eq!(synced(), 4, "both closed writers' blocks");
+        vfs.fsync(fh).unwrap();
+        assert_eq!(synced(), 4, "once");
+        assert_eq!(vfs.read(fh, 0, 1 << 20).unwrap(), data);
+        vfs.release(fh).unwrap();
+        vfs.unlink(&Ctx::ROOT, ROOT_INO, b"deleted").unwrap();
+        assert_eq!(vfs.unsynced.lock().take(inos[1]), (vec![], false));
     }
 
     /// The kernel's writeback cache may send one file's pages in two parts with its times

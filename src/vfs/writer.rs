@@ -718,6 +718,12 @@ impl FileWriter {
     pub fn take_unsynced(&mut self) -> Vec<String> {
         std::mem::take(&mut self.unsynced)
     }
+
+    /// Returns keys taken by [`FileWriter::take_unsynced`] whose sync failed.
+    pub fn give_back_unsynced(&mut self, mut keys: Vec<String>) {
+        keys.append(&mut self.unsynced);
+        self.unsynced = keys;
+    }
 }
 
 #[cfg(test)]
