@@ -90,13 +90,12 @@ fn a_quota_set_under_the_writeback_cache_is_kept_at_fsync_and_close() {
         m.log_text()
     );
     fs::create_dir(m.p("p")).unwrap();
-    // Opened before the quota is set: a file opened for writing right after another process
-    // wrote the database (the quota command) bypasses the cache until the mount's next check
-    // of sessions finds it still alone (design.md, "Whole pages across mounts"), and its
-    // writes past the quota then fail at write().
-    let f = File::create(m.p("p/g")).unwrap();
     let (ok, out, err) = vol.cmd("quota", &["set", "--path", "/p", "--capacity", "2M"]);
     assert!(ok, "quota set: {out}{err}");
+    // Opened right after the command wrote the database: a command is no company, so the
+    // file keeps the cache (design.md, "Whole pages across mounts"; it bypassed the cache,
+    // and its writes past the quota failed at write(), when any other writer counted).
+    let f = File::create(m.p("p/g")).unwrap();
     let (accepted, res) = write_to(f, 3 * MIB);
     assert_eq!(res, Err(libc::EDQUOT), "fsync past the quota");
     assert_eq!(

@@ -317,9 +317,10 @@ impl Adapter {
     /// goes through the page cache as before (`FUSE_DIRECT_IO_ALLOW_MMAP`). Its appends go
     /// at the volume's end (`Vfs::append_at_end`), not at the kernel's size, which keeps no
     /// count of the other client's appends since the open. A mount still alone at its last
-    /// check of sessions (every 2 s) asks whether another process wrote the volume since
-    /// (`Vfs::others_wrote`: a second mount registering its session does): such an open
-    /// bypasses the cache too, rather than keep it until the check.
+    /// check of sessions (every 2 s) asks whether another client came since
+    /// (`Vfs::others_wrote`: a second mount registering its session writes the database,
+    /// and the session table then names it; a command without a session is no company):
+    /// such an open bypasses the cache too, rather than keep it until the check.
     fn bypasses_cache(&self, flags: i32) -> bool {
         self.cache.writeback
             && flags & libc::O_ACCMODE != libc::O_RDONLY

@@ -305,11 +305,19 @@ pub trait Engine: Send + Sync + 'static {
         false
     }
 
-    /// Whether another process may have written since this client was last found alone
-    /// (SQLite: the database's `data_version` moved; grouping then stops at once, as at a
-    /// write). `false` where the engine cannot tell, or has no reason to think so.
-    fn others_wrote(&self) -> bool {
-        false
+    /// Whether another process wrote since this client was last found alone (SQLite: the
+    /// database's `data_version` moved), and if so whether `company` (run in a read
+    /// transaction that sees that write) finds another client there: `None`, nobody wrote;
+    /// `Some(true)`, another client (grouping stops at once, as at a write); `Some(false)`,
+    /// a process without a session (`unkai quota set`, `config`, `fsck --repair`), whose
+    /// change of unknown extent the caller's caches must forget (grouping goes on from it).
+    /// `None` where the engine cannot tell.
+    fn others_wrote(
+        &self,
+        company: &mut dyn FnMut(&mut dyn Txn) -> TxResult<bool>,
+    ) -> Option<bool> {
+        let _ = company;
+        None
     }
 
     /// Commits the changes grouped so far (before deciding from committed state what to

@@ -871,8 +871,9 @@ pub trait Meta: Send + Sync {
 
     /// Whether, though last found alone, this client may have company since: another
     /// process wrote the volume's database (SQLite; a second mount registering its session
-    /// does), so the next check of sessions will likely say so. Asked before what only a
-    /// client alone may do (the kernel's writeback cache for a file opened for writing).
+    /// does) and the session table then shows another client (a command without a session,
+    /// such as `unkai quota set`, is not company). Asked before what only a client alone may
+    /// do (the kernel's writeback cache for a file opened for writing).
     fn others_wrote(&self) -> bool {
         false
     }

@@ -581,25 +581,44 @@ impl Engine for Sqlite {
         self.group.enabled()
     }
 
-    fn others_wrote(&self) -> bool {
-        if !self.group.enabled() {
-            // Stopped for another process's write, or not grouping (no version to compare).
-            return self.group.suspects_company();
+    fn others_wrote(
+        &self,
+        company: &mut dyn FnMut(&mut dyn Txn) -> TxResult<bool>,
+    ) -> Option<bool> {
+        if !self.group.enabled() && !self.group.suspects_company() {
+            // Not grouping: told this client is not alone, or a group was lost (or no
+            // version to compare with).
+            return None;
         }
-        let conn = self.writer.lock();
-        if self.group.suspects_company() {
-            return true; // a group began meanwhile and found the version moved
+        let mut conn = self.writer.lock();
+        if self.group.enabled() {
+            if !conn.is_autocommit() {
+                // A group is open: it checked the version when it began, and holds the
+                // database's write lock, so nobody has written since.
+                return None;
+            }
+            if data_version(&conn).is_some_and(|v| self.group.alone_since(v)) {
+                return None;
+            }
         }
-        if !self.group.enabled() || !conn.is_autocommit() {
-            // A group is open: it checked the version when it began, and holds the
-            // database's write lock, so nobody has written since.
-            return false;
+        // Another process wrote (now, or when a group began and stopped grouping): the
+        // version and the sessions, read in one snapshot, tell whose write it was.
+        let seen = (|| -> TxResult<(Option<i64>, bool)> {
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Deferred)?;
+            let v = data_version(&tx);
+            let others = company(&mut SqlTx(&tx))?;
+            tx.finish()?;
+            Ok((v, others))
+        })();
+        match seen {
+            Ok((Some(v), false)) if self.group.rebase(v) => Some(false),
+            // Told meanwhile that this client is not alone.
+            Ok((_, false)) => None,
+            _ => {
+                self.group.stop_for_company();
+                Some(true)
+            }
         }
-        if data_version(&conn).is_some_and(|v| self.group.alone_since(v)) {
-            return false;
-        }
-        self.group.stop_for_company();
-        true
     }
 
     fn commit_group(&self) -> Result<()> {

@@ -465,7 +465,7 @@ impl Vfs {
         Ok(self.meta.sync()?)
     }
 
-    /// Whether another process may have joined the volume since this client was last found
+    /// Whether another client may have joined the volume since this client was last found
     /// alone on it (see [`Meta::others_wrote`]).
     pub fn others_wrote(&self) -> bool {
         self.meta.others_wrote()

@@ -17,15 +17,10 @@ impl<E: Engine> EngineMeta<E> {
         if E::RECORDS_OPENS || self.opens.is_recorded() {
             return Ok(());
         }
-        let sid = self.sid();
-        let now = now_nanos();
-        let others = self.engine.read(|tx| tx.sessions())?;
-        if !others
-            .iter()
-            .any(|(id, info, hb)| *id != sid && !row_dead(info, *hb, now))
-        {
+        if !self.engine.read(|tx| self.company(tx))? {
             return Ok(());
         }
+        let sid = self.sid();
         let n = self.engine.write(&[], false, |tx| {
             // Inside the write transaction: a first open or last close that saw `recorded`
             // false has written nothing, and one that sees it true writes its row after this.
@@ -338,6 +333,29 @@ impl<E: Engine> EngineMeta<E> {
             return Ok(());
         }
         self.reclaim_closed(ino)
+    }
+
+    /// Whether another client's live session is in the volume (read in `tx`).
+    fn company(&self, tx: &mut dyn Txn) -> TxResult<bool> {
+        let (sid, now) = (self.sid(), now_nanos());
+        Ok(tx
+            .sessions()?
+            .iter()
+            .any(|(id, info, hb)| *id != sid && !row_dead(info, *hb, now)))
+    }
+
+    /// See [`Meta::others_wrote`]. A process without a session that wrote (`quota set`,
+    /// `fsck --repair`) is not company: this client stays alone, and forgets what its cache
+    /// held (that process's change is of unknown extent).
+    pub(super) fn others_wrote(&self) -> bool {
+        match self.engine.others_wrote(&mut |tx| self.company(tx)) {
+            None => false,
+            Some(false) => {
+                self.cache.clear();
+                false
+            }
+            Some(true) => true,
+        }
     }
 
     pub(super) fn set_alone(&self, alone: bool) {

@@ -491,7 +491,7 @@ impl<E: Engine> Meta for EngineMeta<E> {
     }
 
     fn others_wrote(&self) -> bool {
-        self.engine.others_wrote()
+        EngineMeta::others_wrote(self)
     }
 
     // The volume: its settings, quotas, usage (settings.rs).

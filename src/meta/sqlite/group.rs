@@ -83,18 +83,50 @@ impl Group {
     /// Turns grouping on or off (off: the caller commits the open group); `version`: the
     /// writer's `data_version` now, what later ones are compared with (see
     /// [`Group::alone_since`]).
+    /// Off also ends a suspicion ([`Group::stop_for_company`]): what this client was told
+    /// or saw is no longer a guess. The state changes under the version's lock, as
+    /// [`Group::rebase`]'s do.
     pub(super) fn enable(&self, on: bool, version: impl FnOnce() -> Option<i64>) {
         let on = on && self.thread.is_some();
-        if self.shared.enabled.swap(on, SeqCst) != on && on {
-            *self.shared.version.lock() = version();
+        if !on {
+            let _v = self.shared.version.lock();
+            self.shared.enabled.store(false, SeqCst);
+            self.shared.suspected.store(false, SeqCst);
+            return;
+        }
+        if self.shared.enabled.load(SeqCst) {
+            return;
+        }
+        // Read before the lock: `version` takes the writer's, which `rebase`'s callers hold
+        // while they take this one.
+        let v = version();
+        let mut ver = self.shared.version.lock();
+        if !self.shared.enabled.swap(true, SeqCst) {
+            *ver = v;
             self.shared.suspected.store(false, SeqCst);
         }
     }
 
     /// Stops grouping because another process wrote (the caller commits the open group).
     pub(super) fn stop_for_company(&self) {
-        self.enable(false, || None);
+        let _v = self.shared.version.lock();
+        self.shared.enabled.store(false, SeqCst);
         self.shared.suspected.store(true, SeqCst);
+    }
+
+    /// Goes on grouping from the writer's `data_version` `version`: another process wrote,
+    /// but no other client is there (a command without a session: `quota set`, `fsck`).
+    /// Not if grouping stopped meanwhile for a reason other than a suspicion (this client
+    /// was told it is not alone, or a group was lost): whether it goes on.
+    pub(super) fn rebase(&self, version: i64) -> bool {
+        let mut ver = self.shared.version.lock();
+        if !self.shared.enabled.load(SeqCst) && !self.shared.suspected.load(SeqCst) {
+            return false;
+        }
+        *ver = Some(version);
+        self.shared.suspected.store(false, SeqCst);
+        self.shared.enabled.store(true, SeqCst);
+        true
     }
 
     /// Whether no other connection has committed since grouping began, given the writer's

@@ -14,6 +14,7 @@ engine_tests!(
     slice_ids_are_reserved_until_the_session_ends,
     concurrent_clients_on_one_volume,
     the_engines_threads_leave_signals_to_the_process,
+    a_second_client_is_company_at_once_and_a_command_is_not,
 );
 
 // ---------------------------------------------------------------------------------------------
@@ -240,6 +241,46 @@ fn opens_before_another_client_joins_are_shared(e: Engine) {
         m1.close_inode(f.ino).unwrap();
         assert_errno(m2.getattr(f.ino), libc::ENOENT);
         assert!(dead_ids(&*m2).contains(&s));
+    }
+}
+
+/// A client alone asks, before what only a client alone may do (a mount's writeback cache
+/// for a file opened for writing), whether another client came since its last check of
+/// sessions (every 2 s): on SQLite a second client's registration is known at once (it
+/// writes the database). A command that writes without a session (`unkai quota set`,
+/// `fsck --repair`) is no company: the client stays alone, grouping goes on, and its cache
+/// forgets what the command may have changed. (PostgreSQL's clients learn of each other
+/// from their check of sessions only.)
+fn a_second_client_is_company_at_once_and_a_command_is_not(e: Engine) {
+    for b in backends(e) {
+        eprintln!("--- engine {}", b.name);
+        let place = (b.missing)();
+        (place.create)(&test_format("vol"), false).unwrap();
+        let m1 = (place.open)().unwrap();
+        m1.new_session(session_info("/mnt/one")).unwrap();
+        m1.set_alone(true);
+        mkfile(&*m1, ROOT_INO, "mine");
+        assert_errno(m1.lookup(&CTX, ROOT_INO, b"theirs"), libc::ENOENT);
+        assert!(!m1.others_wrote(), "nobody else wrote");
+        // A command: the volume opened without a session, writing.
+        let cmd = (place.open)().unwrap();
+        mkfile(&*cmd, ROOT_INO, "theirs");
+        drop(cmd);
+        assert!(!m1.others_wrote(), "a command is no company");
+        assert!(!m1.others_wrote(), "nor after it");
+        assert!(
+            m1.lookup(&CTX, ROOT_INO, b"theirs").is_ok(),
+            "its change is seen"
+        );
+        mkfile(&*m1, ROOT_INO, "mine-too");
+        let m2 = (place.open)().unwrap();
+        m2.new_session(session_info("/mnt/two")).unwrap();
+        assert_eq!(
+            m1.others_wrote(),
+            matches!(e, Engine::Sqlite),
+            "a second client registered"
+        );
+        assert!(m2.lookup(&CTX, ROOT_INO, b"mine-too").is_ok());
     }
 }
 
