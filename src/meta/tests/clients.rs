@@ -115,9 +115,8 @@ fn new_session_reclaims_dead_sessions(e: Engine) {
     }
 }
 
-/// Two clients (two sessions) of one fresh volume: (storage guard, first, second). The first
-/// registers before the second exists.
-fn two_clients(e: Engine) -> Vec<(Place, Arc<dyn Meta>, Arc<dyn Meta>)> {
+/// One client (a session at /mnt/one) of a fresh volume per backend: (storage, client).
+fn one_client(e: Engine) -> Vec<(Place, Arc<dyn Meta>)> {
     let mut out = Vec::new();
     for b in backends(e) {
         eprintln!("--- engine {}", b.name);
@@ -125,11 +124,28 @@ fn two_clients(e: Engine) -> Vec<(Place, Arc<dyn Meta>, Arc<dyn Meta>)> {
         (place.create)(&test_format("vol"), false).unwrap();
         let m1 = (place.open)().unwrap();
         m1.new_session(session_info("/mnt/one")).unwrap();
-        let m2 = (place.open)().unwrap();
-        m2.new_session(session_info("/mnt/two")).unwrap();
-        out.push((place, m1, m2));
+        out.push((place, m1));
     }
     out
+}
+
+/// A second client of `place` (a session at /mnt/two).
+fn second_client(place: &Place) -> Arc<dyn Meta> {
+    let m2 = (place.open)().unwrap();
+    m2.new_session(session_info("/mnt/two")).unwrap();
+    m2
+}
+
+/// Two clients (two sessions) of one fresh volume: (storage guard, first, second). The first
+/// registers before the second exists.
+fn two_clients(e: Engine) -> Vec<(Place, Arc<dyn Meta>, Arc<dyn Meta>)> {
+    one_client(e)
+        .into_iter()
+        .map(|(place, m1)| {
+            let m2 = second_client(&place);
+            (place, m1, m2)
+        })
+        .collect()
 }
 
 fn open_in_one_client_survives_unlink_in_another(e: Engine) {
@@ -218,17 +234,11 @@ fn open_in_one_client_survives_rename_over_in_another(e: Engine) {
 /// Files a client opened while it was alone on the volume are protected too, once it has
 /// noticed the other client (SQLite records opens only from then on).
 fn opens_before_another_client_joins_are_shared(e: Engine) {
-    for b in backends(e) {
-        eprintln!("--- engine {}", b.name);
-        let place = (b.missing)();
-        (place.create)(&test_format("vol"), false).unwrap();
-        let m1 = (place.open)().unwrap();
-        m1.new_session(session_info("/mnt/one")).unwrap();
+    for (place, m1) in one_client(e) {
         let f = mkfile(&*m1, ROOT_INO, "f");
         let s = write(&*m1, f.ino, 0, 4096);
         m1.open_inode(f.ino).unwrap();
-        let m2 = (place.open)().unwrap();
-        m2.new_session(session_info("/mnt/two")).unwrap();
+        let m2 = second_client(&place);
         // What the mount's background thread does every tick.
         m1.watch_sessions().unwrap();
         m2.unlink(&CTX, ROOT_INO, b"f").unwrap();
@@ -252,12 +262,7 @@ fn opens_before_another_client_joins_are_shared(e: Engine) {
 /// forgets what the command may have changed. (PostgreSQL's clients learn of each other
 /// from their check of sessions only.)
 fn a_second_client_is_company_at_once_and_a_command_is_not(e: Engine) {
-    for b in backends(e) {
-        eprintln!("--- engine {}", b.name);
-        let place = (b.missing)();
-        (place.create)(&test_format("vol"), false).unwrap();
-        let m1 = (place.open)().unwrap();
-        m1.new_session(session_info("/mnt/one")).unwrap();
+    for (place, m1) in one_client(e) {
         m1.set_alone(true);
         mkfile(&*m1, ROOT_INO, "mine");
         assert_errno(m1.lookup(&CTX, ROOT_INO, b"theirs"), libc::ENOENT);
@@ -273,14 +278,12 @@ fn a_second_client_is_company_at_once_and_a_command_is_not(e: Engine) {
             "its change is seen"
         );
         mkfile(&*m1, ROOT_INO, "mine-too");
-        let m2 = (place.open)().unwrap();
-        m2.new_session(session_info("/mnt/two")).unwrap();
+        let _m2 = second_client(&place);
         assert_eq!(
             m1.others_wrote(),
             matches!(e, Engine::Sqlite),
             "a second client registered"
         );
-        assert!(m2.lookup(&CTX, ROOT_INO, b"mine-too").is_ok());
     }
 }
 
