@@ -83,6 +83,7 @@ impl Group {
     /// Turns grouping on or off (off: the caller commits the open group); `version`: the
     /// writer's `data_version` now, what later ones are compared with (see
     /// [`Group::alone_since`]).
+    ///
     /// Off also ends a suspicion ([`Group::stop_for_company`]): what this client was told
     /// or saw is no longer a guess. The state changes under the version's lock, as
     /// [`Group::rebase`]'s do.
