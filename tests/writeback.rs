@@ -357,3 +357,43 @@ fn a_mount_no_longer_alone_writes_back_only_its_own_bytes() {
         String::from_utf8_lossy(&got[got.len().saturating_sub(4)..])
     );
 }
+
+/// The kernel may hold as much of a mount's written pages as unkai's write buffers
+/// (`--buffer-size`, 256 MiB by default; at most half the machine's dirty threshold) before it
+/// makes the writer wait (`fuse::allow_dirty`): its own share for a FUSE mount, 1% of that
+/// threshold, is a few MiB on a machine of a few GiB, and halved a sequential write there.
+#[test]
+fn the_kernel_may_hold_as_much_of_a_mounts_written_pages_as_its_write_buffers() {
+    for (args, want) in [
+        (&[][..], 256u64 << 20),
+        (&["--buffer-size", "96M"][..], 96 << 20),
+    ] {
+        let vol = Volume::new();
+        let m = vol.mount_with(args);
+        let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
+        let p = m.path.to_string_lossy().replace(' ', "\\040");
+        let dev = info
+            .lines()
+            .rfind(|l| l.split(' ').nth(4) == Some(p.as_str()))
+            .and_then(|l| l.split(' ').nth(2))
+            .expect("the mount's line")
+            .to_string();
+        let read = |name: &str| -> u64 {
+            let knob = format!("/sys/class/bdi/{dev}/{name}");
+            let text = fs::read_to_string(&knob)
+                .unwrap_or_else(|e| panic!("{knob}: {e} (a kernel of 6.2 or later has it)"));
+            text.trim().parse().unwrap()
+        };
+        let (bytes, fine) = (read("max_bytes"), read("max_ratio_fine"));
+        // The share in millionths of the machine's threshold, and in bytes.
+        let threshold = bytes * 1_000_000 / fine;
+        let expected = want.min(threshold / 2);
+        // Kept by the kernel as a share of a threshold that moves with free memory.
+        assert!(
+            bytes >= expected / 100 * 98,
+            "{args:?}: {bytes} bytes allowed ({fine} millionths of {threshold}), not {expected}"
+        );
+        fs::write(m.p("f"), pattern(1 << 20, 3)).unwrap();
+        assert!(fs::read(m.p("f")).unwrap() == pattern(1 << 20, 3));
+    }
+}

@@ -43,6 +43,9 @@ pub struct MountOptions {
     pub flags: MountFlags,
     /// SELinux's labels (`context=...`), passed to the kernel as they are.
     pub labels: Vec<String>,
+    /// Bytes of written pages the kernel may hold for the mount (its writeback cache) before
+    /// it makes a writer wait, at most half the machine's dirty threshold ([`allow_dirty`]).
+    pub dirty_allowance: u64,
 }
 
 /// When reads move access times: the mount's flag, which `vfs` applies (see `vfs::atime`).
@@ -266,6 +269,49 @@ impl MountFlags {
     }
 }
 
+/// Lets the kernel hold up to `want` bytes of this mount's written pages (at most half the
+/// machine's dirty threshold) before it makes the writer wait for unkai. The kernel gives a
+/// FUSE mount 1% of that threshold (`/sys/class/bdi/DEV/max_ratio`, with `strict_limit`): a
+/// few MiB on a machine of a few GiB, where a writer then waited for every few MiB to reach
+/// unkai (a sequential write at half its speed), and random writes were sent on long before
+/// they would have gathered (docs/benchmarks.md, 2026-12-01, sixth). Only raised, never
+/// lowered (an administrator's larger setting stays); as root, on kernels with `max_bytes`
+/// (6.2 and later); otherwise nothing changes (said in the debug log).
+fn allow_dirty(mountpoint: &Path, want: u64) {
+    let Some(m) = mounts::table()
+        .into_iter()
+        .rev()
+        .find(|m| m.mountpoint == mountpoint)
+    else {
+        return;
+    };
+    let bdi = Path::new("/sys/class/bdi").join(&m.dev);
+    let read = |name: &str| {
+        std::fs::read_to_string(bdi.join(name))
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+    };
+    // The share in millionths (1% = 10,000) and in bytes give the machine's threshold.
+    let (Some(bytes), Some(fine)) = (read("max_bytes"), read("max_ratio_fine")) else {
+        tracing::debug!("{}: no max_bytes (kernel before 6.2)", bdi.display());
+        return;
+    };
+    let threshold = bytes.saturating_mul(1_000_000) / fine.max(1);
+    let target = want.min(threshold / 2);
+    if bytes >= target {
+        return;
+    }
+    match std::fs::write(bdi.join("max_bytes"), target.to_string()) {
+        Ok(()) => tracing::debug!(
+            "{}: the mount's written pages held at most raised from {} to {} MiB",
+            bdi.display(),
+            bytes >> 20,
+            target >> 20
+        ),
+        Err(e) => tracing::debug!("{}: max_bytes not raised: {e}", bdi.display()),
+    }
+}
+
 /// Mounts `export` (its root: the volume's, or `--subdir`'s) at `mountpoint`. The mount is
 /// ready (the kernel handshake done) on return; call `run()` on the session to serve
 /// requests until unmounted. Its requests are counted and logged by the export.
@@ -299,7 +345,11 @@ pub fn mount(
     cfg.clone_fd = true;
     let inodes = Inodes::at(export.root());
     let adapter = Adapter::new(export, opts.cache.clone(), opts.coherence.clone(), inodes);
+    // Resolved before the mount: after it, resolving the path asks the mount itself, which
+    // does not answer until served.
+    let resolved = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into());
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
+    allow_dirty(&resolved, opts.dirty_allowance);
     let later = opts.flags.set_after(nix::unistd::geteuid().is_root());
     if !later.is_empty() {
         // Only a remount of the mount itself can set them (as root); on failure the

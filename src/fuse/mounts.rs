@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 /// One line of /proc/self/mountinfo.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountEntry {
+    /// The file system's device, `MAJOR:MINOR` (a FUSE mount's names its writeback state in
+    /// `/sys/class/bdi`).
+    pub dev: String,
     pub mountpoint: PathBuf,
     pub fstype: String,
     pub source: String,
@@ -42,13 +45,15 @@ pub fn parse_mountinfo(text: &str) -> Vec<MountEntry> {
         .filter_map(|line| {
             let (left, right) = line.split_once(" - ")?;
             let mut l = left.split(' ');
-            let mp = l.nth(4)?;
+            let dev = l.nth(2)?.to_string();
+            let mp = l.nth(1)?;
             let options = l.next().unwrap_or_default();
             let mut r = right.split(' ');
             let fstype = r.next()?.to_string();
             let source = r.next().unwrap_or_default().to_string();
             let super_options = r.next().unwrap_or_default();
             Some(MountEntry {
+                dev,
                 mountpoint: PathBuf::from(unescape(mp)),
                 fstype,
                 source,
@@ -129,6 +134,7 @@ mod tests {
         let m = parse_mountinfo(t);
         assert_eq!(m.len(), 2);
         assert_eq!(m[0].mountpoint, PathBuf::from("/mnt/with space"));
+        assert_eq!((m[0].dev.as_str(), m[1].dev.as_str()), ("98:0", "8:1"));
         assert!(is_unkai(&m[0]));
         assert_eq!(m[0].super_options, ["rw", "user_id=0"]);
         assert!(!is_unkai(&m[1]));

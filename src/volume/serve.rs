@@ -338,6 +338,8 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         volume: fmt.name.clone(),
         cache,
         coherence,
+        // As much as unkai's own write buffers hold.
+        dirty_allowance: cfg.store.budgets().1 as u64,
     };
     let mountpoint = &cfg.mountpoint;
     let mut session = match fuse::mount(client.export().clone(), mountpoint, &opts) {
