@@ -35,15 +35,21 @@ fn write_unmount_remount_compare() {
 
 #[test]
 fn data_is_objects_and_deletion_removes_them() {
+    // In a process of its own: a parallel test's child inheriting the file's descriptor
+    // commits its head early at its exit (a FLUSH); a small rest can then be packed and
+    // staged, in no object yet when they are listed (the full suite caught the last 144 KiB
+    // missing so).
+    if common::in_own_process("data_is_objects_and_deletion_removes_them") {
+        return;
+    }
     let vol = Volume::new();
     let m = vol.mount();
     assert!(vol.objects().is_empty());
     let data = pattern(10 << 20, 2);
     std::fs::write(m.p("f"), &data).unwrap();
     let objs = vol.objects();
-    // 10 MiB in 4 MiB blocks: at least 3 objects (more if a close of a descriptor a
-    // parallel test's child inherited committed part of the file early, making 2 slices).
-    // Each holds its block's bytes (the length its key names), then one CRC32C per 4 KiB.
+    // 10 MiB in 4 MiB blocks: at least 3 objects (more if the kernel's writeback cache sent
+    // the file in parts, making 2 slices). Each holds its block's bytes (the length its key names), then one CRC32C per 4 KiB.
     assert!(objs.len() >= 3, "{objs:?}");
     // Key file names: <slice id>_<block index>_<length>.
     let block = |p: &std::path::PathBuf| -> (u64, u32, usize) {
