@@ -2,10 +2,11 @@
 //!
 //! The metadata engine reports what other clients changed ([`Change`], PostgreSQL volumes);
 //! each change becomes a FUSE notification: `inval_inode` drops the kernel's attributes of an
-//! inode (and its pages, if its contents changed), `inval_entry` a cached name. Called on the
-//! engine's listening thread, never inside a request: the kernel may make a notification wait
-//! for a request in progress on the same inode or directory, which our request threads finish
-//! without waiting for this thread.
+//! inode (and its pages, if its contents changed), `inval_entry` a cached name. The same sink
+//! takes this client's own changes made outside any request (the antivirus scanner's moves
+//! to quarantine). Called on the engine's listening thread or the scanner's, never inside a
+//! request: the kernel may make a notification wait for a request in progress on the same
+//! inode or directory, which our request threads finish without waiting for these threads.
 //!
 //! While changes flow, the kernel may cache for long; when they stop (connection lost), the
 //! adapter hands out short TTLs until they flow again ([`Coherence::pushed`]). On a volume of

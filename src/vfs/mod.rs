@@ -270,12 +270,14 @@ impl Vfs {
     }
 
     /// Scans what is written from now on with `scanner` (see [`scan`]); `events` gets a line
-    /// for each infected file or file not scanned.
+    /// for each infected file or file not scanned, `changed` each entry and inode the
+    /// scanner changes (a file moved to quarantine) for the front end's caches.
     pub fn scan_with(
         &self,
         scanner: Arc<dyn scan::Scanner>,
         policy: scan::FailPolicy,
         events: scan::Events,
+        changed: Option<meta::ChangeSink>,
     ) {
         *self.scanning.lock() = Some(scan::Scanning::start(
             self.meta.clone(),
@@ -283,6 +285,7 @@ impl Vfs {
             scanner,
             policy,
             events,
+            changed,
         ));
     }
 

@@ -5,6 +5,8 @@
 //! `/.quarantine` at the volume's root; the event goes to the log and to the front end's
 //! event sink (the FUSE mount's access log). When the scanner cannot answer, the policy
 //! decides ([`FailPolicy`]) and the file is scanned again later, with a growing delay.
+//! What the move changes is told to the front end ([`ChangeSink`]: a mount's kernel would
+//! otherwise show the file under its old name for as long as it caches names).
 //!
 //! Until its verdict, a file just closed reads as usual (as clamd's own on-access scanning
 //! in notify mode); files queued when the client stops are not scanned by it (the next
@@ -22,7 +24,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex};
 
 use crate::data::DataStore;
-use crate::meta::{Ctx, Ino, Kind, Meta, ROOT_INO, RenameFlags, flags};
+use crate::meta::{Change, ChangeSink, Ctx, Ino, Kind, Meta, ROOT_INO, RenameFlags, flags};
 
 /// Where infected files go, at the volume's root.
 pub const QUARANTINE_DIR: &[u8] = b".quarantine";
@@ -94,6 +96,8 @@ struct Shared {
     scanner: Arc<dyn Scanner>,
     policy: FailPolicy,
     events: Events,
+    /// Told of each entry and inode a move to quarantine changes.
+    changed: Option<ChangeSink>,
     /// Whether the scanner's last attempt failed (its failures are warned about once).
     down: Mutex<bool>,
 }
@@ -113,6 +117,7 @@ impl Scanning {
         scanner: Arc<dyn Scanner>,
         policy: FailPolicy,
         events: Events,
+        changed: Option<ChangeSink>,
     ) -> Scanning {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue::default()),
@@ -122,6 +127,7 @@ impl Scanning {
             scanner,
             policy,
             events,
+            changed,
             down: Mutex::new(false),
         });
         let worker = shared.clone();
@@ -311,6 +317,12 @@ impl Shared {
         }
     }
 
+    fn changed(&self, c: Change) {
+        if let Some(f) = &self.changed {
+            f(c);
+        }
+    }
+
     fn retry(&self, ino: Ino, delay: Duration) {
         let delay = (delay * 2).clamp(FIRST_RETRY, MAX_RETRY);
         self.queue(ino, Instant::now() + delay, delay);
@@ -364,7 +376,17 @@ impl Shared {
                     .meta
                     .mknod(&root, ROOT_INO, QUARANTINE_DIR, Kind::Dir, 0o700, 0, None)
                 {
-                    Ok(a) => a.ino,
+                    Ok(a) => {
+                        self.changed(Change::Entry {
+                            parent: ROOT_INO,
+                            name: QUARANTINE_DIR.to_vec(),
+                        });
+                        self.changed(Change::Inode {
+                            ino: ROOT_INO,
+                            data: false,
+                        });
+                        a.ino
+                    }
                     Err(e) if e.errno() == libc::EEXIST => {
                         self.meta.lookup(&root, ROOT_INO, QUARANTINE_DIR)?.ino
                     }
@@ -398,7 +420,20 @@ impl Shared {
                     ..Default::default()
                 },
             ) {
-                Ok(_) => return Ok(Some(new)),
+                Ok(_) => {
+                    self.changed(Change::Entry {
+                        parent: *parent,
+                        name: name.clone(),
+                    });
+                    self.changed(Change::Entry {
+                        parent: dir,
+                        name: new.clone(),
+                    });
+                    for ino in [ino, *parent, dir] {
+                        self.changed(Change::Inode { ino, data: false });
+                    }
+                    return Ok(Some(new));
+                }
                 Err(e) if e.errno() == libc::EEXIST && n < 100 => continue,
                 Err(e) => return Err(e),
             }

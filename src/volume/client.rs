@@ -20,7 +20,7 @@ use super::open::{self, ScanConfig, StoreConfig};
 use crate::admin::backup::{Backups, Schedule};
 use crate::data::DataStore;
 use crate::data::peers::Group;
-use crate::meta::{Ino, Meta, PeerInfo, SessionInfo};
+use crate::meta::{ChangeSink, Ino, Meta, PeerInfo, SessionInfo};
 use crate::vfs::export::{AccessLog, Export, Proto};
 use crate::vfs::{self, Vfs};
 
@@ -74,6 +74,10 @@ pub struct Setup {
     pub vfs: vfs::Config,
     /// Told, every [`ALONE_CHECK`], whether this client is alone on a one-machine volume.
     pub on_alone: Option<Box<dyn Fn(bool) + Send>>,
+    /// Told of the changes this client makes by itself, outside any request (the antivirus
+    /// scanner moving a file to quarantine), so that the front end's caches drop what they
+    /// held of them (a mount's kernel caches names for up to 30 s).
+    pub on_change: Option<ChangeSink>,
 }
 
 /// A client of a volume, serving it until [`Client::close`].
@@ -148,7 +152,7 @@ impl Client {
                     ex.log().scan_event(line)
                 }
             });
-            if let Err(e) = open::start_scanning(&vfs, scan, events) {
+            if let Err(e) = open::start_scanning(&vfs, scan, events, setup.on_change) {
                 let _ = vfs.shutdown();
                 return Err(e);
             }

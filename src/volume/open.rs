@@ -244,12 +244,13 @@ pub struct ScanConfig {
 }
 
 /// Starts scanning what `vfs` writes as `cfg` says; `events` gets the infected files and
-/// those not scanned. A scanner that does not answer now is warned about (files are then
+/// those not scanned, `changed` the scanner's own changes of the namespace (None: nobody). A scanner that does not answer now is warned about (files are then
 /// handled as `--scan-fail` says until it does).
 pub fn start_scanning(
     vfs: &crate::vfs::Vfs,
     cfg: &ScanConfig,
     events: crate::vfs::scan::Events,
+    changed: Option<crate::meta::ChangeSink>,
 ) -> anyhow::Result<()> {
     use crate::vfs::scan::{FailPolicy, Scanner, clamd::Clamd};
     let clamd = Clamd::new(&cfg.url).map_err(anyhow::Error::msg)?;
@@ -276,6 +277,6 @@ pub fn start_scanning(
             }
         ),
     }
-    vfs.scan_with(Arc::new(clamd), cfg.fail, events);
+    vfs.scan_with(Arc::new(clamd), cfg.fail, events, changed);
     Ok(())
 }

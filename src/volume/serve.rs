@@ -303,6 +303,8 @@ pub fn serve(meta: Arc<dyn Meta>, cfg: &MountConfig, ready: impl FnOnce()) -> an
         let coherence = coherence.clone();
         Ok(Setup {
             vfs,
+            // The scanner's moves to quarantine, out of the kernel's caches.
+            on_change: Some(coherence.sink()),
             on_alone: Some(Box::new(move |alone| {
                 if coherence.set_alone(alone) {
                     let ttls = match (follow, alone) {
