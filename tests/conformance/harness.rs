@@ -441,7 +441,7 @@ pub fn gone(p: impl AsRef<Path>, what: impl Display) {
 
 fn settle() {
     if COARSE_LOCAL.load(std::sync::atomic::Ordering::Relaxed) {
-        std::thread::sleep(Duration::from_millis(12));
+        tick();
     }
 }
 
@@ -468,9 +468,26 @@ pub fn lst(p: impl AsRef<Path>) -> St {
 }
 
 /// Lets the clock move on before an operation whose new timestamps are compared with
-/// timestamps taken earlier (a coarse clock tick on the reference file system).
+/// timestamps taken earlier: waits until the kernel's coarse clock, the one coarse
+/// timestamps come from (the kernel's `current_time`, and unkai's under the writeback
+/// cache), is past the precise time at the call, so that whatever is stamped from now on is
+/// later than anything stamped before (the coarse clock moves every 1/HZ s, 4 ms at HZ=250,
+/// and can lag further on an idle machine: waiting for it to change is not enough).
 pub fn tick() {
-    std::thread::sleep(Duration::from_millis(15));
+    let read = |clock| {
+        let mut t = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `t` is a valid timespec to write to.
+        let r = unsafe { libc::clock_gettime(clock, &mut t) };
+        assert_eq!(r, 0, "clock_gettime({clock})");
+        (t.tv_sec, t.tv_nsec)
+    };
+    let start = read(libc::CLOCK_REALTIME);
+    while read(libc::CLOCK_REALTIME_COARSE) <= start {
+        std::thread::sleep(Duration::from_micros(500));
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
