@@ -84,17 +84,22 @@ impl Atimes {
         }
     }
 
-    /// Takes the access times to store.
-    pub fn take(&self) -> Vec<(Ino, Nanos)> {
-        self.pending.lock().drain().collect()
+    /// The access times to store. They stay here, shown and counted by relatime, until
+    /// [`Atimes::stored`] says the engine has them: taken out before, a read while they were
+    /// being stored found them neither here nor in the engine and moved the time again (a
+    /// full suite caught relatime moving it twice, one tick apart).
+    pub fn to_store(&self) -> Vec<(Ino, Nanos)> {
+        self.pending.lock().iter().map(|(&i, &t)| (i, t)).collect()
     }
 
-    /// Puts back times whose storing failed (a newer one read meanwhile wins).
-    pub fn put_back(&self, times: Vec<(Ino, Nanos)>) {
+    /// Forgets the times the engine now has (`times`, from [`Atimes::to_store`]); one a read
+    /// moved further meanwhile stays, for the next round.
+    pub fn stored(&self, times: &[(Ino, Nanos)]) {
         let mut pending = self.pending.lock();
         for (ino, t) in times {
-            let e = pending.entry(ino).or_insert(t);
-            *e = (*e).max(t);
+            if pending.get(ino) == Some(t) {
+                pending.remove(ino);
+            }
         }
     }
 }
@@ -103,6 +108,13 @@ impl Atimes {
 mod tests {
     use super::*;
     use crate::meta::Kind;
+
+    /// What a round of the background thread stores, stored.
+    fn store(t: &Atimes) -> Vec<(Ino, Nanos)> {
+        let times = t.to_store();
+        t.stored(&times);
+        times
+    }
 
     fn file(atime: Nanos, mtime: Nanos) -> Attr {
         Attr {
@@ -128,13 +140,13 @@ mod tests {
         let t = Atimes::new(Atime::Relative);
         // Read after a change: moves (one nanosecond after the read, see `read`).
         t.read(&file(100, 200), 1_000);
-        assert_eq!(t.take(), vec![(7, 1_001)]);
+        assert_eq!(store(&t), vec![(7, 1_001)]);
         // Read again soon after: stays (the stored atime is now after the change).
         t.read(&file(1_001, 200), 2_000);
-        assert!(t.take().is_empty());
+        assert!(store(&t).is_empty());
         // A day later: moves.
         t.read(&file(1_001, 200), 1_001 + DAY);
-        assert_eq!(t.take(), vec![(7, 1_002 + DAY)]);
+        assert_eq!(store(&t), vec![(7, 1_002 + DAY)]);
     }
 
     #[test]
@@ -159,6 +171,28 @@ mod tests {
     }
 
     #[test]
+    fn a_read_while_the_time_is_being_stored_does_not_move_it_again() {
+        let t = Atimes::new(Atime::Relative);
+        t.read(&file(100, 200), 1_000);
+        let storing = t.to_store();
+        assert_eq!(storing, vec![(7, 1_001)]);
+        // The engine does not have it yet: a read sees the old time there, and this one.
+        t.read(&file(100, 200), 5_000);
+        let mut a = file(100, 200);
+        t.overlay(&mut a);
+        assert_eq!(a.atime, 1_001, "relatime moved it twice");
+        t.stored(&storing);
+        assert!(t.to_store().is_empty());
+        // A time a read moves further while an older one is being stored stays to be stored.
+        t.read(&file(1_001, 7_000), 8_000);
+        let storing = t.to_store();
+        assert_eq!(storing, vec![(7, 8_001)]);
+        t.read(&file(1_001, 9_000), 10_000);
+        t.stored(&storing);
+        assert_eq!(t.to_store(), vec![(7, 10_001)]);
+    }
+
+    #[test]
     fn strictatime_moves_on_every_read_and_noatime_never() {
         let s = Atimes::new(Atime::Strict);
         s.read(&file(1_000, 200), 2_000);
@@ -166,9 +200,9 @@ mod tests {
         let mut a = file(1_000, 200);
         s.overlay(&mut a);
         assert_eq!(a.atime, 3_000);
-        assert_eq!(s.take(), vec![(7, 3_000)]);
+        assert_eq!(store(&s), vec![(7, 3_000)]);
         let n = Atimes::new(Atime::Never);
         n.read(&file(100, 200), 1_000);
-        assert!(n.take().is_empty());
+        assert!(store(&n).is_empty());
     }
 }

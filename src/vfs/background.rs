@@ -265,13 +265,13 @@ fn make_room(meta: &dyn Meta, store: &DataStore, early: &mut Early) {
 /// Stores the access times reads moved, in one transaction (kept for the next round if
 /// that fails).
 pub fn store_atimes(meta: &dyn Meta, atimes: &Atimes) {
-    let times = atimes.take();
+    let times = atimes.to_store();
     if times.is_empty() {
         return;
     }
-    if let Err(e) = meta.set_atimes(&times) {
-        tracing::warn!("storing access times: {e}");
-        atimes.put_back(times);
+    match meta.set_atimes(&times) {
+        Ok(()) => atimes.stored(&times),
+        Err(e) => tracing::warn!("storing access times: {e}"),
     }
 }
 
