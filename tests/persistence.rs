@@ -49,7 +49,8 @@ fn data_is_objects_and_deletion_removes_them() {
     std::fs::write(m.p("f"), &data).unwrap();
     let objs = vol.objects();
     // 10 MiB in 4 MiB blocks: at least 3 objects (more if the kernel's writeback cache sent
-    // the file in parts, making 2 slices). Each holds its block's bytes (the length its key names), then one CRC32C per 4 KiB.
+    // the file in parts, making 2 slices). Each holds its block's bytes (the length its key
+    // names), then one CRC32C per 4 KiB.
     assert!(objs.len() >= 3, "{objs:?}");
     // Key file names: <slice id>_<block index>_<length>.
     let block = |p: &std::path::PathBuf| -> (u64, u32, usize) {

@@ -244,8 +244,9 @@ pub struct ScanConfig {
 }
 
 /// Starts scanning what `vfs` writes as `cfg` says; `events` gets the infected files and
-/// those not scanned, `changed` the scanner's own changes of the namespace (None: nobody). A scanner that does not answer now is warned about (files are then
-/// handled as `--scan-fail` says until it does).
+/// those not scanned, `changed` the scanner's own changes of the namespace (None: nobody).
+/// A scanner that does not answer now is warned about (files are then handled as
+/// `--scan-fail` says until it does).
 pub fn start_scanning(
     vfs: &crate::vfs::Vfs,
     cfg: &ScanConfig,
