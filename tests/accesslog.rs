@@ -2,9 +2,9 @@
 //! of a scripted sequence exactly (operation, inodes and names, result), with the process
 //! that made it; `--access-log FILE` writes the same lines; `unkai profile` summarises both.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use std::fs::{self, File};
 use std::io::{BufRead, BufReader, Write};
 use std::sync::mpsc;

@@ -4,9 +4,7 @@
 //! read the file in between missed them (`mkdir /mnt/v/q && unkai quota set --path /q ...`
 //! said "no such directory"). Each check runs many times, to meet that window.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::path::Path;
 

@@ -3,12 +3,10 @@
 //! on both, then the modes, owners, ACLs (getfacl) and what other users may do must agree.
 //! Run as root (the unprivileged users are 65534, 65533 and 1000).
 
-mod common;
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// A tmpfs mounted in a temporary directory (unmounted on drop): Linux's own ACL rules.
 struct Tmpfs {

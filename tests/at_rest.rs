@@ -5,9 +5,7 @@
 //! the metadata database or the local cache), refuse to mount without the right passphrase or
 //! key file in one line, and read a tampered object as EIO.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};

@@ -2,13 +2,11 @@
 //! strictatime), stored lazily (in groups, by the background thread and at unmount) and kept
 //! across a remount.
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::*;
+use crate::common::*;
 
 const DAY: i64 = 86_400;
 

@@ -11,10 +11,10 @@
 //! missing container (Azure); bad S3 credentials fail at once with one line; hashed key
 //! prefixes; volumes sharing one bucket.
 
-mod common;
+use crate::common;
 
-use common::rng::XorShift;
-use common::*;
+use crate::common::rng::XorShift;
+use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};

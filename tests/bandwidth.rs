@@ -3,9 +3,7 @@
 //! each way of giving a flag (`-o` as fstab does, the environment), and bad values are one-line
 //! errors. Only lower bounds on time are asserted (a loaded machine only makes them longer).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::io::Write;
 use std::time::{Duration, Instant};

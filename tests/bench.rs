@@ -1,9 +1,7 @@
 //! `unkai bench` against a real mount and a plain directory: the table compares both, the
 //! JSON holds every figure, nothing is left behind, and bad directories are one-line errors.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::path::Path;
 

@@ -4,9 +4,7 @@
 //! disappears under a mount leaves applications working, and random reads fetch little more
 //! than they read.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::path::{Path, PathBuf};
 

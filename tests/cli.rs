@@ -1,9 +1,9 @@
 //! The command line as a user meets it: one-line errors for bad input (and nothing changed),
 //! `status`, background mounts, the default volume, `umount` of a busy mount, SIGTERM, help.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use std::fs::{self, File};
 use std::io::Write;
 use std::os::unix::fs::FileExt;

@@ -2,12 +2,10 @@
 //! makes them) never holds up the programs or the unmount: it used to keep the client busy
 //! for minutes, past unmount and SIGTERM.
 
-mod common;
-
 use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 const CHUNK: u64 = 64 << 20;
 const WRITES: usize = 30_000;

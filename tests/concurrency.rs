@@ -2,10 +2,8 @@
 //! creates and unlinks racing in one directory. Every result is checked against what each
 //! thread wrote.
 
-mod common;
-
-use common::rng::XorShift;
-use common::*;
+use crate::common::rng::XorShift;
+use crate::common::*;
 use std::collections::BTreeSet;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};

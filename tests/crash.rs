@@ -18,10 +18,8 @@
 //!   SEQ <path> <seed> <len>    the first <len> bytes of the stream <seed> are fsynced
 //!   BAD <message>              the writer read back something it did not write
 
-mod common;
-
-use common::rng::noise;
-use common::{Mount, Volume, tail};
+use crate::common::rng::noise;
+use crate::common::{Mount, Volume, tail};
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -553,7 +551,12 @@ impl Writer {
         let logf = File::create(&log).unwrap();
         let prior: Vec<String> = prior.iter().map(|p| p.display().to_string()).collect();
         let child = Command::new(std::env::current_exe().unwrap())
-            .args(["writer_child", "--exact", "--nocapture", "--test-threads=1"])
+            .args([
+                "crash::writer_child",
+                "--exact",
+                "--nocapture",
+                "--test-threads=1",
+            ])
             .env(WRITER_ENV, mode)
             .env("UNKAI_CRASH_MOUNT", &m.path)
             .env("UNKAI_CRASH_JOURNAL", journal)

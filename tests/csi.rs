@@ -5,9 +5,7 @@
 //! the capacity (NodeGetVolumeStats, ControllerExpandVolume); the secrets never reach the
 //! driver's log; the socket is its owner's only.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};

@@ -3,9 +3,7 @@
 //! and the stress programs of the issue (random async direct writes then verified, a file
 //! written through mmap and verified) finish with every byte right.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs::{File, OpenOptions};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::{FileExt, OpenOptionsExt};

@@ -4,7 +4,7 @@
 //! xattrs and ACLs, devices and fifos, and the trash. `mount --backup-meta` puts such dumps in
 //! the bucket, where gc leaves them and destroy removes them, and `load` restores one.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::xattr::{lgetxattr_sized, llistxattr_sized, split_names};
-use common::{Mount, Volume, cpath, eventually, pattern, postgres, run, run_env, unkai};
+use crate::common::xattr::{lgetxattr_sized, llistxattr_sized, split_names};
+use crate::common::{Mount, Volume, cpath, eventually, pattern, postgres, run, run_env, unkai};
 
 /// Every mount of these tests: reads must not move access times, which are compared.
 const MOUNT: &[&str] = &["-o", "noatime"];

@@ -1,9 +1,7 @@
 //! The embedded engine under concurrency from several processes: no operation ever fails
 //! with "database is locked", and a file open in one mount survives an unlink in another.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -1,9 +1,7 @@
 //! A full local disk: ENOSPC reaches the application, nothing half-written is committed, and
 //! the volume stays consistent.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::Write;
 
 #[test]

@@ -7,9 +7,7 @@
 //! lost, what was in flight is whole or absent (never half there, never a wrong byte), and
 //! fsck is clean. Skipped, saying so, unless UNKAI_TEST_POSTGRES=local.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::io::Write;
 use std::path::Path;

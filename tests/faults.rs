@@ -21,9 +21,7 @@
 //! exhausted budget is possible but rare (≈0.5% of runs). Such a failure shows in the mount
 //! log as "failed after 6 attempts".
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs::{self, File, OpenOptions};

@@ -1,9 +1,7 @@
 //! fsck finds exactly the corruption put into a volume, repairs what is safe, and gc deletes
 //! leaked objects.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn db(vol: &Volume) -> rusqlite::Connection {
     rusqlite::Connection::open(vol.dir.path().join("meta.db")).unwrap()

@@ -19,10 +19,8 @@
 //! the count printed too). FSX_OPS alone changes the count of every run; FSX_KEEP_LOG=1 copies
 //! the mount log of a failed run to /tmp. `UNKAI_LOG=trace` is passed on to the mounts.
 
-mod common;
-
-use common::rng::SplitMix;
-use common::*;
+use crate::common::rng::SplitMix;
+use crate::common::*;
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::{FileExt, OpenOptionsExt};

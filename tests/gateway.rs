@@ -1,14 +1,14 @@
 //! `unkai gateway`: the volume through the S3 API, driven by real S3 clients (object_store's
 //! AmazonS3 client, and boto3), then checked through a FUSE mount of the same volume.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path as Key;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};

@@ -3,14 +3,12 @@
 //! still deletes what a dead client left uncommitted. Each test body runs on SQLite and, with
 //! UNKAI_TEST_POSTGRES set, on PostgreSQL.
 
-mod common;
-
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 /// Generous: uploads to a local bucket on a loaded 2-core machine.
 const WAIT: Duration = Duration::from_secs(120);

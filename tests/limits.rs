@@ -2,9 +2,7 @@
 //! the application, nothing half-written is committed, `df` shows both), changed live by
 //! `unkai config`, on SQLite and on PostgreSQL, where two clients race to the limit.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs::{self, File};
 use std::io::Write;
 use std::time::Duration;

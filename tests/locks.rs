@@ -4,9 +4,7 @@
 //! (two mounts of one database file) and on a PostgreSQL volume (skipped, saying so, when
 //! UNKAI_TEST_POSTGRES is unset).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
 use std::os::fd::AsRawFd;

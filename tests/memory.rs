@@ -4,14 +4,12 @@
 //! stored comes back after a remount. Before, such a writer made the client grow to tens of
 //! gigabytes until the OOM killer ended it.
 
-mod common;
-
 use std::collections::HashSet;
 use std::fs::OpenOptions;
 use std::os::fd::AsRawFd;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 
 const FILE_SIZE: usize = 64 << 20;
 const THREADS: u64 = 2;

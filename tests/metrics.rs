@@ -1,15 +1,13 @@
 //! A mount's figures: `/metrics` (Prometheus' text format, `mount --metrics ADDR`) scraped
 //! with a real HTTP client during a workload, the listener's address, and `unkai stats`.
 
-mod common;
-
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// A port of 127.0.0.1 free a moment ago.
 fn free_port() -> u16 {

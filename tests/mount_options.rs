@@ -4,9 +4,7 @@
 //! `nosymfollow` (the kernel follows no symlink), `nodiratime` and `diratime` (listing a
 //! directory moves its access time, or not), `lazytime` (the kernel's flag).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::io::Write;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};

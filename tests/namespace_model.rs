@@ -20,10 +20,10 @@
 //! Reproduce a failure with the seed it prints: `NS_SEED=<seed> NS_OPS=<n> cargo test --test
 //! namespace_model <test name>` (NS_SEED replaces the seed of every test, NS_OPS the count).
 
-mod common;
+use crate::common;
 
-use common::rng::SplitMix;
-use common::*;
+use crate::common::rng::SplitMix;
+use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;

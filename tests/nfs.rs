@@ -7,9 +7,7 @@
 //! restart; garbage on the port. libnfs-utils has no tool for remove, rename, or the exact
 //! status of a call: those calls are made by a few lines of ONC RPC here ([`Rpc`]).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::os::unix::fs::MetadataExt;

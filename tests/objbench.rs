@@ -1,9 +1,7 @@
 //! `unkai objbench` as a user runs it: the table's rows and figures, the JSON file, and a
 //! bucket left as it was found (after a complete run, a bad option, and Ctrl-C).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::path::Path;
 use std::process::Stdio;
 use std::time::{Duration, Instant};

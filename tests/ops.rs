@@ -2,9 +2,7 @@
 //! (`--subdir`), fstab options through the mount helper, commands given a mountpoint, the
 //! mount's log lines, the systemd unit, shell completions and the man page.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};

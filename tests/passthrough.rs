@@ -4,9 +4,7 @@
 //! while open; a second mount reading after a close; a kill -9 while a copy is open; and
 //! another client's change reaching a reader of a copy (PostgreSQL, skipped without it).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;

@@ -4,13 +4,11 @@
 //! answers wrong, an answer altered on the way, one killed during a read, and requests
 //! without the group's key or replayed.
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 
 const BUCKET: &str = "unkai-peers";
 const MIB: usize = 1 << 20;

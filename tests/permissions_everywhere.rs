@@ -7,14 +7,12 @@
 //! has one status for EACCES and EPERM). The rules the servers apply are written once
 //! (`vfs::export::rules`); the kernel applies its own in front of the mount.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::fronts::{Front, boto3, dav, have, s3};
-use common::*;
+use crate::common::fronts::{Front, boto3, dav, have, s3};
+use crate::common::*;
 
 /// Who the cases run as, and whose the things they try are.
 const ME: u32 = 1000;

@@ -1,9 +1,9 @@
 //! Data survives unmount and remount, lives as objects in the bucket, and deleting files
 //! removes their objects.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use std::time::{Duration, Instant};
 
 #[test]
@@ -39,7 +39,7 @@ fn data_is_objects_and_deletion_removes_them() {
     // commits its head early at its exit (a FLUSH); a small rest can then be packed and
     // staged, in no object yet when they are listed (the full suite caught the last 144 KiB
     // missing so).
-    if common::in_own_process("data_is_objects_and_deletion_removes_them") {
+    if common::in_own_process("persistence::data_is_objects_and_deletion_removes_them") {
         return;
     }
     let vol = Volume::new();

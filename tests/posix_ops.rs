@@ -1,13 +1,11 @@
 //! POSIX operations through a real FUSE mount, with ordinary syscalls: every call a program
 //! makes, each checked for contents, attributes and errno.
 
-mod common;
-
-use common::rng::XorShift;
-use common::xattr::{
+use crate::common::rng::XorShift;
+use crate::common::xattr::{
     getxattr, getxattr_sized, listxattr, listxattr_sized, lsetxattr, removexattr, setxattr,
 };
-use common::*;
+use crate::common::*;
 use std::collections::{BTreeSet, HashSet};
 use std::ffi::{CStr, CString};
 use std::fs::{self, File, OpenOptions};

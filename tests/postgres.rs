@@ -3,9 +3,7 @@
 //! see each other's changes. Skipped, saying so, when UNKAI_TEST_POSTGRES is unset (see
 //! tests/common/postgres.rs).
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};

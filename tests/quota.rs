@@ -4,9 +4,7 @@
 //! recounts; on SQLite and on PostgreSQL, where two clients race to a quota's limit. Also
 //! `unkai summary` and `unkai info`, which count a tree as a quota counts it.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;

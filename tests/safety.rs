@@ -3,9 +3,7 @@
 //! from the mount(8) helper; fallocate by an ordinary user clears setuid/setgid as a local
 //! file system does; a read after an O_DIRECT write sees the new bytes.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::os::fd::AsRawFd;

@@ -5,10 +5,10 @@
 //! until clamd is back and finds it clean, `--scan-fail open` leaves it readable. The
 //! kernel forgets an infected file's name as it is moved (it would cache it for 30 s).
 
-mod common;
+use crate::common;
 
-use common::clamd::{self, Clamd, EICAR, SIGNATURE};
-use common::*;
+use crate::common::clamd::{self, Clamd, EICAR, SIGNATURE};
+use crate::common::*;
 use std::fs;
 use std::time::Duration;
 

@@ -13,10 +13,8 @@
 //! every cross-mount check waits for its condition with a generous deadline. Skipped, saying
 //! so, when UNKAI_TEST_POSTGRES is unset (see tests/common/postgres.rs).
 
-mod common;
-
-use common::rng::SplitMix;
-use common::*;
+use crate::common::rng::SplitMix;
+use crate::common::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::os::unix::fs::MetadataExt;

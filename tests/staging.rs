@@ -5,9 +5,9 @@
 //! On a PostgreSQL volume close still waits for the store, so another client that opens a
 //! file after a close reads the new data.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};

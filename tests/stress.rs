@@ -14,10 +14,8 @@
 //! The seed is printed at the start and in every failure: `STRESS_SEED=<seed>` replays the
 //! same choices (thread scheduling aside).
 
-mod common;
-
-use common::rng::noise;
-use common::{Mount, Volume, errno, tail, xattr};
+use crate::common::rng::noise;
+use crate::common::{Mount, Volume, errno, tail, xattr};
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fs::{File, OpenOptions};

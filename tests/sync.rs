@@ -4,9 +4,7 @@
 //! --delete-src, --dirs/--perms/--links, --bwlimit, --exclude/--include, bad input, and
 //! runs killed half-way then resumed.
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;

@@ -4,9 +4,9 @@
 //! trash; expired entries purged, and the usage they held given back; the oldest entries
 //! purged early when the disk under a local bucket runs short of room.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::IntoRawFd;

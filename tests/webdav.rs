@@ -3,13 +3,13 @@
 //! after the server stops. Bad input: wrong credentials, paths above the export, malformed
 //! XML, plain HTTP to an HTTPS port.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Volume, pattern, unkai};
+use crate::common::{Volume, pattern, unkai};
 
 const USER: &str = "alice";
 const PASSWORD: &str = "correct horse battery";

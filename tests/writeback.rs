@@ -2,9 +2,9 @@
 //! and reach unkai later, yet what close and fsync acknowledged is committed, sizes, times
 //! and contents survive a remount, and SEEK_DATA never calls unwritten data a hole.
 
-mod common;
+use crate::common;
 
-use common::*;
+use crate::common::*;
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::fd::AsRawFd;
@@ -179,7 +179,7 @@ fn fsync_is_durable_through_a_crash_and_seek_data_sees_dirty_pages() {
 /// descriptor, and that close (a FLUSH) commits the head rightly (CI saw it so).
 #[test]
 fn a_file_written_back_in_parts_goes_up_whole() {
-    if common::in_own_process("a_file_written_back_in_parts_goes_up_whole") {
+    if common::in_own_process("writeback::a_file_written_back_in_parts_goes_up_whole") {
         return;
     }
     let vol = Volume::new();
