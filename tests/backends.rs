@@ -381,10 +381,12 @@ fn check_clean(st: &Store, vol: &Volume) -> u64 {
 
 /// Waits (while mounted) until the store holds exactly the objects the metadata references,
 /// nothing awaits deletion, and `done` holds of the block keys: background deletion runs every
-/// half second, and the kernel releases a closed file asynchronously.
+/// half second, and the kernel releases a closed file asynchronously. A failure shows the end
+/// of `m`'s log.
 fn wait_store(
     st: &Store,
     vol: &Volume,
+    m: &Mount,
     what: &str,
     done: impl Fn(&[String]) -> bool,
 ) -> Vec<String> {
@@ -398,9 +400,10 @@ fn wait_store(
         assert!(
             start.elapsed() < Duration::from_secs(60),
             "{}: {what}: not so after 60 s: {} objects in the store, {objects} referenced, \
-             {pending} slices awaiting deletion: {keys:?}",
+             {pending} slices awaiting deletion: {keys:?}\nmount log:\n{}",
             vol.name,
-            keys.len()
+            keys.len(),
+            tail(&m.log_text(), 40)
         );
         std::thread::sleep(Duration::from_millis(200));
     }
@@ -1053,12 +1056,14 @@ fn delete_removes_objects(kind: Kind) {
         fs::write(m.p(name), data).unwrap();
     }
     // Data is in the bucket once close returns: 2 + 3 + 1 + 1 + 2 blocks of 4 MiB at least.
-    let all = wait_store(&st, &vol, "objects of the files written", |k| k.len() >= 9);
+    let all = wait_store(&st, &vol, &m, "objects of the files written", |k| {
+        k.len() >= 9
+    });
 
     // Unlink two files (14 MiB: 5 blocks): their objects go, nothing else does.
     fs::remove_file(m.p("f0")).unwrap();
     fs::remove_file(m.p("f1")).unwrap();
-    let left = wait_store(&st, &vol, "objects of 2 unlinked files deleted", |k| {
+    let left = wait_store(&st, &vol, &m, "objects of 2 unlinked files deleted", |k| {
         k.len() <= all.len() - 5
     });
     assert!(
@@ -1076,6 +1081,7 @@ fn delete_removes_objects(kind: Kind) {
     let after = wait_store(
         &st,
         &vol,
+        &m,
         "old object of an overwritten file deleted",
         |k| left.iter().any(|x| !k.contains(x)),
     );
@@ -1105,6 +1111,7 @@ fn delete_removes_objects(kind: Kind) {
     wait_store(
         &st,
         &vol,
+        &m,
         "objects of an unlinked file deleted once closed",
         |k| k.len() < after.len(),
     );
@@ -1115,6 +1122,7 @@ fn delete_removes_objects(kind: Kind) {
     wait_store(
         &st,
         &vol,
+        &m,
         "no object left once every file is deleted",
         |k| k.is_empty(),
     );
