@@ -499,12 +499,12 @@ fn an_extracted_file_costs_one_round_trip(vol: &Volume) {
     .iter()
     .map(|op| after.trips_since(&before, op))
     .sum();
+    eprintln!("{trips} round trips for {N} files");
     match vol.db.is_some() {
-        // One per file, and a little for a group the timer let go on a loaded machine (each
-        // file cost three before: the data's statements waited for an answer, then for
-        // their own message, before the commit).
+        // One per file (each cost three before: the data's statements waited for an
+        // answer, then for their own message, before the commit), and a little spare.
         true => assert!(
-            trips <= 1.5 * N as f64,
+            trips <= 1.2 * N as f64,
             "{trips} round trips for {N} files: {}",
             after.1
         ),
@@ -529,7 +529,9 @@ both_engines!(
     metrics_follow_a_workload(Vec::new()),
     directories_open_and_list_in_one_round_trip(Vec::new()),
     a_walk_lists_a_tree_in_a_few_round_trips(Vec::new()),
-    an_extracted_file_costs_one_round_trip(Vec::new()),
+    // Groups that stay open for a second: on a loaded machine more than their 10 ms can pass
+    // between one file's calls, and each such commit costs the next call a round trip.
+    an_extracted_file_costs_one_round_trip(vec![("UNKAI_PG_GROUP_MS".into(), "1000".into())]),
     // Into the trash, as by default (deletions for good ask the server whether the file is
     // open anywhere: the ordinary way).
     removing_a_tree_of_small_directories_costs_few_round_trips(vec![(

@@ -63,7 +63,9 @@ use crate::meta::{Attr, Change, Error, Ino, Kind, Result};
 pub(super) const MAX_OPS: usize = 128;
 
 /// How long a group stays open at most (and so how long another client may wait for a row
-/// it holds).
+/// it holds). `UNKAI_PG_GROUP_MS` sets another (tests that count round trips: on a loaded
+/// machine more than this passes between one file's calls, and the group commits between
+/// them).
 pub(super) const MAX_AGE: Duration = Duration::from_millis(10);
 
 /// Savepoints a group takes at most before it commits (each change run in it rather than
@@ -322,6 +324,8 @@ pub(super) struct Grouper {
     cv: Condvar,
     /// Off with `UNKAI_PG_GROUP=0`.
     pub(super) on: bool,
+    /// [`MAX_AGE`] unless `UNKAI_PG_GROUP_MS` says otherwise.
+    age: Duration,
     stop: AtomicBool,
     timer: Mutex<Option<JoinHandle<()>>>,
     pool: Arc<Pool>,
@@ -332,10 +336,15 @@ pub(super) struct Grouper {
 impl Grouper {
     pub(super) fn new(pool: Arc<Pool>, shared: Arc<Shared>, watch: Arc<Watch>) -> Arc<Grouper> {
         let on = std::env::var("UNKAI_PG_GROUP").map_or(true, |v| v != "0");
+        let age = std::env::var("UNKAI_PG_GROUP_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map_or(MAX_AGE, Duration::from_millis);
         let g = Arc::new(Grouper {
             slot: Mutex::new(None),
             cv: Condvar::new(),
             on,
+            age,
             stop: AtomicBool::new(false),
             timer: Mutex::new(None),
             pool,
@@ -578,7 +587,7 @@ impl Grouper {
     }
 }
 
-/// The timer: commits a group [`MAX_AGE`] after it opened; one that took no change since it
+/// The timer: commits a group [`MAX_AGE`] (or `UNKAI_PG_GROUP_MS`) after it opened; one that took no change since it
 /// was locked again is let go.
 fn run(weak: Weak<Grouper>) {
     loop {
@@ -587,7 +596,7 @@ fn run(weak: Weak<Grouper>) {
             return;
         }
         let mut slot = g.slot.lock();
-        match slot.as_ref().map(|x| (x.since + MAX_AGE, x.ops)) {
+        match slot.as_ref().map(|x| (x.since + g.age, x.ops)) {
             None => {
                 g.cv.wait_for(&mut slot, Duration::from_millis(500));
             }
