@@ -358,6 +358,18 @@ impl Mount {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
+        // In the table before it serves: flags set by a remount after the mount (strictatime,
+        // nodiratime, nosymfollow) may not be there yet. Its root's attributes come from the
+        // server, which answers only once the mount is complete.
+        if let Err(e) = std::fs::metadata(&path) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = nix::mount::umount2(&path, nix::mount::MntFlags::MNT_DETACH);
+            panic!(
+                "the new mount's root: {e}; log:\n{}",
+                std::fs::read_to_string(log).unwrap_or_default()
+            );
+        }
         Mount {
             path,
             child: Some(child),
