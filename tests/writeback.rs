@@ -362,6 +362,7 @@ fn a_mount_no_longer_alone_writes_back_only_its_own_bytes() {
 /// (`--buffer-size`, 256 MiB by default; at most half the machine's dirty threshold) before it
 /// makes the writer wait (`fuse::allow_dirty`): its own share for a FUSE mount, 1% of that
 /// threshold, is a few MiB on a machine of a few GiB, and halved a sequential write there.
+/// Half of it is promised from the start (`min_bytes`).
 #[test]
 fn the_kernel_may_hold_as_much_of_a_mounts_written_pages_as_its_write_buffers() {
     for (args, want) in [
@@ -392,6 +393,14 @@ fn the_kernel_may_hold_as_much_of_a_mounts_written_pages_as_its_write_buffers() 
         assert!(
             bytes >= expected / 100 * 98,
             "{args:?}: {bytes} bytes allowed ({fine} millionths of {threshold}), not {expected}"
+        );
+        // And half of it promised from the start, at most a sixteenth of the threshold: a new
+        // mount has no share of the pages written out lately, which the kernel divides by.
+        let floor = (expected / 2).min(threshold / 16);
+        let min = read("min_bytes");
+        assert!(
+            min >= floor / 100 * 98 && min <= bytes,
+            "{args:?}: {min} bytes promised, not {floor} (at most {bytes})"
         );
         fs::write(m.p("f"), pattern(1 << 20, 3)).unwrap();
         assert!(fs::read(m.p("f")).unwrap() == pattern(1 << 20, 3));

@@ -277,6 +277,15 @@ impl MountFlags {
 /// they would have gathered (docs/benchmarks.md, 2026-12-01, sixth). Only raised, never
 /// lowered (an administrator's larger setting stays); as root, on kernels with `max_bytes`
 /// (6.2 and later); otherwise nothing changes (said in the debug log).
+///
+/// The mount is also promised a floor (`min_bytes`: half of that, at most a sixteenth of the
+/// threshold). The kernel divides the threshold between devices by their share of the pages
+/// written out lately, and a new mount has none: its first writes were held to a few pages
+/// and the writer made to wait at the pace of a bandwidth estimate that starts low, until
+/// the mount had written for some seconds (S0's first run on a new mount at half the speed
+/// of its second, docs/benchmarks.md). The floor is taken from every other device's share
+/// while the mount lives (which is why it is small), and refused by the kernel once the
+/// floors of all devices would pass the whole threshold: that mount goes without.
 fn allow_dirty(mountpoint: &Path, want: u64) {
     let Some(m) = mounts::table()
         .into_iter()
@@ -298,17 +307,27 @@ fn allow_dirty(mountpoint: &Path, want: u64) {
     };
     let threshold = bytes.saturating_mul(1_000_000) / fine.max(1);
     let target = want.min(threshold / 2);
-    if bytes >= target {
-        return;
+    if bytes < target {
+        match std::fs::write(bdi.join("max_bytes"), target.to_string()) {
+            Ok(()) => tracing::debug!(
+                "{}: the mount's written pages held at most raised from {} to {} MiB",
+                bdi.display(),
+                bytes >> 20,
+                target >> 20
+            ),
+            Err(e) => tracing::debug!("{}: max_bytes not raised: {e}", bdi.display()),
+        }
     }
-    match std::fs::write(bdi.join("max_bytes"), target.to_string()) {
-        Ok(()) => tracing::debug!(
-            "{}: the mount's written pages held at most raised from {} to {} MiB",
-            bdi.display(),
-            bytes >> 20,
-            target >> 20
-        ),
-        Err(e) => tracing::debug!("{}: max_bytes not raised: {e}", bdi.display()),
+    let floor = (target / 2).min(threshold / 16);
+    if read("min_bytes").is_some_and(|b| b < floor) {
+        match std::fs::write(bdi.join("min_bytes"), floor.to_string()) {
+            Ok(()) => tracing::debug!(
+                "{}: the mount's written pages held at least {} MiB",
+                bdi.display(),
+                floor >> 20
+            ),
+            Err(e) => tracing::debug!("{}: min_bytes not set: {e}", bdi.display()),
+        }
     }
 }
 
@@ -349,7 +368,6 @@ pub fn mount(
     // does not answer until served.
     let resolved = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.into());
     let session = fuser::Session::new(adapter, mountpoint, &cfg)?;
-    allow_dirty(&resolved, opts.dirty_allowance);
     let later = opts.flags.set_after(nix::unistd::geteuid().is_root());
     if !later.is_empty() {
         // Only a remount of the mount itself can set them (as root); on failure the
@@ -370,6 +388,8 @@ pub fn mount(
             },
         )?;
     }
+    // After the flags, so that the mount table shows the flags asked for as soon as possible.
+    allow_dirty(&resolved, opts.dirty_allowance);
     opts.coherence.set_notifier(session.notifier(), inodes);
     Ok(session)
 }
