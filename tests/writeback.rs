@@ -370,7 +370,7 @@ fn the_kernel_may_hold_as_much_of_a_mounts_written_pages_as_its_write_buffers() 
         (&["--buffer-size", "96M"][..], 96 << 20),
     ] {
         let vol = Volume::new();
-        let m = vol.mount_with(args);
+        let m = vol.mount_as(args, &[("UNKAI_LOG", "debug")], "mount.log");
         let info = fs::read_to_string("/proc/self/mountinfo").unwrap();
         let p = m.path.to_string_lossy().replace(' ', "\\040");
         let dev = info
@@ -396,11 +396,17 @@ fn the_kernel_may_hold_as_much_of_a_mounts_written_pages_as_its_write_buffers() 
         );
         // And half of it promised from the start, at most a sixteenth of the threshold: a new
         // mount has no share of the pages written out lately, which the kernel divides by.
+        // Unless the floors of other devices (other tests' mounts) already add up to a
+        // quarter of the threshold: then none, and the mount says so.
         let floor = (expected / 2).min(threshold / 16);
         let min = read("min_bytes");
+        let skipped = m
+            .log_text()
+            .contains("no floor for the mount's written pages");
         assert!(
-            min >= floor / 100 * 98 && min <= bytes,
-            "{args:?}: {min} bytes promised, not {floor} (at most {bytes})"
+            min <= bytes && (min >= floor / 100 * 98 || (min == 0 && skipped)),
+            "{args:?}: {min} bytes promised, not {floor} (at most {bytes}):\n{}",
+            m.log_text()
         );
         fs::write(m.p("f"), pattern(1 << 20, 3)).unwrap();
         assert!(fs::read(m.p("f")).unwrap() == pattern(1 << 20, 3));

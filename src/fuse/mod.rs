@@ -284,8 +284,8 @@ impl MountFlags {
 /// and the writer made to wait at the pace of a bandwidth estimate that starts low, until
 /// the mount had written for some seconds (S0's first run on a new mount at half the speed
 /// of its second, docs/benchmarks.md). The floor is taken from every other device's share
-/// while the mount lives (which is why it is small), and refused by the kernel once the
-/// floors of all devices would pass the whole threshold: that mount goes without.
+/// while the mount lives (which is why it is small); a mount goes without once every
+/// device's floor together would pass a quarter of the threshold.
 fn allow_dirty(mountpoint: &Path, want: u64) {
     let Some(m) = mounts::table()
         .into_iter()
@@ -319,7 +319,23 @@ fn allow_dirty(mountpoint: &Path, want: u64) {
         }
     }
     let floor = (target / 2).min(threshold / 16);
-    if read("min_bytes").is_some_and(|b| b < floor) {
+    // Every device's floor is taken from the others: all of them together stay within a
+    // quarter of the threshold (a machine with many mounts gives the later ones none).
+    let others: u64 = std::fs::read_dir("/sys/class/bdi")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.file_name().as_os_str() != m.dev.as_str())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("min_bytes")).ok())
+        .filter_map(|s| s.trim().parse::<u64>().ok())
+        .sum();
+    if others.saturating_add(floor) > threshold / 4 {
+        tracing::debug!(
+            "{}: no floor for the mount's written pages: other devices hold {} MiB of floors",
+            bdi.display(),
+            others >> 20
+        );
+    } else if read("min_bytes").is_some_and(|b| b < floor) {
         match std::fs::write(bdi.join("min_bytes"), floor.to_string()) {
             Ok(()) => tracing::debug!(
                 "{}: the mount's written pages held at least {} MiB",
