@@ -587,8 +587,8 @@ impl Grouper {
     }
 }
 
-/// The timer: commits a group [`MAX_AGE`] (or `UNKAI_PG_GROUP_MS`) after it opened; one that took no change since it
-/// was locked again is let go.
+/// The timer: commits a group [`MAX_AGE`] (or `UNKAI_PG_GROUP_MS`) after it opened; one that
+/// took no change since it was locked again is let go.
 fn run(weak: Weak<Grouper>) {
     loop {
         let Some(g) = weak.upgrade() else { return };
