@@ -426,9 +426,16 @@ impl Mount {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
-    /// Whether this mount's log says `text` within `limit`.
+    /// Whether a line this mount's process logged says `text` within `limit`. Only its own
+    /// lines (each names the process): mounts of one volume may share a log file, and a wait
+    /// answered by an earlier mount's line went on before this mount was ready.
     pub fn logs(&self, text: &str, limit: Duration) -> bool {
-        eventually(limit, || self.log_text().contains(text))
+        let tag = format!("[{}]", self.pid());
+        eventually(limit, || {
+            self.log_text()
+                .lines()
+                .any(|l| l.contains(&tag) && l.contains(text))
+        })
     }
 
     /// Waits (60 s at most) until this mount, which started alone on its SQLite volume, has
