@@ -1,8 +1,8 @@
 //! The integration tests, one module per file beside this one, built as one test binary:
 //! a binary per file cost 8-11 s of build each (51 of them: 923 CPU-seconds, where this one
-//! and conformance's take 250), and tests of different files now share the run's threads instead of waiting for
-//! each other's binaries. Not here: tests/conformance.rs, its own binary because CI runs it
-//! a second time against PostgreSQL (`UNKAI_TEST_ENGINE=postgres`).
+//! and conformance's take 250), and tests of different files now share the run's threads
+//! instead of waiting for each other's binaries. Not here: tests/conformance.rs, its own
+//! binary because CI runs it a second time against PostgreSQL (`UNKAI_TEST_ENGINE=postgres`).
 //!
 //! Run one file's tests with `cargo test --release --test integration posix_ops::`.
 //!
