@@ -78,8 +78,8 @@ fn a_file_open_on_one_mount_survives_an_unlink_on_another() {
     // Opened while A is the only mount: A counts it in memory only.
     let mut held_a = std::fs::File::open(a.p("early")).unwrap();
     let b = vol.mount_with(&flags);
-    // A notices B within a background tick (0.5 s) and records its opens.
-    std::thread::sleep(Duration::from_secs(2));
+    // A notices B within a background tick (0.5 s) and records its opens from then on.
+    a.wait_noticed_another_client("B");
     let late = pattern(300_000, 62);
     std::fs::write(b.p("late"), &late).unwrap();
     let mut held_b = std::fs::File::open(b.p("late")).unwrap();

@@ -82,6 +82,31 @@ fn xattr_list(p: &Path) -> Vec<String> {
 /// Five times the default TTL: enough for any kernel cache of the other mount to expire.
 const SETTLE: Duration = Duration::from_secs(5);
 
+/// How long a change may take to reach a mount whose kernel TTLs are 60 s for the test to
+/// count it pushed: half the TTL, so only a push meets it, yet far beyond any delay a loaded
+/// machine adds (the times are printed; speed is for benchmarks, not for assertions).
+const PUSHED: Duration = Duration::from_secs(30);
+
+/// Waits until `m`'s own process has logged `times` times that it listens for other mounts'
+/// changes (twice: again, after losing the channel). Until then it keeps nothing it reads
+/// and hands out 1 s TTLs, so a test of pushed changes begun earlier would time the TTL.
+fn wait_listening(m: &Mount, times: usize) {
+    let tag = format!("[{}]", m.pid());
+    let count = || {
+        m.log_text()
+            .lines()
+            .filter(|l| l.contains(&tag) && l.contains("listening for other mounts' changes"))
+            .count()
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || count() >= times),
+        "{} logged that it listens {} times, not {times}:\n{}",
+        m.path.display(),
+        count(),
+        m.log_text()
+    );
+}
+
 /// Every kind of change on a PostgreSQL volume (password in PGPASSWORD, not the URL)
 /// survives an unmount and a remount; fsck finds it consistent; formatting over it is
 /// refused without --force.
@@ -753,8 +778,8 @@ fn changes_on_one_mount_reach_another_at_once() {
     ];
     let a = vol.mount_with(&long);
     let b = vol.mount_with(&long);
-    // Until a mount listens (a few ms) it hands out 1 s TTLs; let both start listening.
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_listening(&a, 1);
+    wait_listening(&b, 1);
     fs::create_dir(a.p("d")).unwrap();
     let v1 = pattern(300_000, 51);
     fs::write(a.p("d/f"), &v1).unwrap();
@@ -773,12 +798,11 @@ fn changes_on_one_mount_reach_another_at_once() {
     let mut shows = |what: &str, f: &mut dyn FnMut() -> bool| {
         let start = Instant::now();
         assert!(
-            eventually(Duration::from_secs(2), &mut *f),
-            "B does not see A's {what} after 2 s (its TTLs are 60 s)"
+            eventually(PUSHED, &mut *f),
+            "B does not see A's {what} after {PUSHED:?} (its TTLs are 60 s); B's log:\n{}",
+            b.log_text()
         );
-        let took = start.elapsed();
-        assert!(took < Duration::from_secs(1), "{what} took {took:?}");
-        seen.push(format!("{what} {took:?}"));
+        seen.push(format!("{what} {:?}", start.elapsed()));
     };
     fs::write(a.p("d/new"), b"new").unwrap();
     shows("create", &mut || b.p("d/new").exists());
@@ -839,7 +863,8 @@ fn the_latency_of_a_pushed_change() {
     let long = ["--attr-ttl", "60", "--entry-ttl", "60"];
     let a = vol.mount_with(&long);
     let b = vol.mount_with(&long);
-    std::thread::sleep(Duration::from_millis(1500));
+    wait_listening(&a, 1);
+    wait_listening(&b, 1);
     fs::write(a.p("f"), b"x").unwrap();
     let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
     assert_eq!(mode(&b.p("f")), 0o644);
@@ -849,8 +874,9 @@ fn the_latency_of_a_pushed_change() {
         let start = Instant::now();
         while mode(&b.p("f")) != m {
             assert!(
-                start.elapsed() < Duration::from_secs(2),
-                "change {i} not seen in 2 s"
+                start.elapsed() < PUSHED,
+                "change {i} not seen in {PUSHED:?} (B's TTLs are 60 s); B's log:\n{}",
+                b.log_text()
             );
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -861,7 +887,6 @@ fn the_latency_of_a_pushed_change() {
         "chmod on A seen by stat on B after {took:?} (median {:?})",
         took[2]
     );
-    assert!(took[2] < Duration::from_millis(500), "{took:?}");
     a.unmount();
     b.unmount();
 }
@@ -925,6 +950,8 @@ fn pushed_changes_resume_after_the_channel_breaks() {
         eventually(SETTLE, || listeners(&mut admin) == 2),
         "two mounts, two listeners"
     );
+    wait_listening(&a, 1);
+    wait_listening(&b, 1);
     fs::write(a.p("f"), b"x").unwrap();
     let mode = |p: &Path| fs::metadata(p).unwrap().mode() & 0o7777;
     assert_eq!(mode(&b.p("f")), 0o644);
@@ -937,26 +964,23 @@ fn pushed_changes_resume_after_the_channel_breaks() {
         .unwrap()
         .len();
     assert_eq!(killed, 2);
-    assert!(
-        eventually(SETTLE, || listeners(&mut admin) == 2),
-        "the mounts listen again"
-    );
-    // Until the mount's listener says it is up again, the kernel may hold on for 1 s.
-    std::thread::sleep(Duration::from_millis(1200));
+    wait_listening(&a, 2);
+    wait_listening(&b, 2);
+    assert_eq!(listeners(&mut admin), 2, "the mounts listen again");
     assert_eq!(mode(&b.p("f")), 0o644);
     fs::set_permissions(a.p("f"), fs::Permissions::from_mode(0o600)).unwrap();
     let start = Instant::now();
     assert!(
-        eventually(Duration::from_secs(2), || mode(&b.p("f")) == 0o600),
-        "B does not see A's chmod after the reconnection"
+        eventually(PUSHED, || mode(&b.p("f")) == 0o600),
+        "B does not see A's chmod after the reconnection; B's log:\n{}",
+        b.log_text()
     );
+    eprintln!("seen after the reconnection in {:?}", start.elapsed());
     assert!(
-        start.elapsed() < Duration::from_secs(1),
-        "{:?}",
-        start.elapsed()
+        a.logs("lost the channel", SETTLE),
+        "A never said it lost the channel:\n{}",
+        a.log_text()
     );
-    let log = a.log_text();
-    assert!(log.contains("lost the channel"), "{log}");
     a.unmount();
     b.unmount();
 }
