@@ -393,24 +393,40 @@ fn two_clients_race_to_a_quota_on_postgres() {
     assert!(eventually(Duration::from_secs(30), || m2
         .p("p/two")
         .exists()));
+    // Each client: how many files it wrote whole, and where its first failure came (file,
+    // bytes written when it failed, errno).
     let fill = |dir: std::path::PathBuf| {
         std::thread::spawn(move || {
             let mut whole = 0;
             for i in 0..40 {
                 match write_file(&dir.join(format!("f{i}")), MIB) {
                     (_, Ok(())) => whole += 1,
-                    (_, Err(e)) => {
-                        assert_eq!(e, libc::EDQUOT, "file {i}");
-                        break;
-                    }
+                    (done, Err(e)) => return (whole, Some((i, done, e))),
                 }
             }
-            whole
+            (whole, None)
         })
     };
     let (t1, t2) = (fill(m1.p("p/one")), fill(m2.p("p/two")));
-    let (w1, w2) = (t1.join().unwrap(), t2.join().unwrap());
-    assert_eq!(w1 + w2, 20, "together they fill the quota exactly, no more");
+    let (r1, r2) = (t1.join().unwrap(), t2.join().unwrap());
+    let why = || {
+        format!(
+            "one: {r1:?}, two: {r2:?} (whole files, then (file, bytes written, errno) of the \
+             failure); the quota now {:?}; logs:\n{}",
+            used(&vol, "/p"),
+            m1.log_text()
+        )
+    };
+    for (_, failed) in [r1, r2] {
+        let e = failed.map(|(_, _, e)| e);
+        assert_eq!(e, Some(libc::EDQUOT), "{}", why());
+    }
+    assert_eq!(
+        r1.0 + r2.0,
+        20,
+        "together they fill the quota exactly: {}",
+        why()
+    );
     drop((m1, m2));
     let m = remount(&vol);
     let mut total = 0;
