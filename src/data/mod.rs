@@ -750,6 +750,36 @@ impl DataStore {
         Ok(())
     }
 
+    /// The bytes of `r`, if they lie in one block: a view of that block when the memory
+    /// cache holds it (no copy: a sequential reader's replies are sent from the cache's
+    /// blocks), else a copy of just them (a view would keep a block outside the cache's
+    /// bounds). `None` when `r` spans blocks: [`DataStore::read`] reads those.
+    pub fn read_shared(&self, r: SliceRange, whole_blocks: bool) -> Result<Option<Bytes>> {
+        let bs = self.block_size() as u64;
+        let (start, end) = (r.start as u64, r.start as u64 + r.len as u64);
+        let b = start / bs;
+        if r.len == 0 || (end - 1) / bs != b {
+            return Ok(None);
+        }
+        if crate::meta::slice::is_external(r.id) {
+            self.shared.externals.learn(std::iter::once(r.id))?;
+        }
+        let blen = (r.size as u64 - b * bs).min(bs) as u32;
+        let key = self.shared.block_key(r.id, b as u32, blen);
+        let span = (start - b * bs) as usize..(end - b * bs) as usize;
+        let shared = self.shared.clone();
+        let whole = whole_blocks || self.shared.whole_only();
+        let need = if whole { blen as usize } else { span.len() };
+        let got = self.rt.block_on(async {
+            let _room = shared.budget.take(need).await;
+            fetch(&shared, &key, blen as usize, span, whole).await
+        })?;
+        Ok(Some(match self.shared.cache.contains(&key) {
+            true => got,
+            false => Bytes::copy_from_slice(&got),
+        }))
+    }
+
     /// Deletes the blocks of a dead slice. An external slice's object is not the volume's:
     /// only what the caches hold of it goes.
     pub fn delete_slice(&self, id: u64, size: u32) -> Result<()> {

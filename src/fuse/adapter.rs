@@ -977,7 +977,7 @@ impl Filesystem for Adapter {
             };
         }
         let op = self.op(req, "read", || format!("({},{},{})", fh.0, offset, size));
-        match self.vfs.read(fh.0, offset, size) {
+        match self.vfs.read_shared(fh.0, offset, size) {
             Ok(d) => {
                 self.export.requests().read(Proto::Fuse, d.len());
                 reply.data(&d)

@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::data::{self, DataStore};
@@ -921,6 +922,13 @@ impl Vfs {
     }
 
     pub fn read(&self, fh: u64, off: u64, size: u32) -> Result<Vec<u8>> {
+        self.read_shared(fh, off, size).map(Vec::from)
+    }
+
+    /// [`Vfs::read`], as shared bytes: a read within one block of a file this mount is not
+    /// writing is a view of the memory cache's block (no copy; the FUSE reply is written
+    /// from it).
+    pub fn read_shared(&self, fh: u64, off: u64, size: u32) -> Result<Bytes> {
         let h = self.handle(fh)?;
         let last = h.read_end.load(Ordering::Relaxed);
         // Part of a stream: at its end, or near it (the kernel sends a stream's reads a few
@@ -930,7 +938,10 @@ impl Vfs {
         let read = h.stream_bytes.load(Ordering::Relaxed);
         let sequential = off == 0 || last == off || (near && self.streams(read, last - start));
         let touch = h.flags & libc::O_NOATIME == 0;
-        let data = self.read_ino(h.ino, off, size as usize, sequential, touch)?;
+        let data = match self.read_one_block(h.ino, off, size as usize, sequential, touch)? {
+            Some(d) => d,
+            None => Bytes::from(self.read_ino(h.ino, off, size as usize, sequential, touch)?),
+        };
         let end = off + data.len() as u64;
         if near {
             let start = h.stream_start.fetch_min(off, Ordering::Relaxed).min(off);
@@ -984,6 +995,48 @@ impl Vfs {
                 self.store.fetch_ahead(&ranges);
             }
             Err(e) => tracing::debug!("planning a read-ahead of inode {}: {e}", h.ino),
+        }
+    }
+
+    /// A read that lies in one block of one slice of a file this mount has no writer of
+    /// (nothing pending to lay over it), as a view of the block ([`DataStore::read_shared`]);
+    /// `None` for any other read (holes, several pieces or blocks, pending writes, a block
+    /// gone meanwhile), which [`Vfs::read_ino`] then reads.
+    fn read_one_block(
+        &self,
+        ino: Ino,
+        off: u64,
+        size: usize,
+        sequential: bool,
+        touch: bool,
+    ) -> Result<Option<Bytes>> {
+        if self.writer(ino).is_some() {
+            return Ok(None);
+        }
+        let a = self.meta.getattr(ino)?;
+        if off >= a.length {
+            return Ok(None);
+        }
+        let n = (size as u64).min(a.length - off);
+        let wanted = reader::plan(&*self.meta, ino, off, n)?;
+        let [(0, r)] = wanted[..] else {
+            return Ok(None);
+        };
+        if r.len as u64 != n {
+            return Ok(None);
+        }
+        match self.store.read_shared(r, sequential) {
+            Ok(Some(b)) => {
+                if touch {
+                    self.atimes.read(&a, now_nanos());
+                }
+                Ok(Some(b))
+            }
+            // Replaced by a compaction between the plan and the fetch: `read_ino` plans again.
+            Ok(None) | Err(crate::data::Error::Object(crate::object::Error::NotFound(_))) => {
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -1812,6 +1865,58 @@ mod tests {
             assert_eq!(vfs.read(fh, 0, 1 << 20).unwrap(), data, "{name:?}");
             vfs.release(fh).unwrap();
         }
+    }
+
+    /// A read within one block is a view of the memory cache's block (two reads of it share
+    /// their bytes: nothing copied); reads across blocks, past the end, over a hole, or of
+    /// a file with writes pending here take the copying path, and every read returns the
+    /// file's bytes, the pending ones laid over.
+    #[test]
+    fn a_read_within_one_block_is_a_view_of_the_cached_block() {
+        let (_dir, vfs) = scratch_vfs(64 << 10);
+        let data: Vec<u8> = (0..200_000u32).map(|i| (i % 249) as u8).collect();
+        let f = vfs
+            .meta
+            .mknod(&Ctx::ROOT, ROOT_INO, b"f", Kind::File, 0o644, 0, None)
+            .unwrap();
+        let fh = vfs.open(f.ino, libc::O_RDWR).unwrap().fh;
+        vfs.write(fh, 0, &data, None).unwrap();
+        // A hole, then 10 bytes at 300,000.
+        vfs.write(fh, 300_000, b"after hole", None).unwrap();
+        vfs.release(fh).unwrap();
+        let mut want = data.clone();
+        want.resize(300_000, 0);
+        want.extend_from_slice(b"after hole");
+        let fh = vfs.open(f.ino, libc::O_RDONLY).unwrap().fh;
+        let one = vfs.read_shared(fh, 1000, 4096).unwrap();
+        let two = vfs.read_shared(fh, 1000, 4096).unwrap();
+        assert_eq!(&one[..], &want[1000..5096]);
+        assert_eq!(one.as_ptr(), two.as_ptr(), "both views of the cached block");
+        let b = 64 << 10;
+        for (off, len) in [
+            (b - 100, 200),
+            (0, 200_000),
+            (199_000, 120_000),
+            (310_000, 10),
+        ] {
+            let got = vfs.read_shared(fh, off as u64, len).unwrap();
+            let end = (off + len as usize)
+                .min(want.len())
+                .max(off.min(want.len()));
+            assert!(
+                got[..] == want[off.min(want.len())..end],
+                "read of {len} at {off}"
+            );
+        }
+        // Written here, not flushed: the pending bytes are read.
+        let w = vfs.open(f.ino, libc::O_RDWR).unwrap().fh;
+        vfs.write(w, 1010, b"pending", None).unwrap();
+        let got = vfs.read_shared(fh, 1000, 4096).unwrap();
+        assert_eq!(&got[10..17], b"pending");
+        assert_eq!(&got[..10], &want[1000..1010]);
+        assert_eq!(&got[17..], &want[1017..5096]);
+        vfs.release(w).unwrap();
+        vfs.release(fh).unwrap();
     }
 
     /// A write that took the file's writer from the mount's map just before the last release
