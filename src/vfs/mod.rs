@@ -938,10 +938,7 @@ impl Vfs {
         let read = h.stream_bytes.load(Ordering::Relaxed);
         let sequential = off == 0 || last == off || (near && self.streams(read, last - start));
         let touch = h.flags & libc::O_NOATIME == 0;
-        let data = match self.read_one_block(h.ino, off, size as usize, sequential, touch)? {
-            Some(d) => d,
-            None => Bytes::from(self.read_ino(h.ino, off, size as usize, sequential, touch)?),
-        };
+        let data = self.read_ino(h.ino, off, size as usize, sequential, touch)?;
         let end = off + data.len() as u64;
         if near {
             let start = h.stream_start.fetch_min(off, Ordering::Relaxed).min(off);
@@ -998,49 +995,10 @@ impl Vfs {
         }
     }
 
-    /// A read that lies in one block of one slice of a file this mount has no writer of
-    /// (nothing pending to lay over it), as a view of the block ([`DataStore::read_shared`]);
-    /// `None` for any other read (holes, several pieces or blocks, pending writes, a block
-    /// gone meanwhile), which [`Vfs::read_ino`] then reads.
-    fn read_one_block(
-        &self,
-        ino: Ino,
-        off: u64,
-        size: usize,
-        sequential: bool,
-        touch: bool,
-    ) -> Result<Option<Bytes>> {
-        if self.writer(ino).is_some() {
-            return Ok(None);
-        }
-        let a = self.meta.getattr(ino)?;
-        if off >= a.length {
-            return Ok(None);
-        }
-        let n = (size as u64).min(a.length - off);
-        let wanted = reader::plan(&*self.meta, ino, off, n)?;
-        let [(0, r)] = wanted[..] else {
-            return Ok(None);
-        };
-        if r.len as u64 != n {
-            return Ok(None);
-        }
-        match self.store.read_shared(r, sequential) {
-            Ok(Some(b)) => {
-                if touch {
-                    self.atimes.read(&a, now_nanos());
-                }
-                Ok(Some(b))
-            }
-            // Replaced by a compaction between the plan and the fetch: `read_ino` plans again.
-            Ok(None) | Err(crate::data::Error::Object(crate::object::Error::NotFound(_))) => {
-                Ok(None)
-            }
-            Err(e) => Err(e.into()),
-        }
-    }
-
-    /// Reads, moving the access time if `touch` (not an O_NOATIME descriptor).
+    /// Reads, moving the access time if `touch` (not an O_NOATIME descriptor). A read that
+    /// lies in one block of one slice of a file with nothing pending here is a view of the
+    /// memory cache's block ([`DataStore::read_shared`]: no copy); any other read (holes,
+    /// several pieces or blocks, pending writes laid over) is assembled in a buffer.
     fn read_ino(
         &self,
         ino: Ino,
@@ -1048,7 +1006,7 @@ impl Vfs {
         size: usize,
         sequential: bool,
         touch: bool,
-    ) -> Result<Vec<u8>> {
+    ) -> Result<Bytes> {
         // Hold the writer (if any) so that no flush commits between reading and overlaying.
         let w = self.writer(ino);
         let guard = w.as_ref().map(|w| w.lock());
@@ -1061,15 +1019,41 @@ impl Vfs {
             len = len.max(end);
         }
         if off >= len {
-            return Ok(Vec::new());
+            return Ok(Bytes::new());
         }
         let n = (size as u64).min(len - off) as usize;
+        // Planned here when nothing is pending (for the view), and used below if no view.
+        let mut planned = None;
+        if guard.is_none() {
+            let wanted = reader::plan(&*self.meta, ino, off, n as u64)?;
+            if let [(0, r)] = wanted[..]
+                && r.len as usize == n
+            {
+                match self.store.read_shared(r, sequential) {
+                    Ok(Some(b)) => return Ok(b),
+                    Ok(None) => planned = Some(wanted),
+                    // Replaced by a compaction since the plan: planned again below.
+                    Err(data::Error::Object(crate::object::Error::NotFound(_))) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            } else {
+                planned = Some(wanted);
+            }
+        }
         let mut buf = vec![0u8; n];
-        reader::read_committed(&*self.meta, &self.store, ino, off, &mut buf, sequential)?;
+        reader::read_planned(
+            &*self.meta,
+            &self.store,
+            ino,
+            off,
+            &mut buf,
+            sequential,
+            planned,
+        )?;
         if let Some(g) = &guard {
             g.overlay(off, &mut buf);
         }
-        Ok(buf)
+        Ok(Bytes::from(buf))
     }
 
     /// Writes `data` at `off` (buffered until flush). `kill_suidgid` is the writer when it

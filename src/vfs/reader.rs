@@ -17,12 +17,29 @@ pub fn read_committed(
     buf: &mut [u8],
     sequential: bool,
 ) -> Result<()> {
+    read_planned(meta, store, ino, off, buf, sequential, None)
+}
+
+/// [`read_committed`], from `planned` (what [`plan`] said for the same range, if the caller
+/// has it) rather than planning first.
+pub fn read_planned(
+    meta: &dyn Meta,
+    store: &DataStore,
+    ino: Ino,
+    off: u64,
+    buf: &mut [u8],
+    sequential: bool,
+    mut planned: Option<Vec<(usize, SliceRange)>>,
+) -> Result<()> {
     // A block missing from the bucket may be one a compaction replaced (and reclaiming
     // deleted) between the plan and the fetch: the chunk is read again, and a block still
     // missing then is an error.
     let mut attempts = 0;
     loop {
-        let wanted = plan(meta, ino, off, buf.len() as u64)?;
+        let wanted = match planned.take() {
+            Some(w) => w,
+            None => plan(meta, ino, off, buf.len() as u64)?,
+        };
         match read_ranges(store, wanted, buf, sequential) {
             Err(super::Error::Data(crate::data::Error::Object(
                 crate::object::Error::NotFound(key),
