@@ -21,11 +21,8 @@ if [ -z "$installed" ] || ! cmp -s "$BIN" "$installed"; then
   install -m 0755 "$BIN" /usr/local/bin/unkai
 fi
 
-if ! command -v pjdfstest >/dev/null || ! command -v fsx >/dev/null; then
-  apt_install libacl1-dev acl
-  echo "==> installing pjdfstest and fsx into $TOOLS"
-  cargo install --locked --quiet --root "$TOOLS" pjdfstest fsx
-fi
+apt_install libacl1-dev acl
+ensure_peer_tools
 
 work=$(mktemp -d /tmp/unkai-peer.XXXXXX)
 # pjdfstest switches to unprivileged users, who must reach the mount through this directory.

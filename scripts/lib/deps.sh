@@ -27,3 +27,15 @@ ensure_build_deps() {
   fi
   [ -e /dev/fuse ] || { echo "error: /dev/fuse is missing: this machine cannot mount FUSE file systems" >&2; exit 1; }
 }
+
+# The peer suites' tools (crates `pjdfstest` and `fsx`) into $UNKAI_TOOLS/bin, unless there.
+# Needs libacl's headers (apt_install libacl1-dev first: apt is not run here, so that this may
+# run in the background beside other installs).
+ensure_peer_tools() {
+  local tools="${UNKAI_TOOLS:-$HOME/.cache/unkai-tools}"
+  if [ -x "$tools/bin/pjdfstest" ] && [ -x "$tools/bin/fsx" ]; then
+    return 0
+  fi
+  echo "==> installing pjdfstest and fsx into $tools"
+  cargo install --locked --quiet --root "$tools" pjdfstest fsx
+}
