@@ -406,10 +406,10 @@ impl Grouper {
         // The rows a change of the last few groups wrote (see [`KEEP_COMMITS`]), locked
         // again by a prepared statement (their list a parameter: a text with it would be
         // parsed and planned again at every commit).
-        // Not a row in the trash: a deletion moved it there, and no change comes back to it
-        // but the close of a file still open (which then locks it itself). `rm -rf` held
-        // again each removed file for three commits: most of the rows of its relocks.
         let recent = |o: &Own| {
+            // Not a row in the trash: a deletion moved it there, and no change comes back
+            // to it but the close of a file still open (which then locks it itself). `rm
+            // -rf` held each removed file again for three commits: most of its relocks' rows.
             if o.attr.flags & crate::meta::flags::TRASHED != 0 {
                 return false;
             }
