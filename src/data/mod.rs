@@ -1743,6 +1743,48 @@ mod tests {
         }
     }
 
+    /// A block given for the wait is not started before it (nothing of it in the bucket),
+    /// is stored by the wait beside the blocks already going up, and reads back; one given
+    /// to an upload then cancelled is never stored.
+    #[test]
+    fn a_block_given_for_the_wait_is_stored_by_it() {
+        let ds = store(1000);
+        let data: Vec<u8> = (0..1600u32).map(|i| (i % 239) as u8).collect();
+        let mut up = SliceUpload::start(&ds, || Ok::<_, ()>(8)).unwrap();
+        up.put_block(0, Bytes::copy_from_slice(&data[..1000]));
+        up.put_block_at_wait(1, Bytes::copy_from_slice(&data[1000..]));
+        let last = ds.layout().block_key(8, 1, 600);
+        let listed = || -> Vec<String> {
+            let l = ds.block_on(ds.storage().list("t")).unwrap();
+            l.into_iter().map(|o| o.key).collect()
+        };
+        assert!(!listed().contains(&last), "started before the wait");
+        let mut keys = up.wait().unwrap();
+        keys.sort();
+        assert_eq!(keys.len(), 2, "{keys:?}");
+        assert!(keys.contains(&last), "{keys:?}");
+        assert!(listed().contains(&last));
+        ds.shared.cache.remove(&last);
+        let mut buf = vec![0u8; 1600];
+        let mut parts = [(
+            SliceRange {
+                id: 8,
+                size: 1600,
+                start: 0,
+                len: 1600,
+            },
+            &mut buf[..],
+        )];
+        ds.read(&mut parts, true).unwrap();
+        assert_eq!(buf, data);
+        let mut gone = SliceUpload::start(&ds, || Ok::<_, ()>(9)).unwrap();
+        gone.put_block_at_wait(0, Bytes::from_static(b"never stored"));
+        assert!(gone.cancel().is_empty());
+        drop(gone);
+        let key = ds.layout().block_key(9, 0, 12);
+        assert!(!listed().contains(&key));
+    }
+
     #[test]
     fn upload_read_delete() {
         let ds = store(1000);

@@ -601,6 +601,17 @@ impl FileWriter {
         }
         let bs = store.block_size() as usize;
         self.pack(meta, store)?;
+        // One block in all to send (a small file's, a `tar -x`'s), waited for below with
+        // nothing else in flight: uploaded by this thread at its wait.
+        let to_send: usize = self
+            .chunks
+            .values()
+            .flatten()
+            .filter(|s| s.pack.is_none())
+            .map(|s| s.buf.len().saturating_sub(s.frozen).div_ceil(bs))
+            .sum();
+        let own_packs = self.packs.iter().any(|p| matches!(p, Packed::Own(..)));
+        let here = to_send == 1 && !own_packs;
         for slices in self.chunks.values_mut() {
             for s in slices.iter_mut().filter(|s| s.pack.is_none()) {
                 let up = match &mut s.upload {
@@ -611,7 +622,11 @@ impl FileWriter {
                 };
                 while s.frozen < s.buf.len() {
                     let n = (s.buf.len() - s.frozen).min(bs);
-                    up.put_block((s.frozen / bs) as u32, s.buf.send(s.frozen / bs));
+                    let (index, block) = ((s.frozen / bs) as u32, s.buf.send(s.frozen / bs));
+                    match here {
+                        true => up.put_block_at_wait(index, block),
+                        false => up.put_block(index, block),
+                    }
                     s.frozen += n;
                 }
             }
