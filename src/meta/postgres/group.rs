@@ -334,12 +334,14 @@ pub(super) struct Grouper {
 }
 
 impl Grouper {
-    pub(super) fn new(pool: Arc<Pool>, shared: Arc<Shared>, watch: Arc<Watch>) -> Arc<Grouper> {
-        let on = std::env::var("UNKAI_PG_GROUP").map_or(true, |v| v != "0");
-        let age = std::env::var("UNKAI_PG_GROUP_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map_or(MAX_AGE, Duration::from_millis);
+    /// Groups `on` or not, committed `age` after they open (see `Knobs`).
+    pub(super) fn new(
+        pool: Arc<Pool>,
+        shared: Arc<Shared>,
+        watch: Arc<Watch>,
+        on: bool,
+        age: Duration,
+    ) -> Arc<Grouper> {
         let g = Arc::new(Grouper {
             slot: Mutex::new(None),
             cv: Condvar::new(),

@@ -68,12 +68,19 @@ pub(super) struct Known {
 
 impl Default for Known {
     fn default() -> Self {
+        Known::new(true)
+    }
+}
+
+impl Known {
+    /// Guessing on (`on`, the default) or off (`UNKAI_PG_OPTIMISTIC=0`, see `Knobs`).
+    pub(super) fn new(on: bool) -> Known {
         let cap = NonZeroUsize::new(CAPACITY).expect("a capacity");
         Known {
             map: Mutex::new(LruCache::new(cap)),
             edges: Mutex::new(LruCache::new(cap)),
             cold: Mutex::new(LruCache::new(cap)),
-            on: std::env::var("UNKAI_PG_OPTIMISTIC").map_or(true, |v| v != "0"),
+            on,
         }
     }
 }

@@ -133,6 +133,60 @@ fn backoff(delay: &mut Duration) {
     *delay = (*delay * 2).min(MAX_BACKOFF);
 }
 
+/// The engine's tuning variables, read from the environment when a volume opens (for A/B
+/// runs and tests; the README names them): `UNKAI_PG_GROUP` (groups on, default, or off),
+/// `UNKAI_PG_GROUP_MS` (their age, [`group::MAX_AGE`] by default), `UNKAI_PG_OPTIMISTIC`
+/// (guesses of rows not held, on by default). A value that is not one of theirs refuses
+/// the open, naming the variable: one that was ignored left a run measuring something else
+/// than its author thought.
+struct Knobs {
+    group: bool,
+    group_age: Duration,
+    optimistic: bool,
+}
+
+impl Knobs {
+    fn from_env() -> Result<Knobs> {
+        Knobs::from(|name| std::env::var(name).ok())
+    }
+
+    fn from(var: impl Fn(&str) -> Option<String>) -> Result<Knobs> {
+        let bad = |name: &str, v: &str, takes: &str| {
+            Error::Refused(format!(
+                "{name}={v:?} is not {takes}: set it so, or unset it for the default"
+            ))
+        };
+        let switch = |name: &str| -> Result<bool> {
+            match var(name) {
+                None => Ok(true),
+                Some(v) => match v.trim().to_ascii_lowercase().as_str() {
+                    "1" | "on" | "true" | "yes" => Ok(true),
+                    "0" | "off" | "false" | "no" => Ok(false),
+                    _ => Err(bad(name, &v, "0 or 1 (off or on)")),
+                },
+            }
+        };
+        let group_age = match var("UNKAI_PG_GROUP_MS") {
+            None => group::MAX_AGE,
+            Some(v) => match v.trim().parse::<u64>() {
+                Ok(ms) if ms > 0 => Duration::from_millis(ms),
+                _ => {
+                    return Err(bad(
+                        "UNKAI_PG_GROUP_MS",
+                        &v,
+                        "a number of milliseconds above 0",
+                    ));
+                }
+            },
+        };
+        Ok(Knobs {
+            group: switch("UNKAI_PG_GROUP")?,
+            group_age,
+            optimistic: switch("UNKAI_PG_OPTIMISTIC")?,
+        })
+    }
+}
+
 /// What the engine's transactions share: this client's session, once recorded.
 #[derive(Default)]
 struct Shared {
@@ -479,6 +533,7 @@ impl EngineMeta<Postgres> {
 
     /// Opens an existing volume.
     pub fn open(u: &PgUrl) -> Result<PgMeta> {
+        let knobs = Knobs::from_env()?;
         let pool = Pool::new(u)?;
         let url = pool.url.clone();
         let mut c = pool.connect().map_err(|e| pool.connect_err(e))?;
@@ -504,9 +559,19 @@ impl EngineMeta<Postgres> {
             st.total = 1;
         }
         let pool = Arc::new(pool);
-        let shared: Arc<Shared> = Arc::default();
+        let shared = Arc::new(Shared {
+            session: AtomicU64::default(),
+            known: Known::new(knobs.optimistic),
+            large: Large::default(),
+        });
         let watch = Arc::new(Watch::default());
-        let group = Grouper::new(pool.clone(), shared.clone(), watch.clone());
+        let group = Grouper::new(
+            pool.clone(),
+            shared.clone(),
+            watch.clone(),
+            knobs.group,
+            knobs.group_age,
+        );
         let engine = Postgres {
             url,
             pool,
@@ -3285,6 +3350,43 @@ impl Txn for Db<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The tuning variables: unset, the defaults; their spellings of on and off; a value
+    /// that is not theirs refused with a message naming it.
+    #[test]
+    fn tuning_variables_are_read_or_refused_by_name() {
+        let with = |vars: &[(&str, &str)]| {
+            let vars: HashMap<String, String> = vars
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            Knobs::from(|k| vars.get(k).cloned())
+        };
+        let k = with(&[]).unwrap();
+        assert!(k.group && k.optimistic);
+        assert_eq!(k.group_age, group::MAX_AGE);
+        let k = with(&[
+            ("UNKAI_PG_GROUP", "off"),
+            ("UNKAI_PG_GROUP_MS", " 250 "),
+            ("UNKAI_PG_OPTIMISTIC", "0"),
+        ])
+        .unwrap();
+        assert!(!k.group && !k.optimistic);
+        assert_eq!(k.group_age, Duration::from_millis(250));
+        assert!(with(&[("UNKAI_PG_GROUP", "1"), ("UNKAI_PG_OPTIMISTIC", "True")]).is_ok());
+        for (name, v) in [
+            ("UNKAI_PG_GROUP_MS", "10ms"),
+            ("UNKAI_PG_GROUP_MS", "0"),
+            ("UNKAI_PG_GROUP", "maybe"),
+            ("UNKAI_PG_OPTIMISTIC", ""),
+        ] {
+            let Err(Error::Refused(msg)) = with(&[(name, v)]) else {
+                panic!("{name}={v} accepted");
+            };
+            assert!(msg.starts_with(&format!("{name}=")), "{msg}");
+            assert!(!msg.contains('\n'), "{msg}");
+        }
+    }
 
     #[test]
     fn only_whole_row_writes_a_later_one_overwrites_are_dropped() {
