@@ -1,9 +1,9 @@
 //! Uploading the blocks of one slice: each block is put in the background as soon as it is
-//! complete (or, given just before the wait, by the waiting thread itself); `wait` returns once all are in the bucket, or staged on local disk with
-//! write-back (`data::stage`), or reports the failure (the data stays with the caller, who may
-//! retry). A slice counts as in flight from its start until its
-//! upload is dropped (after its commit, or once abandoned): see
-//! [`DataStore::in_flight_floor`].
+//! complete (or, given just before the wait, by the waiting thread itself); `wait` returns
+//! once all are in the bucket, or staged on local disk with write-back (`data::stage`), or
+//! reports the failure (the data stays with the caller, who may retry). A slice counts as in
+//! flight from its start until its upload is dropped (after its commit, or once abandoned):
+//! see [`DataStore::in_flight_floor`].
 //!
 //! Not for: deciding when a block is complete (that is `vfs::writer`).
 

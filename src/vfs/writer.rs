@@ -601,8 +601,8 @@ impl FileWriter {
         }
         let bs = store.block_size() as usize;
         self.pack(meta, store)?;
-        // One block in all to send (a small file's, a `tar -x`'s), waited for below with
-        // nothing else in flight: uploaded by this thread at its wait.
+        // One block in all left to send (a small file's, a `tar -x`'s; blocks sent while
+        // writing may still be going up): uploaded by this thread at the wait below.
         let to_send: usize = self
             .chunks
             .values()
