@@ -375,7 +375,9 @@ fn check_repair_recounts() {
 }
 
 /// Two clients of one PostgreSQL volume fill a directory with a quota at once: together
-/// they never pass it, and each file either is whole or holds nothing.
+/// they never pass it and leave less than a file's room, each file a call said was written
+/// is whole, and any other holds what its earlier writes put (the README: "what earlier
+/// writes put is kept, as on a disk that fills"), never more than was written.
 #[test]
 fn two_clients_race_to_a_quota_on_postgres() {
     let Some(vol) = Volume::postgres(&[], |u| u.to_string(), fast_heartbeat()) else {
@@ -421,30 +423,42 @@ fn two_clients_race_to_a_quota_on_postgres() {
         let e = failed.map(|(_, _, e)| e);
         assert_eq!(e, Some(libc::EDQUOT), "{}", why());
     }
-    // What the volume holds is the exact check (below: 20 whole files, nothing
-    // half-written). What the calls said may fall one short: seen twice in full runs of the
-    // suite (2026-12-02), a file's fsync failed with EDQUOT after its bytes were counted,
-    // and its close then stored it whole (the other client's next write had found the quota
-    // full). Not explained yet; the closing note of that session has the evidence.
-    let told = r1.0 + r2.0;
+    // What the calls said: a file is whole when its writes and fsync succeeded. A file
+    // whose fsync or close failed may still hold bytes (seen in full runs of the suite,
+    // 2026-12-02: an fsync that failed with EDQUOT after its bytes were counted, its close
+    // then storing the file whole; a file of 7 writes whose 8th found no room, kept by its
+    // close), so the exact checks are on what the volume holds.
+    let said = why();
     assert!(
-        told == 20 || told == 19,
-        "together they fill the quota exactly: {}",
-        why()
+        r1.0 + r2.0 <= 20,
+        "more whole files than the quota holds: {said}"
     );
     drop((m1, m2));
     let m = remount(&vol);
     let mut total = 0;
-    for dir in [m.p("p/one"), m.p("p/two")] {
+    for (dir, whole) in [(m.p("p/one"), r1.0), (m.p("p/two"), r2.0)] {
         for e in fs::read_dir(dir).unwrap() {
-            let len = e.unwrap().metadata().unwrap().len();
-            assert!(len == 0 || len == MIB, "half-written file: {len}");
+            let e = e.unwrap();
+            let len = e.metadata().unwrap().len();
+            let name = e.file_name().into_string().unwrap();
+            let i: usize = name.trim_start_matches('f').parse().unwrap();
+            if i < whole {
+                assert_eq!(len, MIB, "{name} was written whole: {said}");
+            }
+            assert!(
+                len <= MIB && len % (128 << 10) == 0,
+                "{name} holds {len} bytes, not what its writes put: {said}"
+            );
             total += len;
         }
     }
-    assert_eq!(total, 20 * MIB);
+    // Neither client stopped while a file's room was left: the quota only fills.
+    assert!(
+        total > 19 * MIB && total <= 20 * MIB,
+        "the files hold {total} bytes: {said}"
+    );
     drop(m);
-    assert_eq!(used(&vol, "/p").0, 20 * MIB as i64);
+    assert_eq!(used(&vol, "/p").0, total as i64);
     check_agrees(&vol);
 }
 
