@@ -21,8 +21,8 @@ pub struct SliceUpload {
     /// failed one more fresh attempt, so an `fsync` after the store came back succeeds
     /// even if the background attempt failed while it was still down.
     tasks: Vec<(u32, Bytes, JoinHandle<Result<String>>)>,
-    /// Blocks given with [`SliceUpload::put_block_at_wait`], not started yet.
-    deferred: Vec<(u32, Bytes)>,
+    /// The block given with [`SliceUpload::put_block_at_wait`], not started yet.
+    at_wait: Option<(u32, Bytes)>,
     done: Vec<String>,
 }
 
@@ -42,7 +42,7 @@ impl SliceUpload {
             store: store.clone(),
             id,
             tasks: Vec::new(),
-            deferred: Vec::new(),
+            at_wait: None,
             done: Vec::new(),
         })
     }
@@ -58,12 +58,14 @@ impl SliceUpload {
     }
 
     /// Gives block `index` of the slice to upload at the next [`SliceUpload::wait`], which
-    /// follows at once: the last such block is then uploaded on the waiting thread itself,
-    /// not handed to the runtime's threads and waited for. A small file's one block at its
+    /// follows at once, on the waiting thread itself, not handed to the runtime's threads
+    /// and waited for (one given before it goes up in the background now). A small file's one block at its
     /// flush (a `tar -x` on PostgreSQL, write-through: one put per file, in the chain of
     /// each file's calls) saves the hops between threads, two wake-ups each.
     pub fn put_block_at_wait(&mut self, index: u32, block: Bytes) {
-        self.deferred.push((index, block));
+        if let Some((i, b)) = self.at_wait.replace((index, block)) {
+            self.put_block(i, b);
+        }
     }
 
     fn spawn(&self, index: u32, block: Bytes) -> JoinHandle<Result<String>> {
@@ -217,14 +219,9 @@ impl SliceUpload {
     /// already failed is tried once more first. On failure the failed blocks are kept (and
     /// started again) for the next call.
     pub fn wait(&mut self) -> Result<Vec<String>> {
-        let mut deferred = std::mem::take(&mut self.deferred);
-        let last = deferred.pop();
-        for (index, block) in deferred {
-            self.put_block(index, block);
-        }
         let mut first_err = None;
         let mut again = None;
-        if let Some((index, block)) = last {
+        if let Some((index, block)) = self.at_wait.take() {
             match self.store.block_on(self.upload(index, block.clone())) {
                 Ok(key) => self.done.push(key),
                 Err(e) => {
@@ -263,7 +260,7 @@ impl SliceUpload {
     /// delete them).
     pub fn cancel(&mut self) -> Vec<String> {
         // Never started: nothing of them was stored.
-        self.deferred.clear();
+        self.at_wait = None;
         let running: Vec<_> = std::mem::take(&mut self.tasks)
             .into_iter()
             .map(|(_, _, h)| h)
